@@ -1,0 +1,65 @@
+# kubepool — every entry point a developer or CI needs. `make demo` and `make test` set up everything.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+export KUBECONFIG ?= $(CURDIR)/.kubepool/kubeconfig
+PYTEST_ARGS ?=
+
+.PHONY: help venv k8s-bin cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
+
+help:
+	@echo "make demo        set up everything, run a 3-instance job on the local cluster, print its logs and result"
+	@echo "make test        set up everything and run the whole test suite"
+	@echo "make cluster-up  start the local cluster (make cluster-down stops it)"
+	@echo "make crds        regenerate crds/ and the chart's copy from the pydantic models"
+	@echo "make bench       benchmarks (not part of make test)"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "[venv] installing kubepool and its dependencies (torch is large: the first install takes minutes)"
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+k8s-bin:
+	@hack/k8s-bin/build.sh >/dev/null
+
+cluster-up: venv k8s-bin
+	$(BIN)/kubepool local up
+
+cluster-down: venv
+	$(BIN)/kubepool local down
+
+cluster-status: venv
+	$(BIN)/kubepool local status
+
+crds: venv
+	$(BIN)/python -m kubepool.api.crdgen crds
+	rm -rf charts/kubepool/crds && mkdir -p charts/kubepool && cp -r crds charts/kubepool/crds
+
+lint: venv
+	$(BIN)/ruff check src tests
+
+test-unit: venv
+	$(BIN)/pytest -m "not cluster and not ray" $(PYTEST_ARGS)
+
+test: venv k8s-bin
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+demo: venv k8s-bin
+	$(BIN)/python -m kubepool.demo
+
+bench: venv k8s-bin
+	$(BIN)/python -m bench
+
+images:
+	docker build -f operator/Dockerfile -t kubepool/operator:dev .
+	docker build -f runtime-image/Dockerfile -t kubepool/runtime:dev .
+
+clean: cluster-down
+	rm -rf .kubepool

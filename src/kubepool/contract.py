@@ -1,0 +1,279 @@
+"""The runtime contract: what the operator tells every instance of a job, and how the runtime reads it.
+
+One JSON document per job (`JobContract`, mounted from the job's contract ConfigMap at `CONTRACT_PATH`)
+plus a few per-pod env vars (`ENV_INSTANCE_ID`, `ENV_POD_IP`, ...). The operator builds it with
+`build_contract`; the runtime reads it with `load_contract` and `JobContract.identity`. Pure and typed:
+pydantic only, no Kubernetes client, no Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kubepool import naming
+
+# --- per-pod env (set by the operator on each pod) -------------------------------------------------
+ENV_CONTRACT_FILE = "KUBEPOOL_CONTRACT_FILE"  # where the JSON document is mounted
+ENV_INSTANCE_ID = "KUBEPOOL_INSTANCE_ID"  # global instance id; 0 is the head
+ENV_POD_IP = "KUBEPOOL_POD_IP"  # downward API status.podIP; Ray binds it
+ENV_POD_NAME = "KUBEPOOL_POD_NAME"
+ENV_NAMESPACE = "KUBEPOOL_NAMESPACE"
+ENV_BASE_DIR = "KUBEPOOL_BASE_DIR"  # SageMaker's /opt/ml, configurable for local runs
+ENV_PAYLOAD_DIR = "KUBEPOOL_PAYLOAD_DIR"  # where the user's code is mounted
+ENV_RESULT_DIR = "KUBEPOOL_RESULT_DIR"  # where the head writes the payload's result
+ENV_RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"  # from the job's Secret
+ENV_RAY_AUTH_MODE = "RAY_AUTH_MODE"  # "token" on every instance and in the driver, or "disabled"
+
+CONTRACT_DIR = "/etc/kubepool"
+CONTRACT_FILENAME = "contract.json"
+CONTRACT_PATH = f"{CONTRACT_DIR}/{CONTRACT_FILENAME}"
+PAYLOAD_DIR = "/opt/kubepool/payload"
+RESULT_DIR = "/opt/kubepool/result"
+DEFAULT_BASE_DIR = "/opt/ml"
+RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"error", "traceback"}
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+_MODEL = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+
+class Distribution(StrEnum):
+    FULLY_REPLICATED = "FullyReplicated"
+    SHARDED_BY_S3_KEY = "ShardedByS3Key"
+
+
+class RunMode(StrEnum):
+    """How the payload runs: on the head of a Ray cluster (Snowflake's default), once on every instance
+    (Snowflake's `parallel`), or SageMaker script mode (every instance, torchrun-style env)."""
+
+    HEAD = "head"
+    PARALLEL = "parallel"
+    SAGEMAKER = "sagemaker"
+
+
+class ChannelSource(BaseModel):
+    """Where a channel's objects come from; exactly one field is set."""
+
+    model_config = _MODEL
+    s3_uri: str | None = Field(None, alias="s3Uri")
+    s3_endpoint_url: str | None = Field(None, alias="s3EndpointUrl")
+    local_path: str | None = Field(None, alias="localPath", description="mounted PVC/ConfigMap directory")
+
+
+class Channel(BaseModel):
+    model_config = _MODEL
+    name: str
+    distribution: Distribution = Distribution.FULLY_REPLICATED
+    source: ChannelSource
+    instance_groups: list[str] = Field(default_factory=list, alias="instanceGroups")
+    content_type: str | None = Field(None, alias="contentType")
+    input_mode: str = Field("File", alias="inputMode")
+
+
+class Group(BaseModel):
+    """One instance group: SageMaker's `instance_groups` entry plus the resources one instance gets."""
+
+    model_config = _MODEL
+    name: str
+    instance_type: str = Field(alias="instanceType")
+    count: int
+    cpus: float = 1.0
+    memory_bytes: int = Field(0, alias="memoryBytes")
+    gpus: int = 0
+
+
+class Instance(BaseModel):
+    model_config = _MODEL
+    instance_id: int = Field(alias="instanceId")
+    group: str
+    rank_in_group: int = Field(alias="rankInGroup")
+    host: str = Field(description="SageMaker host name, algo-N")
+    dns: str = Field(description="stable DNS name of the pod through the job's headless Service")
+    pod: str
+
+
+class Entrypoint(BaseModel):
+    model_config = _MODEL
+    path: str | None = Field(None, description="a .py file, relative to the payload dir or absolute")
+    module: str | None = None
+    command: list[str] | None = None
+    args: list[str] = Field(default_factory=list)
+    working_dir: str | None = Field(None, alias="workingDir")
+    function: str | None = Field(None, description="for @remote: a function in `path` to call")
+
+
+class RaySettings(BaseModel):
+    model_config = _MODEL
+    auth_mode: str = Field("token", alias="authMode")
+    gcs_port: int = Field(naming.RAY_GCS_PORT, alias="gcsPort")
+    dashboard_port: int = Field(naming.RAY_DASHBOARD_PORT, alias="dashboardPort")
+    client_port: int = Field(naming.RAY_CLIENT_PORT, alias="clientPort")
+
+
+class InstanceIdentity(BaseModel):
+    """Everything one instance derives from the contract and its instance id."""
+
+    model_config = _MODEL
+    instance_id: int
+    is_head: bool
+    group: str
+    rank_in_group: int
+    group_size: int
+    host: str
+    hosts: list[str]
+    group_hosts: list[str]
+    world_size: int
+
+
+class JobContract(BaseModel):
+    """The document every instance of one job reads."""
+
+    model_config = _MODEL
+    job_name: str = Field(alias="jobName")
+    namespace: str
+    job_uid: str = Field("", alias="jobUid")
+    target_instances: int = Field(alias="targetInstances")
+    min_instances: int = Field(alias="minInstances")
+    instances_timeout_seconds: int = Field(720, alias="instancesTimeoutSeconds")
+    min_wait_seconds: float = Field(-1, alias="minWaitSeconds", description="-1: min(3*log2(target), timeout/10)")
+    groups: list[Group]
+    instances: list[Instance]
+    head_address: str = Field(alias="headAddress", description="DNS name of instance 0")
+    service_name: str = Field(alias="serviceName")
+    channels: list[Channel] = Field(default_factory=list)
+    hyperparameters: dict[str, str] = Field(default_factory=dict)
+    entrypoint: Entrypoint = Field(default_factory=Entrypoint)
+    mode: RunMode = RunMode.HEAD
+    distribution_instance_groups: list[str] = Field(default_factory=list, alias="distributionInstanceGroups")
+    ray: RaySettings = Field(default_factory=RaySettings)
+
+    @property
+    def is_hetero(self) -> bool:
+        return len(self.groups) > 1
+
+    def identity(self, instance_id: int) -> InstanceIdentity:
+        try:
+            me = next(i for i in self.instances if i.instance_id == instance_id)
+        except StopIteration:
+            raise ValueError(f"instance {instance_id} is not in job {self.job_name} ({len(self.instances)} instances)") from None
+        group_hosts = [i.host for i in self.instances if i.group == me.group]
+        return InstanceIdentity(
+            instance_id=me.instance_id,
+            is_head=me.instance_id == 0,
+            group=me.group,
+            rank_in_group=me.rank_in_group,
+            group_size=len(group_hosts),
+            host=me.host,
+            hosts=[i.host for i in self.instances],
+            group_hosts=group_hosts,
+            world_size=len(self.instances),
+        )
+
+    def group_of(self, name: str) -> Group:
+        return next(g for g in self.groups if g.name == name)
+
+    def channels_for(self, group: str) -> list[Channel]:
+        """SageMaker's rule: a channel with no groups goes to every group."""
+        return [c for c in self.channels if not c.instance_groups or group in c.instance_groups]
+
+    def effective_min_wait(self) -> float:
+        return effective_min_wait(self.min_wait_seconds, self.target_instances, self.instances_timeout_seconds)
+
+    def dumps(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True, indent=1)
+
+
+def effective_min_wait(min_wait: float, target: int, timeout: float) -> float:
+    """Snowflake's launcher default: min(3*log2(target), timeout/10) when unset (-1)."""
+    if min_wait >= 0:
+        return min_wait
+    if target <= 1:
+        return 0.0
+    return min(3 * math.log2(target), timeout / 10)
+
+
+def build_instances(job_name: str, groups: Sequence[Group]) -> list[Instance]:
+    """Instances in group order; instance 0 (the head) is the first group's first instance."""
+    svc = naming.service_name(job_name)
+    out: list[Instance] = []
+    for g in groups:
+        for r in range(g.count):
+            iid = len(out)
+            out.append(
+                Instance(
+                    instance_id=iid,
+                    group=g.name,
+                    rank_in_group=r,
+                    host=naming.sagemaker_host(iid),
+                    dns=f"{naming.sagemaker_host(iid)}.{svc}",
+                    pod=naming.pod_name(job_name, g.name, r),
+                )
+            )
+    return out
+
+
+def build_contract(
+    *,
+    job_name: str,
+    namespace: str,
+    job_uid: str,
+    groups: Sequence[Group],
+    target_instances: int,
+    min_instances: int,
+    instances_timeout_seconds: int = 720,
+    channels: Sequence[Channel] = (),
+    hyperparameters: Mapping[str, str] | None = None,
+    entrypoint: Entrypoint | None = None,
+    mode: RunMode = RunMode.HEAD,
+    distribution_instance_groups: Sequence[str] = (),
+    ray: RaySettings | None = None,
+    min_wait_seconds: float = -1,
+) -> JobContract:
+    instances = build_instances(job_name, groups)
+    return JobContract(
+        job_name=job_name,
+        namespace=namespace,
+        job_uid=job_uid,
+        target_instances=target_instances,
+        min_instances=min_instances,
+        instances_timeout_seconds=instances_timeout_seconds,
+        min_wait_seconds=min_wait_seconds,
+        groups=list(groups),
+        instances=instances,
+        head_address=instances[0].dns if instances else "",
+        service_name=naming.service_name(job_name),
+        channels=list(channels),
+        hyperparameters=dict(hyperparameters or {}),
+        entrypoint=entrypoint or Entrypoint(),
+        mode=mode,
+        distribution_instance_groups=list(distribution_instance_groups),
+        ray=ray or RaySettings(),
+    )
+
+
+def parse_contract(text: str) -> JobContract:
+    return JobContract.model_validate(json.loads(text))
+
+
+def load_contract(env: Mapping[str, str] | None = None) -> tuple[JobContract, int]:
+    """Read the mounted document and this pod's instance id (runtime side)."""
+    env = os.environ if env is None else env
+    path = Path(env.get(ENV_CONTRACT_FILE, CONTRACT_PATH))
+    if not path.is_file():
+        raise FileNotFoundError(f"runtime contract not found at {path} (set {ENV_CONTRACT_FILE})")
+    if ENV_INSTANCE_ID not in env:
+        raise KeyError(f"{ENV_INSTANCE_ID} is not set: this process was not started by kubepool")
+    return parse_contract(path.read_text()), int(env[ENV_INSTANCE_ID])
+
+
+def shard(keys: Sequence[str], num_shards: int, index: int) -> list[str]:
+    """ShardedByS3Key: this shard's keys. Sorted then dealt round-robin: disjoint, complete and stable."""
+    if num_shards < 1 or not 0 <= index < num_shards:
+        raise ValueError(f"shard index {index} out of range for {num_shards} shards")
+    return sorted(keys)[index::num_shards]

@@ -1,0 +1,104 @@
+"""Every name, label, annotation and port kubepool puts on the cluster: one place, so operator, runtime,
+SDK and tests agree. Pure: no I/O, no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+GROUP = "kubepool.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+MLJOB_KIND, MLJOB_PLURAL, MLJOB_SHORT = "MLJob", "mljobs", "mlj"
+POOL_KIND, POOL_PLURAL, POOL_SHORT = "ComputePool", "computepools", "cpool"
+FIELD_MANAGER = "kubepool-operator"
+
+# Labels on every child of a job; selectors use them, so they never change once a pod exists.
+LABEL_JOB = f"{GROUP}/job"
+LABEL_JOB_UID = f"{GROUP}/job-uid"
+LABEL_GROUP = f"{GROUP}/group"
+LABEL_INSTANCE = f"{GROUP}/instance-id"
+LABEL_ROLE = f"{GROUP}/role"  # head | worker
+LABEL_POOL = f"{GROUP}/pool"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kubepool"
+ROLE_HEAD, ROLE_WORKER = "head", "worker"
+
+ANNOTATION_PREFIX = GROUP  # kopf progress/diffbase storage lives under this prefix, never in status
+
+# Default single-pool group name: SageMaker's name for a homogeneous cluster.
+DEFAULT_GROUP = "homogeneousCluster"
+
+# Ray ports. Every pod has its own IP, so fixed ports never clash between instances.
+RAY_GCS_PORT = 6379
+RAY_CLIENT_PORT = 10001
+RAY_DASHBOARD_PORT = 8265
+RAY_NODE_MANAGER_PORT = 6380
+RAY_OBJECT_MANAGER_PORT = 6381
+RAY_DASHBOARD_AGENT_GRPC_PORT = 6382
+RAY_RUNTIME_ENV_AGENT_PORT = 6383
+RAY_DASHBOARD_AGENT_LISTEN_PORT = 52365
+RAY_METRICS_EXPORT_PORT = 8080
+RAY_MIN_WORKER_PORT = 10002
+RAY_MAX_WORKER_PORT = 10999
+TORCH_MASTER_PORT = 29500
+SHUTDOWN_PORT = 29400  # head -> worker "leave now" handshake (see kubepool.runtime)
+
+_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
+MAX_NAME = 63
+
+
+def dns_label(value: str) -> str:
+    """SageMaker group names such as `instance_group_1` become DNS-safe `instance-group-1`."""
+    out = _DNS_LABEL.sub("-", value.lower()).strip("-")
+    return out or "x"
+
+
+def _fit(name: str, limit: int = MAX_NAME) -> str:
+    """Cut long names deterministically: keep a prefix and add a short hash so two names never collide."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: limit - 9].rstrip('-')}-{digest}"
+
+
+def pod_name(job: str, group: str, index_in_group: int) -> str:
+    """Deterministic pod name of one instance: `<job>-<group>-<index in group>`."""
+    return _fit(f"{job}-{dns_label(group)}-{index_in_group}")
+
+
+def service_name(job: str) -> str:
+    """Headless Service that gives every instance of the job a stable DNS name."""
+    return _fit(f"{job}-svc")
+
+
+def sagemaker_host(instance_id: int) -> str:
+    """SageMaker's host names: instance 0 is `algo-1`. Also the pod's `hostname`: with
+    `subdomain=service_name(job)` and the Service's domain in `dnsConfig.searches`, a bare `algo-2`
+    resolves inside the job as it does on SageMaker."""
+    return f"algo-{instance_id + 1}"
+
+
+def contract_configmap_name(job: str) -> str:
+    return _fit(f"{job}-contract")
+
+
+def payload_configmap_name(job: str) -> str:
+    return _fit(f"{job}-payload")
+
+
+def ray_token_secret_name(job: str) -> str:
+    return _fit(f"{job}-ray-token")
+
+
+def runtime_service_account_name(job: str) -> str:
+    return _fit(f"{job}-runtime")
+
+
+def network_policy_name(job: str) -> str:
+    return _fit(f"{job}-ray")
+
+
+def job_selector(job: str) -> dict[str, str]:
+    return {LABEL_JOB: job}
