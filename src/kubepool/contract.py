@@ -38,6 +38,10 @@ PAYLOAD_DIR = "/opt/kubepool/payload"
 RESULT_DIR = "/opt/kubepool/result"
 DEFAULT_BASE_DIR = "/opt/ml"
 RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"error", "traceback"}
+# The head prints the payload's outcome as one line `KUBEPOOL_RESULT <base64 cloudpickle of ExecutionResult>`
+# so the SDK's `job.result()` works from the head's log alone, and writes a short JSON summary to the
+# termination log (4 KiB max) so the operator can put the failure message in the job's status.
+RESULT_LOG_MARKER = "KUBEPOOL_RESULT "
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 _MODEL = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
