@@ -1,0 +1,26 @@
+"""The kubepool.dev/v1alpha1 API: pydantic models that are the single source of the CRDs."""
+
+from kubepool.api.common import Condition, ConditionStatus, Toleration
+from kubepool.api.computepool import ComputePool, ComputePoolSpec, ComputePoolStatus, InstanceResources, PoolPhase
+from kubepool.api.families import FAMILIES, FamilySize, InstanceFamily
+from kubepool.api.mljob import (
+    Backend,
+    Channel,
+    ChannelSource,
+    CodeSource,
+    Entrypoint,
+    EnvVar,
+    InstanceGroup,
+    InstanceStatus,
+    JobPhase,
+    MLJob,
+    MLJobSpec,
+    MLJobStatus,
+)
+
+__all__ = [
+    "FAMILIES", "Backend", "Channel", "ChannelSource", "CodeSource", "ComputePool", "ComputePoolSpec",
+    "ComputePoolStatus", "Condition", "ConditionStatus", "Entrypoint", "EnvVar", "FamilySize", "InstanceFamily",
+    "InstanceGroup", "InstanceResources", "InstanceStatus", "JobPhase", "MLJob", "MLJobSpec", "MLJobStatus",
+    "PoolPhase", "Toleration",
+]

@@ -1,0 +1,59 @@
+"""Types shared by both kinds: metav1.Condition, tolerations, quantities. Pure pydantic, no client."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+# Structural-schema limits: every string and list is bounded so CEL cost estimates pass and hostile specs
+# ("huge strings", "huge counts") are refused by the API server itself.
+NAME_MAX = 63
+SHORT_STR = 256
+LONG_STR = 4096
+
+QUANTITY_PATTERN = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
+
+
+class Model(BaseModel):
+    """Base of every API model: camelCase on the wire, snake_case in Python, unknown fields ignored
+    (the API server prunes them anyway, so the operator never chokes on a newer CRD)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def wire(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(Model):
+    """A Kubernetes-style condition (metav1.Condition), so `kubectl wait --for=condition=X` works."""
+
+    type: str = Field(max_length=NAME_MAX, description="Condition type, e.g. Admitted, InstancesReady, Complete, Failed.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field("", max_length=SHORT_STR, description="CamelCase machine-readable reason.")
+    message: str = Field("", max_length=LONG_STR, description="Human-readable details.")
+    last_transition_time: datetime | None = Field(None, description="When the status last changed.")
+    observed_generation: int | None = Field(None, ge=0, description="The spec generation the condition was computed from.")
+
+
+class Toleration(Model):
+    """A pod toleration, copied onto every instance pod of the pool."""
+
+    key: str | None = Field(None, max_length=SHORT_STR, description="Taint key to tolerate; empty with Exists tolerates all.")
+    operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal (default Equal).")
+    value: str | None = Field(None, max_length=NAME_MAX, description="Taint value for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="Taint effect; empty matches all.")
+    toleration_seconds: int | None = Field(None, description="For NoExecute: how long the pod stays bound after the taint appears.")

@@ -1,0 +1,176 @@
+"""Generates the CRDs in `crds/` from the pydantic models: the models are the single source of truth.
+
+pydantic's JSON Schema is not a Kubernetes structural schema, so this module inlines `$ref`s, collapses
+`anyOf: [X, null]` to X, drops `title`, `additionalProperties: false`, null and empty defaults, and
+attaches the CEL rules. Run `python -m kubepool.api.crdgen crds/` (`make crds`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubepool import naming
+from kubepool.api import computepool as cp
+from kubepool.api import mljob as mj
+from kubepool.api.common import Model
+
+# CEL rules by model (schema definition) name; the API server evaluates them on every write.
+RULES: dict[str, list[dict[str, str]]] = {
+    "MLJobSpec": mj.MLJOB_SPEC_RULES,
+    "Entrypoint": mj.ENTRYPOINT_RULES,
+    "ChannelSource": mj.CHANNEL_SOURCE_RULES,
+    "CodeSource": mj.CODE_RULES,
+    "ComputePoolSpec": cp.POOL_RULES,
+}
+_DROP = {"title", "$defs"}
+
+
+def _clean(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_clean(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    if "$ref" in node:  # inline, keeping sibling keys (description, extras) over the target's
+        name = node.pop("$ref").rsplit("/", 1)[-1]
+        target = dict(defs[name])
+        if name in RULES:
+            target["x-kubernetes-validations"] = RULES[name]
+        node = {**target, **{k: v for k, v in node.items() if k != "default" or v is not None}}
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o != {"type": "null"}]
+        if len(options) != 1:
+            raise ValueError(f"unions are not structural: {node['anyOf']}")
+        outer = {k: v for k, v in node.items() if k != "anyOf"}
+        inner = _clean(options[0], defs)
+        node = {**inner, **outer}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        if key == "default" and (value is None or value == [] or value == {}):
+            continue
+        if key == "additionalProperties" and value is False:
+            continue
+        if key == "additionalProperties" and value is True:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+            continue
+        if key == "exclusiveMinimum" and not isinstance(value, bool):
+            out["minimum"], out["exclusiveMinimum"] = value, True
+            continue
+        if key == "properties":
+            out[key] = {k: _clean(v, defs) for k, v in value.items()}
+            continue
+        out[key] = _clean(value, defs)
+    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def structural_schema(model: type[Model], rules: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
+    defs = raw.get("$defs", {})
+    schema = _clean(raw, defs)
+    if rules or model.__name__ in RULES:
+        schema["x-kubernetes-validations"] = rules or RULES[model.__name__]
+    return schema
+
+
+def _conditions_as_map(schema: dict[str, Any]) -> None:
+    cond = schema["properties"]["status"]["properties"]["conditions"]
+    cond["x-kubernetes-list-type"] = "map"
+    cond["x-kubernetes-list-map-keys"] = ["type"]
+
+
+def _root(spec_model: type[Model], status_model: type[Model], description: str, root_rules: list | None = None) -> dict[str, Any]:
+    root: dict[str, Any] = {
+        "type": "object",
+        "description": description,
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "APIVersion of this object (kubepool.dev/v1alpha1)."},
+            "kind": {"type": "string", "description": "Kind of this object."},
+            "metadata": {"type": "object"},
+            "spec": structural_schema(spec_model),
+            "status": structural_schema(status_model),
+        },
+    }
+    if root_rules:
+        root["x-kubernetes-validations"] = root_rules
+    _conditions_as_map(root)
+    return root
+
+
+def _crd(kind: str, plural: str, short: str, scope: str, schema: dict[str, Any], columns: list[dict[str, Any]],
+         scale: dict[str, str] | None = None) -> dict[str, Any]:
+    subresources: dict[str, Any] = {"status": {}}
+    if scale:
+        subresources["scale"] = scale
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{naming.GROUP}", "labels": {"app.kubernetes.io/part-of": "kubepool"}},
+        "spec": {
+            "group": naming.GROUP,
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
+                      "shortNames": [short], "categories": ["kubepool"]},
+            "scope": scope,
+            "versions": [{
+                "name": naming.VERSION, "served": True, "storage": True,
+                "subresources": subresources,
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": schema},
+            }],
+        },
+    }
+
+
+def mljob_crd() -> dict[str, Any]:
+    schema = _root(mj.MLJobSpec, mj.MLJobStatus, mj.MLJob.__doc__ or "", mj.MLJOB_ROOT_RULES)
+    return _crd(naming.MLJOB_KIND, naming.MLJOB_PLURAL, naming.MLJOB_SHORT, "Namespaced", schema, [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+        {"name": "Pool", "type": "string", "jsonPath": ".status.pools"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ], scale={"specReplicasPath": ".spec.targetInstances", "statusReplicasPath": ".status.readyInstances"})
+
+
+def computepool_crd() -> dict[str, Any]:
+    schema = _root(cp.ComputePoolSpec, cp.ComputePoolStatus, cp.ComputePool.__doc__ or "")
+    return _crd(naming.POOL_KIND, naming.POOL_PLURAL, naming.POOL_SHORT, "Cluster", schema, [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Family", "type": "string", "jsonPath": ".spec.instanceFamily"},
+        {"name": "Nodes", "type": "integer", "jsonPath": ".status.readyNodes"},
+        {"name": "In-Use", "type": "integer", "jsonPath": ".status.instancesInUse"},
+        {"name": "Max", "type": "integer", "jsonPath": ".spec.maxNodes"},
+        {"name": "Queued", "type": "integer", "jsonPath": ".status.queuedJobs"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ])
+
+
+def render_all() -> dict[str, str]:
+    """File name → YAML text of every CRD."""
+    out = {}
+    for crd in (computepool_crd(), mljob_crd()):
+        text = "# Generated by `make crds` from src/kubepool/api; do not edit.\n"
+        text += yaml.safe_dump(crd, sort_keys=False, width=120, allow_unicode=True)
+        out[f"{naming.GROUP}_{crd['spec']['names']['plural']}.yaml"] = text
+    return out
+
+
+def main(argv: list[str]) -> int:
+    target = Path(argv[0] if argv else "crds")
+    target.mkdir(parents=True, exist_ok=True)
+    for name, text in render_all().items():
+        (target / name).write_text(text)
+        print(f"wrote {target / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

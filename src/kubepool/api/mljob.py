@@ -1,0 +1,230 @@
+"""MLJob: one logical job of N instances (instance 0 is the head), on one compute pool or on several
+SageMaker-style instance groups with input channels. Pure pydantic: the CRD is generated from it, and the
+cross-field rules below become CEL `x-kubernetes-validations` so `kubectl apply` refuses bad specs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from kubepool.api.common import (
+    DNS_LABEL_PATTERN,
+    LONG_STR,
+    NAME_MAX,
+    SHORT_STR,
+    Condition,
+    Model,
+)
+from kubepool.contract import Distribution, RunMode
+
+MAX_INSTANCES = 1000
+MAX_GROUPS = 5
+GROUP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$"  # SageMaker names such as instance_group_1
+CHANNEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+REL_PATH_RULE = {"rule": "!self.startsWith('/') && !self.split('/').exists(p, p == '..')", "message": "must be a relative path without '..'"}
+NO_DOTDOT_RULE = {"rule": "!self.split('/').exists(p, p == '..')", "message": "must not contain '..'"}
+
+
+class InstanceGroup(Model):
+    """A SageMaker-style instance group: `count` instances on one compute pool."""
+
+    name: str = Field(pattern=GROUP_NAME_PATTERN, max_length=40, description="Group name, unique in the job (e.g. instance_group_1).")
+    compute_pool: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool the group's instances run on.")
+    instance_count: int = Field(ge=1, le=MAX_INSTANCES, description="Instances in the group.")
+
+
+class S3Source(Model):
+    uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", max_length=1024, description="s3://bucket/prefix of the channel's objects.")
+    endpoint_url: str | None = Field(None, max_length=SHORT_STR, pattern=r"^https?://", description="S3-compatible endpoint (default: the runtime's AWS config).")
+    credentials_secret: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.")
+
+
+class PvcSource(Model):
+    claim_name: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="PersistentVolumeClaim holding the channel's files.")
+    sub_path: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [REL_PATH_RULE]}, description="Directory inside the claim.")
+
+
+class ConfigMapSource(Model):
+    name: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ConfigMap whose keys are the channel's files.")
+
+
+class ChannelSource(Model):
+    """Where a channel's objects come from: exactly one of s3, persistentVolumeClaim, configMap."""
+
+    s3: S3Source | None = None
+    persistent_volume_claim: PvcSource | None = None
+    config_map: ConfigMapSource | None = None
+
+
+class Channel(Model):
+    """An input channel, mounted at /opt/ml/input/data/<name> on the instances it is assigned to."""
+
+    name: str = Field(pattern=CHANNEL_NAME_PATTERN, max_length=64, description="Channel name (SM_CHANNEL_<NAME>).")
+    source: ChannelSource = Field(description="Where the data comes from.")
+    distribution: Distribution = Field(Distribution.FULLY_REPLICATED, description="FullyReplicated: every instance gets all objects; ShardedByS3Key: each gets a disjoint share.")
+    instance_groups: list[str] | None = Field(
+        None, max_length=MAX_GROUPS, json_schema_extra={"items": {"type": "string", "maxLength": 40}},
+        description="Groups that receive the channel (default all). If one channel names groups, all must.",
+    )
+    content_type: str | None = Field(None, max_length=SHORT_STR, description="MIME type recorded in inputdataconfig.json.")
+
+
+class Entrypoint(Model):
+    """What the head (or every instance) runs: exactly one of file, module, command."""
+
+    file: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [REL_PATH_RULE]}, description="Python file, relative to the payload directory.")
+    module: str | None = Field(None, max_length=SHORT_STR, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$", description="Python module run as `python -m`.")
+    command: list[str] | None = Field(None, max_length=64, json_schema_extra={"items": {"type": "string", "maxLength": LONG_STR}}, description="Any command.")
+    function: str | None = Field(None, max_length=SHORT_STR, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Function in `file` to call (@remote); its return value is the job's result.")
+
+
+class CodeSource(Model):
+    """Where the payload's code comes from; without it the code is already in the image."""
+
+    config_map: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ConfigMap written by the SDK (owned by the job).")
+    persistent_volume_claim: PvcSource | None = Field(None, description="A claim holding the code (for payloads too large for a ConfigMap).")
+
+
+class EnvVar(Model):
+    name: str = Field(pattern=ENV_NAME_PATTERN, max_length=SHORT_STR, description="Variable name.")
+    value: str = Field("", max_length=32768, description="Literal value (never interpreted by a shell).")
+
+
+class Backend(StrEnum):
+    PODS = "pods"
+    KUBERAY = "kuberay"
+
+
+class RaySpec(Model):
+    auth_mode: Literal["token", "disabled"] = Field("token", description="Ray token authentication; on by default (ShadowRay, CVE-2023-48022).")
+
+
+class MLJobSpec(Model):
+    """Desired state of an MLJob."""
+
+    compute_pool: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool of every instance (single-pool form; excludes instanceGroups).")
+    target_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description="Instances to start (default 1; with instanceGroups: the sum of the counts).")
+    min_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description="Instances (head counted) that must be ready to start (default: targetInstances).")
+    instances_timeout_seconds: int = Field(720, ge=1, le=86400, description="Seconds to wait for minInstances before the job FAILS with InstancesUnavailable.")
+    instance_groups: list[InstanceGroup] | None = Field(None, max_length=MAX_GROUPS, description="SageMaker-style instance groups (excludes computePool); the head is the first group's first instance.")
+    channels: list[Channel] | None = Field(None, max_length=20, description="Input channels.")
+    image: str | None = Field(None, max_length=512, description="Runtime image (default from the operator's configuration).")
+    entrypoint: Entrypoint = Field(description="What to run.")
+    args: list[str] = Field(default_factory=list, max_length=256, json_schema_extra={"items": {"type": "string", "maxLength": LONG_STR}}, description="Arguments passed to the entrypoint, never through a shell.")
+    working_dir: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [NO_DOTDOT_RULE]}, description="Working directory (default: the payload directory).")
+    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Environment of every instance.")
+    code: CodeSource | None = Field(None, description="Where the payload comes from.")
+    pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR}}, description="pip requirements installed at start (offline: from the image's wheelhouse).")
+    hyper_parameters: dict[str, str] = Field(default_factory=dict, json_schema_extra={"maxProperties": 128, "additionalProperties": {"type": "string", "maxLength": LONG_STR}}, description="Hyperparameters (hyperparameters.json, SM_HP_*).")
+    mode: RunMode = Field(RunMode.HEAD, description="head: run on the head of a Ray cluster; parallel: on every instance; sagemaker: SageMaker script mode on every instance.")
+    distribution_instance_groups: list[str] | None = Field(None, max_length=MAX_GROUPS, json_schema_extra={"items": {"type": "string", "maxLength": 40}}, description="Groups that run the distributed training (SageMaker).")
+    backend: Backend | None = Field(None, description="pods (built in) or kuberay (a KubeRay RayCluster); default from the operator's configuration.")
+    ray: RaySpec = Field(default_factory=RaySpec, description="Ray settings.")
+    active_deadline_seconds: int | None = Field(None, ge=1, le=31536000, description="The job FAILS (DeadlineExceeded) after this many seconds since it started.")
+    backoff_limit: int = Field(0, ge=0, le=10, description="Times a failed job is retried from scratch before it FAILS.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, le=31536000, description="Delete the finished job (and its pods) after this many seconds.")
+    suspend: bool = Field(False, description="Suspending a job cancels it: pods are removed, the phase becomes CANCELLED.")
+
+    def resolved_target(self) -> int:
+        if self.instance_groups:
+            return sum(g.instance_count for g in self.instance_groups)
+        return self.target_instances or 1
+
+    def resolved_min(self) -> int:
+        return self.min_instances or self.resolved_target()
+
+
+class JobPhase(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobPhase.DONE, JobPhase.FAILED, JobPhase.CANCELLED)
+
+
+class InstanceStatus(Model):
+    instance_id: int = Field(description="Global instance id; 0 is the head.")
+    group: str = Field(description="Instance group.")
+    rank_in_group: int = Field(description="Rank inside the group.")
+    host: str = Field(description="SageMaker host name (algo-N) and pod hostname.")
+    pod: str = Field(description="Pod name.")
+    node: str | None = Field(None, description="Node the pod runs on.")
+    phase: str | None = Field(None, description="Pod phase.")
+    ready: bool = Field(False, description="Pod is Ready.")
+    exit_code: int | None = Field(None, description="Exit code of the instance's container once it terminated.")
+    message: str | None = Field(None, max_length=LONG_STR, description="Termination message or waiting reason.")
+
+
+class MLJobStatus(Model):
+    """Observed state of an MLJob, computed by a pure function and written only when it changes."""
+
+    phase: JobPhase | None = Field(None, description="PENDING, RUNNING, DONE, FAILED or CANCELLED.")
+    reason: str | None = Field(None, description="Why the job is in its phase (Queued, InstancesUnavailable, HeadFailed, ...).")
+    message: str | None = Field(None, description="Human-readable summary.")
+    conditions: list[Condition] = Field(default_factory=list, description="Admitted, InstancesReady, Running, Complete, Failed.")
+    observed_generation: int | None = Field(None, description="Spec generation this status reflects.")
+    target_instances: int | None = Field(None, description="Resolved target.")
+    min_instances: int | None = Field(None, description="Resolved minimum.")
+    ready_instances: int = Field(0, description="Instances whose pods are Ready.")
+    ready: str | None = Field(None, description="ready/target, for kubectl.")
+    pools: str | None = Field(None, description="Compute pools of the job, comma separated.")
+    instances: list[InstanceStatus] = Field(default_factory=list, description="One entry per instance.")
+    admitted_at: datetime | None = Field(None, description="When capacity was granted (the instances timeout counts from here).")
+    start_time: datetime | None = Field(None, description="When the payload started (RUNNING).")
+    completion_time: datetime | None = Field(None, description="When the job finished.")
+    attempt: int = Field(0, description="Retry attempt (backoffLimit).")
+    ray_dashboard: str | None = Field(None, description="Ray dashboard address inside the cluster.")
+
+
+class MLJob(Model):
+    """A multi-instance ML job."""
+
+    api_version: str = "kubepool.dev/v1alpha1"
+    kind: str = "MLJob"
+    metadata: dict = Field(default_factory=dict)
+    spec: MLJobSpec
+    status: MLJobStatus | None = None
+
+
+_GROUP_KEY = "{v}.lowerAscii().replace('_', '-')"
+MLJOB_SPEC_RULES = [
+    {"rule": "has(self.computePool) != has(self.instanceGroups)", "message": "set exactly one of computePool or instanceGroups"},
+    {"rule": "!has(self.instanceGroups) || !has(self.targetInstances)", "message": "targetInstances is the sum of instanceGroups[].instanceCount; do not set it with instanceGroups"},
+    {"rule": "!has(self.minInstances) || (has(self.instanceGroups) ? self.minInstances <= self.instanceGroups.map(g, g.instanceCount).sum() : self.minInstances <= (has(self.targetInstances) ? self.targetInstances : 1))",
+     "message": "minInstances must not exceed targetInstances"},
+    {"rule": "!has(self.instanceGroups) || self.instanceGroups.all(g, self.instanceGroups.exists_one(h, "
+             + _GROUP_KEY.format(v="h.name") + " == " + _GROUP_KEY.format(v="g.name") + "))",
+     "message": "instanceGroups names must be unique (case and '_'/'-' are ignored)"},
+    {"rule": "!has(self.channels) || self.channels.all(c, self.channels.exists_one(d, d.name == c.name))", "message": "channel names must be unique"},
+    {"rule": "!has(self.channels) || self.channels.all(c, has(c.instanceGroups) && size(c.instanceGroups) > 0) || self.channels.all(c, !has(c.instanceGroups) || size(c.instanceGroups) == 0)",
+     "message": "if one channel names instanceGroups, every channel must"},
+    {"rule": "!has(self.channels) || self.channels.all(c, !has(c.instanceGroups) || c.instanceGroups.all(n, has(self.instanceGroups) && self.instanceGroups.exists(g, g.name == n)))",
+     "message": "channels[].instanceGroups must name groups of spec.instanceGroups"},
+    {"rule": "!has(self.distributionInstanceGroups) || self.distributionInstanceGroups.all(n, has(self.instanceGroups) && self.instanceGroups.exists(g, g.name == n))",
+     "message": "distributionInstanceGroups must name groups of spec.instanceGroups"},
+    {"rule": "!has(self.channels) || self.channels.all(c, c.distribution != 'ShardedByS3Key' || has(c.source.s3))",
+     "message": "ShardedByS3Key needs an s3 source"},
+]
+ENTRYPOINT_RULES = [
+    {"rule": "(has(self.file) ? 1 : 0) + (has(self.module) ? 1 : 0) + (has(self.command) ? 1 : 0) == 1", "message": "set exactly one of file, module or command"},
+    {"rule": "!has(self.function) || has(self.file)", "message": "function needs file"},
+]
+CHANNEL_SOURCE_RULES = [
+    {"rule": "(has(self.s3) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.configMap) ? 1 : 0) == 1",
+     "message": "set exactly one of s3, persistentVolumeClaim or configMap"},
+]
+CODE_RULES = [
+    {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
+]
+MLJOB_ROOT_RULES = [
+    {"rule": "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",
+     "message": "MLJob names must be DNS labels of at most 40 characters (they prefix pod and Service names)"},
+]
