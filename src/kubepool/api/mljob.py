@@ -38,17 +38,23 @@ class InstanceGroup(Model):
 
 
 class S3Source(Model):
+    """Objects under an S3 (or S3-compatible) prefix, fetched at start with boto3."""
+
     uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", max_length=1024, description="s3://bucket/prefix of the channel's objects.")
     endpoint_url: str | None = Field(None, max_length=SHORT_STR, pattern=r"^https?://", description="S3-compatible endpoint (default: the runtime's AWS config).")
     credentials_secret: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.")
 
 
 class PvcSource(Model):
+    """Files in a PersistentVolumeClaim, mounted read-only."""
+
     claim_name: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="PersistentVolumeClaim holding the channel's files.")
     sub_path: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [REL_PATH_RULE]}, description="Directory inside the claim.")
 
 
 class ConfigMapSource(Model):
+    """Small files kept in a ConfigMap, mounted read-only."""
+
     name: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ConfigMap whose keys are the channel's files.")
 
 
@@ -90,6 +96,8 @@ class CodeSource(Model):
 
 
 class EnvVar(Model):
+    """An environment variable of every instance."""
+
     name: str = Field(pattern=ENV_NAME_PATTERN, max_length=SHORT_STR, description="Variable name.")
     value: str = Field("", max_length=32768, description="Literal value (never interpreted by a shell).")
 
@@ -100,6 +108,8 @@ class Backend(StrEnum):
 
 
 class RaySpec(Model):
+    """Ray settings of the job's cluster."""
+
     auth_mode: Literal["token", "disabled"] = Field("token", description="Ray token authentication; on by default (ShadowRay, CVE-2023-48022).")
 
 
