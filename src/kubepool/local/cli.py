@@ -1,0 +1,58 @@
+"""`kubepool local up|down|status`: the command line of the local cluster (argument parsing only)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kubepool.local import controlplane
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kubepool local", description="The local Kubernetes cluster.")
+    sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--state-dir", type=Path, default=controlplane.DEFAULT_STATE_DIR,
+        help="where the cluster keeps its state (default: %(default)s)",
+    )
+    up = sub.add_parser("up", parents=[common], help="start the cluster, or reuse/repair a running one")
+    up.add_argument("--fake-nodes", type=int, default=0, metavar="N", help="also create N kwok fake nodes")
+    up.add_argument(
+        "--nodes-config", type=Path, default=controlplane.DEFAULT_NODES_CONFIG, metavar="FILE",
+        help="local node config (default: %(default)s)",
+    )
+    up.add_argument(
+        "--port-offset", type=int, default=0, metavar="K",
+        help="shift every port by K, to run a second cluster beside the default one",
+    )
+    sub.add_parser("down", parents=[common], help="stop every process the cluster started and remove its state")
+    sub.add_parser("status", parents=[common], help="print each component's state")
+    return p
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
+    try:
+        if ns.command == "up":
+            controlplane.up(
+                ns.state_dir, nodes_config=ns.nodes_config, fake_nodes=ns.fake_nodes,
+                port_offset=ns.port_offset, say=_say,
+            )
+            return 0
+        if ns.command == "down":
+            controlplane.down(ns.state_dir, say=_say)
+            return 0
+        return controlplane.status(ns.state_dir, say=_say)
+    except controlplane.ClusterError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

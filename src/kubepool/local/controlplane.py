@@ -1,0 +1,573 @@
+"""The local Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler on loopback.
+
+Owns the state dir (`.kubepool/` at the repo root by default) and every process started from it:
+
+    kubeconfig              admin kubeconfig (certs embedded)
+    kubeconfigs/<c>.conf    the controller-manager's and scheduler's own identities
+    pki/                    see `kubepool.local.pki`
+    logs/<component>.log    pids/<component>.pid (each process leads its own process group)
+    cluster.json            apiServer, ports, serviceCIDR, clusterDomain, binDir, caCert, caKey, kubeconfig
+    nodes.yaml              the local node config the node agents read
+
+Flag builders are pure functions of a `Layout` so they can be unit-tested; `up`/`down`/`status` drive processes.
+Node agents (`kubepool.local.agent`, one process per node) and kwok (`kubepool.local.kwok`) are started here too
+so that one `down` stops everything `up` started.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from kubepool.local import kwok
+from kubepool.local.pki import Pki, ensure_pki
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_STATE_DIR = REPO_ROOT / ".kubepool"
+BUILD_SCRIPT = REPO_ROOT / "hack" / "k8s-bin" / "build.sh"
+DEFAULT_NODES_CONFIG = Path(__file__).with_name("nodes.yaml")
+KUBE_VERSION = "v1.36.3"
+SERVICE_CIDR = "10.96.0.0/16"
+CLUSTER_DOMAIN = "cluster.local"
+AGENT_MODULE = "kubepool.local.agent"
+# Start order; `down` stops in reverse. Agents and kwok come last: they need a serving apiserver.
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+Log = Callable[[str], None]
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be brought to the requested state; the message says why (with a log tail)."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Loopback ports, chosen away from the common defaults (2379, 6443, 10257, 10259) to avoid clashes."""
+
+    etcd: int = 12379
+    etcd_peer: int = 12380
+    apiserver: int = 16443
+    controller_manager: int = 16257
+    scheduler: int = 16259
+    kwok: int = 16280
+
+    def shifted(self, offset: int) -> Ports:
+        return Ports(**{k: v + offset for k, v in asdict(self).items()})
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where everything of one local cluster lives, and its fixed network facts."""
+
+    state_dir: Path
+    bin_dir: Path
+    ports: Ports = field(default_factory=Ports)
+    service_cidr: str = SERVICE_CIDR
+    cluster_domain: str = CLUSTER_DOMAIN
+
+    @property
+    def pki(self) -> Pki:
+        return Pki(self.state_dir / "pki")
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    def component_kubeconfig(self, name: str) -> Path:
+        return self.state_dir / "kubeconfigs" / f"{name}.conf"
+
+    @property
+    def cluster_json(self) -> Path:
+        return self.state_dir / "cluster.json"
+
+    @property
+    def nodes_yaml(self) -> Path:
+        return self.state_dir / "nodes.yaml"
+
+    @property
+    def scheduler_config(self) -> Path:
+        return self.state_dir / "kube-scheduler.yaml"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.state_dir / "etcd"
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    def log(self, name: str) -> Path:
+        return self.state_dir / "logs" / f"{name}.log"
+
+    def pid(self, name: str) -> Path:
+        return self.state_dir / "pids" / f"{name}.pid"
+
+    def bin(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "apiServer": self.apiserver_url,
+            "kubernetesVersion": KUBE_VERSION,
+            "ports": asdict(self.ports),
+            "serviceCIDR": self.service_cidr,
+            "clusterDomain": self.cluster_domain,
+            "stateDir": str(self.state_dir),
+            "binDir": str(self.bin_dir),
+            "kubeconfig": str(self.kubeconfig),
+            "caCert": str(self.pki.ca_cert),
+            "caKey": str(self.pki.ca_key),
+        }
+
+    @classmethod
+    def load(cls, state_dir: Path) -> Layout | None:
+        path = state_dir / "cluster.json"
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        return cls(
+            state_dir=state_dir,
+            bin_dir=Path(raw["binDir"]),
+            ports=Ports(**raw["ports"]),
+            service_cidr=raw["serviceCIDR"],
+            cluster_domain=raw["clusterDomain"],
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Flag builders (pure).
+
+
+def etcd_args(lay: Layout) -> list[str]:
+    peer = f"http://127.0.0.1:{lay.ports.etcd_peer}"
+    client = f"http://127.0.0.1:{lay.ports.etcd}"
+    return [
+        lay.bin("etcd"),
+        "--name=local",
+        f"--data-dir={lay.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=local={peer}",
+        # A throwaway test store: durability is not worth the fsync latency on a shared disk.
+        "--unsafe-no-fsync=true",
+        "--auto-compaction-retention=1",
+        "--quota-backend-bytes=8589934592",
+        "--max-request-bytes=10485760",  # large CRDs (KubeRay's are ~1 MiB)
+        "--log-level=warn",
+    ]
+
+
+def apiserver_args(lay: Layout) -> list[str]:
+    p = lay.pki
+    return [
+        lay.bin("kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{lay.ports.etcd}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={lay.ports.apiserver}",
+        # Loopback advertise address: the endpoint reconciler rejects loopback endpoints, so turn it off.
+        "--advertise-address=127.0.0.1",
+        "--endpoint-reconciler-type=none",
+        f"--tls-cert-file={p.cert('apiserver')}",
+        f"--tls-private-key-file={p.key('apiserver')}",
+        f"--client-ca-file={p.ca_cert}",
+        f"--service-account-issuer=https://kubernetes.default.svc.{lay.cluster_domain}",
+        f"--service-account-key-file={p.sa_pub}",
+        f"--service-account-signing-key-file={p.sa_key}",
+        f"--service-cluster-ip-range={lay.service_cidr}",
+        "--authorization-mode=Node,RBAC",
+        "--allow-privileged=true",
+        f"--kubelet-client-certificate={p.cert('kubelet-client')}",
+        f"--kubelet-client-key={p.key('kubelet-client')}",
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--cert-dir={lay.state_dir / 'pki' / 'generated'}",
+        # Room for scale tests (1000 pods from 100 fake nodes) on top of the defaults (400/200).
+        "--max-requests-inflight=1000",
+        "--max-mutating-requests-inflight=500",
+    ]
+
+
+def controller_manager_args(lay: Layout) -> list[str]:
+    p = lay.pki
+    return [
+        lay.bin("kube-controller-manager"),
+        f"--kubeconfig={lay.component_kubeconfig('controller-manager')}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={lay.ports.controller_manager}",
+        "--leader-elect=false",  # a single instance: skip the lease wait on every restart
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={p.sa_key}",
+        f"--root-ca-file={p.ca_cert}",
+        f"--cluster-signing-cert-file={p.ca_cert}",
+        f"--cluster-signing-key-file={p.ca_key}",
+        f"--service-cluster-ip-range={lay.service_cidr}",
+        "--cluster-name=kubepool-local",
+        # Default client QPS (20) makes a 1000-replica Deployment take ~50 s just to create its pods.
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
+        "--concurrent-replicaset-syncs=10",
+    ]
+
+
+def scheduler_config(lay: Layout) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {
+            "kubeconfig": str(lay.component_kubeconfig("scheduler")),
+            "qps": 200,
+            "burst": 400,
+        },
+        "leaderElection": {"leaderElect": False},
+    }
+
+
+def scheduler_args(lay: Layout) -> list[str]:
+    return [
+        lay.bin("kube-scheduler"),
+        f"--config={lay.scheduler_config}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={lay.ports.scheduler}",
+    ]
+
+
+def agent_args(lay: Layout, node: str) -> list[str]:
+    return [sys.executable, "-m", AGENT_MODULE, "--state-dir", str(lay.state_dir), "--node", node]
+
+
+def kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> dict[str, Any]:
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kubepool-local", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
+        "users": [{"name": user, "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}}],
+        "contexts": [{"name": "kubepool-local", "context": {"cluster": "kubepool-local", "user": user}}],
+        "current-context": "kubepool-local",
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Components: how to start one and how to tell it is healthy.
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    argv: list[str]
+    health_url: str | None  # None: alive is healthy (its readiness shows elsewhere, e.g. Node Ready)
+    startup_timeout: float = 60.0
+
+
+def control_plane(lay: Layout) -> list[Component]:
+    return [
+        Component("etcd", etcd_args(lay), f"http://127.0.0.1:{lay.ports.etcd}/health"),
+        Component("kube-apiserver", apiserver_args(lay), f"{lay.apiserver_url}/readyz"),
+        Component(
+            "kube-controller-manager",
+            controller_manager_args(lay),
+            f"https://127.0.0.1:{lay.ports.controller_manager}/healthz",
+        ),
+        Component("kube-scheduler", scheduler_args(lay), f"https://127.0.0.1:{lay.ports.scheduler}/healthz"),
+    ]
+
+
+def kwok_component(lay: Layout) -> Component:
+    return Component(kwok.NAME, kwok.args(lay), kwok.health_url(lay))
+
+
+def _ssl_context(lay: Layout, url: str) -> ssl.SSLContext | bool:
+    if not url.startswith("https://"):
+        return True
+    if url.startswith(lay.apiserver_url):
+        ctx = ssl.create_default_context(cafile=str(lay.pki.ca_cert))
+        ctx.load_cert_chain(str(lay.pki.cert("admin")), str(lay.pki.key("admin")))
+        return ctx
+    return False  # kcm/scheduler serve a self-signed cert on loopback; /healthz is all we ask of them
+
+
+def healthy(lay: Layout, comp: Component) -> bool:
+    if not alive(lay, comp.name):
+        return False
+    if comp.health_url is None:
+        return True
+    try:
+        r = httpx.get(comp.health_url, verify=_ssl_context(lay, comp.health_url), timeout=2.0)
+    except (httpx.HTTPError, ssl.SSLError, OSError):
+        return False
+    return r.status_code == 200
+
+
+def read_pid(lay: Layout, name: str) -> int | None:
+    try:
+        return int(lay.pid(name).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _ours(lay: Layout, pid: int) -> bool:
+    """The pid runs a live process that this state dir started (every argv we build names the state dir
+    or a file under it), so a recycled pid is never signalled."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):  # a zombie has already crashed
+        return False
+    return str(lay.state_dir) in cmdline
+
+
+def alive(lay: Layout, name: str) -> bool:
+    pid = read_pid(lay, name)
+    return pid is not None and _ours(lay, pid)
+
+
+def log_tail(lay: Layout, name: str, lines: int = 20) -> str:
+    try:
+        text = lay.log(name).read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def start(lay: Layout, comp: Component) -> int:
+    lay.log(comp.name).parent.mkdir(parents=True, exist_ok=True)
+    lay.pid(comp.name).parent.mkdir(parents=True, exist_ok=True)
+    with lay.log(comp.name).open("ab") as log:
+        log.write(f"\n==== {time.strftime('%H:%M:%S')} start: {' '.join(comp.argv)}\n".encode())
+        log.flush()
+        # A new session makes the process its own group leader: `down` signals the whole group, and the
+        # process survives the `up` command that started it.
+        proc = subprocess.Popen(
+            comp.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=lay.state_dir, start_new_session=True,
+        )
+    lay.pid(comp.name).write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def stop(lay: Layout, name: str, timeout: float = 10.0) -> bool:
+    """Stop the process group of `name` if it is ours; True when something was stopped."""
+    pid = read_pid(lay, name)
+    lay.pid(name).unlink(missing_ok=True)
+    if pid is None or not _ours(lay, pid):
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _ours(lay, pid):
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # stragglers in the group, or a process that ignored SIGTERM
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def wait_healthy(lay: Layout, comps: Iterable[Component]) -> list[Component]:
+    """Wait until each component is healthy or has died or timed out; return the ones that failed."""
+    pending = list(comps)
+    start_t = time.monotonic()
+    while pending:
+        pending = [c for c in pending if not healthy(lay, c)]
+        if not pending:
+            break
+        failed = [c for c in pending if not alive(lay, c.name) or time.monotonic() - start_t > c.startup_timeout]
+        if failed:
+            return failed
+        time.sleep(0.2)
+    return []
+
+
+def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
+    """Bring the components up together: reuse healthy ones, wait for starting ones, restart broken ones."""
+    for c in comps:
+        if healthy(lay, c):
+            say(f"  {c.name}: running (reused)")
+        elif alive(lay, c.name):
+            say(f"  {c.name}: running, waiting for it to become healthy")
+        else:
+            start(lay, c)
+            say(f"  {c.name}: started")
+    for attempt in (1, 2):
+        failed = wait_healthy(lay, comps)
+        if not failed:
+            return
+        if attempt == 2:
+            f = failed[0]
+            raise ClusterError(f"{f.name} did not become healthy; last log lines:\n{log_tail(lay, f.name)}")
+        for c in failed:
+            say(f"  {c.name}: not healthy, restarting")
+            stop(lay, c.name)
+            start(lay, c)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# up / down / status
+
+
+def ensure_binaries(say: Log) -> Path:
+    """Build (or find cached) the pinned binaries; return their bin dir."""
+    say("binaries: hack/k8s-bin/build.sh (a no-op when cached; a cold build takes 10+ minutes)")
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise ClusterError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def agent_available() -> bool:
+    spec = importlib.util.find_spec(AGENT_MODULE)
+    if spec is None:
+        return False
+    if spec.submodule_search_locations is None:
+        return True
+    return importlib.util.find_spec(f"{AGENT_MODULE}.__main__") is not None
+
+
+def load_node_names(path: Path) -> list[str]:
+    doc = yaml.safe_load(path.read_text()) or {}
+    return [str(n["name"]) for n in doc.get("nodes") or []]
+
+
+def _write_if_changed(path: Path, data: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != data:
+        path.write_text(data)
+
+
+def prepare(lay: Layout, nodes_config: Path) -> None:
+    """Write PKI, kubeconfigs, scheduler config, cluster.json and nodes.yaml (existing PKI is kept)."""
+    for sub in ("logs", "pids", "kubeconfigs"):
+        (lay.state_dir / sub).mkdir(parents=True, exist_ok=True)
+    pki = ensure_pki(lay.pki.dir)
+    ca = pki.ca_cert.read_bytes()
+    for name, path in (
+        ("admin", lay.kubeconfig),
+        ("controller-manager", lay.component_kubeconfig("controller-manager")),
+        ("scheduler", lay.component_kubeconfig("scheduler")),
+    ):
+        cfg = kubeconfig(lay.apiserver_url, ca, pki.cert(name).read_bytes(), pki.key(name).read_bytes(), name)
+        _write_if_changed(path, yaml.safe_dump(cfg, sort_keys=False))
+        path.chmod(0o600)
+    _write_if_changed(lay.scheduler_config, yaml.safe_dump(scheduler_config(lay), sort_keys=False))
+    _write_if_changed(lay.cluster_json, json.dumps(lay.to_json(), indent=2) + "\n")
+    _write_if_changed(lay.nodes_yaml, nodes_config.read_text())
+    _write_if_changed(kwok.config_path(lay), kwok.stages_config(lay))
+
+
+def _agent_pid_names(lay: Layout) -> list[str]:
+    return sorted(p.stem for p in (lay.state_dir / "pids").glob("agent-*.pid"))
+
+
+def up(
+    state_dir: Path = DEFAULT_STATE_DIR,
+    *,
+    nodes_config: Path = DEFAULT_NODES_CONFIG,
+    fake_nodes: int = 0,
+    port_offset: int = 0,
+    say: Log = print,
+) -> Layout:
+    """Start (or reuse, or repair) the cluster in `state_dir`; return its layout once the API is ready."""
+    t0 = time.monotonic()
+    state_dir = state_dir.resolve()
+    bin_dir = ensure_binaries(say)
+    existing = Layout.load(state_dir)
+    # An existing cluster keeps its ports: its running processes and kubeconfig already use them.
+    lay = replace(existing, bin_dir=bin_dir) if existing else Layout(state_dir, bin_dir, Ports().shifted(port_offset))
+    say(f"state: {state_dir} (apiserver {lay.apiserver_url})")
+    prepare(lay, nodes_config.resolve())
+
+    comps = control_plane(lay)
+    ensure(lay, comps[:1], say)  # etcd
+    ensure(lay, comps[1:2], say)  # apiserver, /readyz
+    ensure(lay, comps[2:], say)  # controller-manager + scheduler start in parallel
+    ensure(lay, [kwok_component(lay)], say)
+
+    nodes = load_node_names(lay.nodes_yaml)
+    wanted = {f"agent-{n}" for n in nodes}
+    for stale in set(_agent_pid_names(lay)) - wanted:  # nodes removed from the config
+        stop(lay, stale)
+        say(f"  {stale}: stopped (node no longer configured)")
+    if not nodes:
+        say("node agents: none configured")
+    elif agent_available():
+        ensure(lay, [Component(f"agent-{n}", agent_args(lay, n), None) for n in nodes], say)
+    else:
+        say(f"node agents: {AGENT_MODULE} is not importable yet, skipping {len(nodes)} local node(s)")
+
+    if fake_nodes:
+        created = kwok.ensure_fake_nodes(lay, fake_nodes)
+        say(f"fake nodes: {fake_nodes} (kwok-node-0..{fake_nodes - 1}, {created} created)")
+    say(f"ready in {time.monotonic() - t0:.1f}s")
+    say(f"export KUBECONFIG={lay.kubeconfig}")
+    return lay
+
+
+def _all_component_names(lay: Layout) -> list[str]:
+    return [*CONTROL_PLANE, kwok.NAME, *_agent_pid_names(lay)]
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, *, say: Log = print) -> None:
+    """Stop every process `up` started from `state_dir` (agents first) and remove the state dir."""
+    state_dir = state_dir.resolve()
+    if not state_dir.exists():
+        say(f"no local cluster at {state_dir}: nothing to stop")
+        return
+    # Without cluster.json (a crashed first `up`) the bin dir is irrelevant: stopping only needs pid files.
+    lay = Layout.load(state_dir) or Layout(state_dir, Path("/nonexistent"))
+    for name in reversed(_all_component_names(lay)):
+        # Agents get longer: they stop their pods' processes before exiting.
+        if stop(lay, name, timeout=20.0 if name.startswith("agent-") else 10.0):
+            say(f"  {name}: stopped")
+    shutil.rmtree(state_dir, ignore_errors=True)
+    say(f"removed {state_dir}")
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR, *, say: Log = print) -> int:
+    """Print each component's state; 0 when all are healthy, 1 otherwise (crashed ones with their log tail)."""
+    state_dir = state_dir.resolve()
+    lay = Layout.load(state_dir)
+    if lay is None:
+        say(f"no local cluster at {state_dir} (start one with `kubepool local up`)")
+        return 1
+    say(f"cluster {lay.apiserver_url} (state {state_dir})")
+    comps = [*control_plane(lay), kwok_component(lay)]
+    comps += [Component(n, [], None) for n in _agent_pid_names(lay)]
+    bad = 0
+    for c in comps:
+        pid = read_pid(lay, c.name)
+        if pid is None:
+            state = "not started"
+            bad += 1
+        elif not alive(lay, c.name):
+            bad += 1
+            tail = "\n".join(f"      {line}" for line in log_tail(lay, c.name).splitlines())
+            state = f"CRASHED (pid {pid}); last lines of {lay.log(c.name)}:\n{tail}"
+        elif healthy(lay, c):
+            state = f"healthy (pid {pid})"
+        else:
+            bad += 1
+            state = f"running but not healthy (pid {pid}), see {lay.log(c.name)}"
+        say(f"  {c.name:<26} {state}")
+    return 1 if bad else 0

@@ -1,0 +1,175 @@
+"""Shared fixtures: the local Kubernetes cluster (`cluster`), `kubectl`, and a fresh `namespace` per test.
+
+`cluster` reuses a healthy cluster in `.kubepool/` or runs `kubepool local up` (progress goes to the terminal
+even without `-s`), waits for the local nodes when the node agent exists, and runs `down` at the end only if it
+started the cluster. Every test that uses `cluster` (directly or through `kubectl`/`namespace`) gets the
+`cluster` marker automatically, so `-m "not cluster"` selects the tests that need no cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kubepool.local import controlplane
+from kubepool.local.controlplane import Layout
+
+NODE_READY_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """Runs the cached kubectl against one cluster; returns the CompletedProcess (text)."""
+
+    binary: str
+    kubeconfig: Path
+
+    def __call__(
+        self, *args: str, input: str | None = None, check: bool = False, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> dict[str, object]:
+        out: dict[str, object] = json.loads(self(*args, "-o", "json", check=True).stdout)
+        return out
+
+
+@dataclass(frozen=True)
+class Cluster:
+    layout: Layout
+    kubectl: Kubectl
+    started_here: bool
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.layout.kubeconfig
+
+    @property
+    def state_dir(self) -> Path:
+        return self.layout.state_dir
+
+
+def _reporter(config: pytest.Config) -> Callable[[str], None]:
+    """Write a line to the terminal even while output is captured."""
+    tr = config.pluginmanager.getplugin("terminalreporter")
+    capman = config.pluginmanager.getplugin("capturemanager")
+
+    def say(line: str) -> None:
+        if tr is None:
+            print(line, file=sys.stderr)
+            return
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.write_line(f"[cluster] {line}")
+        else:
+            tr.write_line(f"[cluster] {line}")
+
+    return say
+
+
+def _run_cli(args: list[str], say: Callable[[str], None]) -> None:
+    # A separate process: the components must outlive this one's captured stdio and never be its children.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kubepool.local.cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip())
+        say(line.rstrip())
+    if proc.wait() != 0:
+        pytest.fail(f"kubepool local {' '.join(args)} failed:\n" + "\n".join(lines[-40:]), pytrace=False)
+
+
+def _wait_nodes_ready(cluster: Cluster, names: list[str], say: Callable[[str], None]) -> None:
+    say(f"waiting for local nodes to be Ready: {', '.join(names)}")
+    deadline = time.monotonic() + NODE_READY_TIMEOUT_S
+    not_ready = set(names)
+    while time.monotonic() < deadline:
+        items = json.loads(cluster.kubectl("get", "nodes", "-o", "json", check=True).stdout)["items"]
+        ready = {
+            n["metadata"]["name"]
+            for n in items
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+        }
+        not_ready = set(names) - ready
+        if not not_ready:
+            return
+        time.sleep(1)
+    tails = "\n".join(f"--- agent-{n}:\n{controlplane.log_tail(cluster.layout, f'agent-{n}')}" for n in sorted(not_ready))
+    pytest.fail(f"local nodes not Ready after {NODE_READY_TIMEOUT_S:.0f}s: {sorted(not_ready)}\n{tails}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    say = _reporter(request.config)
+    state_dir = controlplane.DEFAULT_STATE_DIR
+    before = Layout.load(state_dir)
+    was_running = before is not None and any(controlplane.alive(before, c) for c in controlplane.CONTROL_PLANE)
+    # `up` is idempotent: on a healthy cluster it only checks health and starts what is missing (e.g. agents).
+    args = ["up"]
+    if before is not None and before.nodes_yaml.exists():
+        args += ["--nodes-config", str(before.nodes_yaml)]  # keep the node config the cluster runs with
+    _run_cli(args, say)
+    layout = Layout.load(state_dir)
+    assert layout is not None, f"no cluster.json in {state_dir} after `up`"
+    c = Cluster(layout, Kubectl(layout.bin("kubectl"), layout.kubeconfig), started_here=not was_running)
+    old_kubeconfig = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(layout.kubeconfig)
+    nodes = controlplane.load_node_names(layout.nodes_yaml)
+    if nodes and controlplane.agent_available():
+        _wait_nodes_ready(c, nodes, say)
+    try:
+        yield c
+    finally:
+        if old_kubeconfig is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = old_kubeconfig
+        if c.started_here:
+            _run_cli(["down"], say)
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: Cluster) -> Kubectl:
+    return cluster.kubectl
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+    """A fresh namespace (with its `default` ServiceAccount ready), deleted after the test."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{stem}-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", name, check=True)
+    # Pods are rejected until the controller-manager has created the namespace's default ServiceAccount.
+    deadline = time.monotonic() + 30
+    while kubectl("get", "serviceaccount", "default", "-n", name).returncode != 0:
+        assert time.monotonic() < deadline, f"no default ServiceAccount in {name} after 30s"
+        time.sleep(0.2)
+    try:
+        yield name
+    finally:
+        kubectl("delete", "namespace", name, "--wait=false")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
