@@ -31,11 +31,12 @@ need=()
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm; do
   [ -x "$bin/$b" ] || need+=("$b")
 done
-if [ ${#need[@]} -eq 0 ]; then
+stages_ok() { [ -f "$cache/kwok-stages/node/fast/node-initialize.yaml" ] && [ -f "$cache/kwok-stages/pod/fast/pod-ready.yaml" ]; }
+if [ ${#need[@]} -eq 0 ] && stages_ok; then
   log "cached: $bin"
   echo "$bin"; exit 0
 fi
-log "building ${need[*]} into $bin (cold builds take several minutes on 2 cores)"
+[ ${#need[@]} -eq 0 ] || log "building ${need[*]} into $bin (cold builds take several minutes on 2 cores)"
 
 start=$(date +%s)
 build_kube() {
@@ -53,7 +54,9 @@ build_kube() {
 trap 'kill $hb 2>/dev/null || true' EXIT
 build_kube
 # kwok's default stages are not compiled in since v0.8.0: keep them beside the binary.
-kdir=$(go mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
-mkdir -p "$cache/kwok-stages" && cp -r "$kdir/kustomize/stage/." "$cache/kwok-stages/" && chmod -R u+w "$cache/kwok-stages"
+stages_ok || {
+  kdir=$(go mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$cache/kwok-stages" && cp -r "$kdir/kustomize/stage/." "$cache/kwok-stages/" && chmod -R u+w "$cache/kwok-stages"
+}
 log "done in $(( $(date +%s) - start ))s: $bin"
 echo "$bin"
