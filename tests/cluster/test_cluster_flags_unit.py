@@ -1,0 +1,115 @@
+"""Unit tests of the local cluster's pure parts: flag builders, kubeconfigs, node configs (no cluster needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from kubepool.local import controlplane, kwok
+from kubepool.local.controlplane import Layout, Ports
+
+
+def _layout(tmp_path: Path, offset: int = 0) -> Layout:
+    return Layout(tmp_path / "state", tmp_path / "cache" / "bin", Ports().shifted(offset))
+
+
+def _flags(argv: list[str]) -> dict[str, str]:
+    return dict(a[2:].split("=", 1) for a in argv[1:] if a.startswith("--") and "=" in a)
+
+
+def test_apiserver_flags(tmp_path: Path) -> None:
+    lay = _layout(tmp_path)
+    argv = controlplane.apiserver_args(lay)
+    f = _flags(argv)
+    assert argv[0] == str(tmp_path / "cache" / "bin" / "kube-apiserver")
+    assert f["authorization-mode"] == "Node,RBAC"
+    assert f["advertise-address"] == "127.0.0.1" and f["endpoint-reconciler-type"] == "none"
+    assert f["bind-address"] == "127.0.0.1" and f["secure-port"] == "16443"
+    assert f["etcd-servers"] == "http://127.0.0.1:12379"
+    assert f["kubelet-preferred-address-types"] == "InternalIP"
+    assert f["kubelet-client-certificate"].endswith("pki/kubelet-client.crt")
+    assert f["service-account-signing-key-file"].endswith("pki/sa.key")
+    assert f["service-account-issuer"] == "https://kubernetes.default.svc.cluster.local"
+    assert f["service-cluster-ip-range"] == "10.96.0.0/16"
+    # Default admission (ServiceAccount included) stays on: nothing disables plugins.
+    assert not any(a.startswith(("--disable-admission-plugins", "--admission-control")) for a in argv)
+
+
+def test_ports_shift_together(tmp_path: Path) -> None:
+    lay = _layout(tmp_path, offset=1000)
+    assert _flags(controlplane.etcd_args(lay))["listen-client-urls"] == "http://127.0.0.1:13379"
+    assert _flags(controlplane.apiserver_args(lay))["secure-port"] == "17443"
+    assert _flags(controlplane.controller_manager_args(lay))["secure-port"] == "17257"
+    assert _flags(controlplane.scheduler_args(lay))["secure-port"] == "17259"
+    assert _flags(kwok.args(lay))["server-address"] == "127.0.0.1:17280"
+
+
+def test_every_argv_names_the_state_dir(tmp_path: Path) -> None:
+    # `down` only signals processes whose command line names the state dir.
+    lay = _layout(tmp_path)
+    argvs = [c.argv for c in controlplane.control_plane(lay)] + [kwok.args(lay), controlplane.agent_args(lay, "n")]
+    for argv in argvs:
+        assert any(str(lay.state_dir) in a for a in argv), argv
+
+
+def test_controller_manager_and_scheduler_use_their_own_identities(tmp_path: Path) -> None:
+    lay = _layout(tmp_path)
+    kcm = _flags(controlplane.controller_manager_args(lay))
+    assert kcm["kubeconfig"] == str(lay.component_kubeconfig("controller-manager"))
+    assert kcm["use-service-account-credentials"] == "true"
+    cfg = controlplane.scheduler_config(lay)
+    assert cfg["clientConnection"]["kubeconfig"] == str(lay.component_kubeconfig("scheduler"))
+    assert cfg["leaderElection"] == {"leaderElect": False}
+
+
+def test_cluster_json_round_trip(tmp_path: Path) -> None:
+    lay = _layout(tmp_path, offset=7)
+    lay.state_dir.mkdir(parents=True)
+    lay.cluster_json.write_text(json.dumps(lay.to_json()))
+    assert Layout.load(lay.state_dir) == lay
+    raw = lay.to_json()
+    assert raw["clusterDomain"] == "cluster.local" and raw["apiServer"] == "https://127.0.0.1:16450"
+
+
+def test_kubeconfig_embeds_credentials() -> None:
+    cfg = controlplane.kubeconfig("https://127.0.0.1:1", b"ca", b"crt", b"key", "admin")
+    assert cfg["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:1", "certificate-authority-data": "Y2E="}
+    assert cfg["users"][0]["user"]["client-key-data"] == "a2V5"
+    assert cfg["current-context"] == cfg["contexts"][0]["name"]
+
+
+def test_default_nodes_config() -> None:
+    nodes = yaml.safe_load(controlplane.DEFAULT_NODES_CONFIG.read_text())["nodes"]
+    by_name = {n["name"]: n for n in nodes}
+    assert sorted(by_name) == ["cpu-node-1", "cpu-node-2", "cpu-node-3", "gpu-node-1", "gpu-node-2"]
+    assert by_name["cpu-node-2"]["ip"] == "127.0.1.2" and by_name["cpu-node-2"]["podCIDR"] == "127.102.0.0/16"
+    gpu = by_name["gpu-node-2"]
+    assert (gpu["ip"], gpu["podCIDR"]) == ("127.0.2.2", "127.112.0.0/16")
+    assert gpu["capacity"]["nvidia.com/gpu"] == "1"
+    assert gpu["labels"] == {"kubepool.dev/node-pool": "gpu", "node.kubernetes.io/instance-type": "GPU_NV_S"}
+    assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    assert all(n["taints"] == [] for n in nodes if n["name"].startswith("cpu-"))
+    assert controlplane.load_node_names(controlplane.DEFAULT_NODES_CONFIG) == list(by_name)
+
+
+def test_kwok_flags_and_stages(tmp_path: Path) -> None:
+    lay = _layout(tmp_path)
+    f = _flags(kwok.args(lay))
+    assert f["manage-nodes-with-annotation-selector"] == "kwok.x-k8s.io/node=fake"
+    assert f["manage-all-nodes"] == "false"
+    for i, stage in enumerate(kwok.STAGES):
+        path = kwok.stages_dir(lay) / stage
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"kind: Stage\nmetadata: {{name: s{i}}}\n")
+    docs = list(yaml.safe_load_all(kwok.stages_config(lay)))
+    assert [d["metadata"]["name"] for d in docs] == [f"s{i}" for i in range(len(kwok.STAGES))]
+
+
+def test_fake_node_is_tainted_and_labelled() -> None:
+    node = kwok.fake_node(7)
+    assert node["metadata"]["name"] == "kwok-node-7"
+    assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert {"type": "kwok", "kubepool.dev/node-pool": "fake"}.items() <= node["metadata"]["labels"].items()
+    assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
