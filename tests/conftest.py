@@ -124,10 +124,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     before = Layout.load(state_dir)
     was_running = before is not None and any(controlplane.alive(before, c) for c in controlplane.CONTROL_PLANE)
     # `up` is idempotent: on a healthy cluster it only checks health and starts what is missing (e.g. agents).
-    args = ["up"]
-    if before is not None and before.nodes_yaml.exists():
-        args += ["--nodes-config", str(before.nodes_yaml)]  # keep the node config the cluster runs with
-    _run_cli(args, say)
+    _run_cli(["up"], say)
     layout = Layout.load(state_dir)
     assert layout is not None, f"no cluster.json in {state_dir} after `up`"
     c = Cluster(layout, Kubectl(layout.bin("kubectl"), layout.kubeconfig), started_here=not was_running)

@@ -20,8 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", parents=[common], help="start the cluster, or reuse/repair a running one")
     up.add_argument("--fake-nodes", type=int, default=0, metavar="N", help="also create N kwok fake nodes")
     up.add_argument(
-        "--nodes-config", type=Path, default=controlplane.DEFAULT_NODES_CONFIG, metavar="FILE",
-        help="local node config (default: %(default)s)",
+        "--nodes-config", type=Path, default=None, metavar="FILE",
+        help=f"local node config (default: the running cluster's, else {controlplane.DEFAULT_NODES_CONFIG})",
     )
     up.add_argument(
         "--port-offset", type=int, default=0, metavar="K",

@@ -483,12 +483,15 @@ def _agent_pid_names(lay: Layout) -> list[str]:
 def up(
     state_dir: Path = DEFAULT_STATE_DIR,
     *,
-    nodes_config: Path = DEFAULT_NODES_CONFIG,
+    nodes_config: Path | None = None,
     fake_nodes: int = 0,
     port_offset: int = 0,
     say: Log = print,
 ) -> Layout:
-    """Start (or reuse, or repair) the cluster in `state_dir`; return its layout once the API is ready."""
+    """Start (or reuse, or repair) the cluster in `state_dir`; return its layout once the API is ready.
+
+    Without `nodes_config` an existing cluster keeps its node config and a new one gets `DEFAULT_NODES_CONFIG`.
+    """
     t0 = time.monotonic()
     state_dir = state_dir.resolve()
     bin_dir = ensure_binaries(say)
@@ -496,6 +499,8 @@ def up(
     # An existing cluster keeps its ports: its running processes and kubeconfig already use them.
     lay = replace(existing, bin_dir=bin_dir) if existing else Layout(state_dir, bin_dir, Ports().shifted(port_offset))
     say(f"state: {state_dir} (apiserver {lay.apiserver_url})")
+    if nodes_config is None:
+        nodes_config = lay.nodes_yaml if lay.nodes_yaml.exists() else DEFAULT_NODES_CONFIG
     prepare(lay, nodes_config.resolve())
 
     comps = control_plane(lay)
