@@ -1,0 +1,99 @@
+"""What both distributors share about their Ray worker actors: placing them on distinct nodes, telling
+their failures apart from their results, and collecting results fast (first failure stops everyone).
+
+No framework code here (no torch, no xgboost): only Ray placement and the failure protocol.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+T = TypeVar("T")
+
+# Waiting longer than this for a placement group means the cluster is too small, not slow.
+PLACEMENT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """What a worker returns instead of raising, so the driver can show which rank failed and why."""
+
+    rank: int
+    node_ip: str
+    error: str
+    traceback: str
+
+
+def guarded(rank: int, fn: Callable[[], T]) -> T | WorkerFailure:
+    """Run `fn` on a worker; an exception becomes a WorkerFailure carrying the worker's own traceback."""
+    try:
+        return fn()
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the driver, SystemExit included
+        return WorkerFailure(rank, ray.util.get_node_ip_address(), f"{type(e).__name__}: {e}", traceback.format_exc())
+
+
+def alive_nodes() -> list[dict[str, Any]]:
+    """Alive Ray nodes, head first then by IP, so node order is stable between calls."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    head_ip = ray.util.get_node_ip_address()
+    return sorted(nodes, key=lambda n: (n["NodeManagerAddress"] != head_ip, n["NodeManagerAddress"]))
+
+
+def node_bundles(num_nodes: int, per_node: dict[str, float]) -> tuple[list[dict[str, float]], str]:
+    """One bundle per node, placed STRICT_SPREAD so every bundle lands on a different node."""
+    bundle = {k: v for k, v in per_node.items() if v > 0} or {"CPU": 0.001}  # Ray rejects empty bundles
+    return [dict(bundle) for _ in range(num_nodes)], "STRICT_SPREAD" if num_nodes > 1 else "PACK"
+
+
+def reserve(bundles: list[dict[str, float]], strategy: str, what: str) -> PlacementGroup:
+    """Create a placement group and wait for it; a cluster that cannot hold it fails with its resources."""
+    pg = placement_group(bundles, strategy=strategy)
+    ready, _ = ray.wait([pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+    if not ready:
+        remove_placement_group(pg)
+        raise RuntimeError(
+            f"{what}: cannot place {len(bundles)} x {bundles[0]} ({strategy}) within {PLACEMENT_TIMEOUT_S:.0f}s; "
+            f"cluster has {len(alive_nodes())} nodes, available {ray.available_resources()}"
+        )
+    return pg
+
+
+def in_bundle(pg: PlacementGroup, index: int) -> PlacementGroupSchedulingStrategy:
+    return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
+
+
+def gather(refs: Sequence[ray.ObjectRef], ranks: Sequence[int], what: str) -> list[Any]:
+    """Results in order of `refs`; the first WorkerFailure or dead actor raises RuntimeError at once
+    (collectives on the other ranks would otherwise wait for the failed one until their timeout)."""
+    index = {ref: i for i, ref in enumerate(refs)}
+    out: list[Any] = [None] * len(refs)
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        i = index[done[0]]
+        try:
+            value = ray.get(done[0])
+        except ray.exceptions.RayError as e:
+            raise RuntimeError(f"{what}: rank {ranks[i]} died: {e}") from e
+        if isinstance(value, WorkerFailure):
+            raise RuntimeError(
+                f"{what}: rank {value.rank} on {value.node_ip} failed: {value.error}\n"
+                f"--- traceback of rank {value.rank} ---\n{value.traceback}"
+            )
+        out[i] = value
+    return out
+
+
+def release(actors: Sequence[Any], pg: PlacementGroup | None) -> None:
+    """Kill the actors (no graceful exit: a failed collective may hang them) and free their resources."""
+    for a in actors:
+        ray.kill(a, no_restart=True)
+    if pg is not None:
+        remove_placement_group(pg)
