@@ -1,0 +1,99 @@
+{{/* Chart name, truncated to 63 characters: Kubernetes names and label values allow no more. */}}
+{{- define "kubepool.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name, plus the chart name unless the release name already contains it. */}}
+{{- define "kubepool.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kubepool.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every resource of the release. */}}
+{{- define "kubepool.labels" -}}
+helm.sh/chart: {{ include "kubepool.chart" . }}
+{{ include "kubepool.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubepool
+{{- end }}
+
+{{/* Selector labels: never change them, a Deployment's selector is immutable. */}}
+{{- define "kubepool.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubepool.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "kubepool.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubepool.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kubepool.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "kubepool.runtimeImage" -}}
+{{- default (printf "kubepool/runtime:%s" .Chart.AppVersion) .Values.operator.runtimeImage }}
+{{- end }}
+
+{{/* Namespaces that get a Role with rbac.namespaced: the watched ones, plus the release's own for the
+operator's Lease and Events. */}}
+{{- define "kubepool.roleNamespaces" -}}
+{{- $namespaces := .Values.operator.watchNamespaces | default list }}
+{{- if not (has .Release.Namespace $namespaces) }}
+{{- $namespaces = append $namespaces .Release.Namespace }}
+{{- end }}
+{{- toJson $namespaces }}
+{{- end }}
+
+{{/*
+Cross-key checks the schema cannot express. Collects every problem and fails once, so a user fixes all of
+them in one round.
+*/}}
+{{- define "kubepool.validateValues" -}}
+{{- $messages := list }}
+{{- if and .Values.rbac.namespaced (empty .Values.operator.watchNamespaces) }}
+{{- $messages = append $messages "rbac.namespaced: true needs operator.watchNamespaces (the namespaces that get a Role)" }}
+{{- end }}
+{{- if and (eq .Values.operator.defaultBackend "kuberay") (not .Values.rbac.kuberay) }}
+{{- $messages = append $messages "operator.defaultBackend: kuberay needs rbac.kuberay: true (the operator creates RayClusters)" }}
+{{- end }}
+{{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.health.port)) }}
+{{- $messages = append $messages (printf "metrics.port and health.port must differ (both are %v)" .Values.metrics.port) }}
+{{- end }}
+{{- $poolNames := list }}
+{{- range .Values.pools }}
+{{- if has .name $poolNames }}
+{{- $messages = append $messages (printf "pools: duplicate name %q" .name) }}
+{{- end }}
+{{- $poolNames = append $poolNames .name }}
+{{- if and (not .spec.instanceFamily) (not .spec.resources) }}
+{{- $messages = append $messages (printf "pools[%s]: set spec.instanceFamily or spec.resources" .name) }}
+{{- end }}
+{{- $min := ternary .spec.minNodes 1 (hasKey .spec "minNodes") }}
+{{- $max := ternary .spec.maxNodes 1 (hasKey .spec "maxNodes") }}
+{{- if gt (int $min) (int $max) }}
+{{- $messages = append $messages (printf "pools[%s]: spec.minNodes must not exceed spec.maxNodes" .name) }}
+{{- end }}
+{{- end }}
+{{- if $messages }}
+{{- printf "\nVALUES VALIDATION:\n  - %s" (join "\n  - " $messages) | fail }}
+{{- end }}
+{{- end }}
