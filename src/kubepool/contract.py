@@ -30,6 +30,13 @@ ENV_PAYLOAD_DIR = "KUBEPOOL_PAYLOAD_DIR"  # where the user's code is mounted
 ENV_RESULT_DIR = "KUBEPOOL_RESULT_DIR"  # where the head writes the payload's result
 ENV_RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"  # from the job's Secret
 ENV_RAY_AUTH_MODE = "RAY_AUTH_MODE"  # "token" on every instance and in the driver, or "disabled"
+ENV_TERMINATION_LOG = "KUBEPOOL_TERMINATION_LOG"  # overrides TERMINATION_MESSAGE_PATH for local runs
+ENV_RAY_TEMP_DIR = "KUBEPOOL_RAY_TEMP_DIR"  # Ray's --temp-dir; one node per pod, so /tmp/ray by default
+# Local runs only: several instances share one host, and raylets bind their fixed ports on all interfaces,
+# so each instance shifts its per-node Ray ports by this much (the head's GCS/dashboard/client ports are
+# the contract's and never shift).
+ENV_RAY_PORT_OFFSET = "KUBEPOOL_RAY_PORT_OFFSET"
+ENV_HEAD_LOST_TIMEOUT = "KUBEPOOL_HEAD_LOST_TIMEOUT"  # seconds a worker keeps going without its head
 
 CONTRACT_DIR = "/etc/kubepool"
 CONTRACT_FILENAME = "contract.json"
@@ -43,6 +50,9 @@ RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"err
 # termination log (4 KiB max) so the operator can put the failure message in the job's status.
 RESULT_LOG_MARKER = "KUBEPOOL_RESULT "
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TERMINATION_MESSAGE_MAX_BYTES = 4096  # Kubernetes truncates longer messages
+DEFAULT_RAY_TEMP_DIR = "/tmp/ray"
+DEFAULT_HEAD_LOST_TIMEOUT_SECONDS = 60.0
 
 _MODEL = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
 
@@ -91,6 +101,11 @@ class Group(BaseModel):
     memory_bytes: int = Field(0, alias="memoryBytes")
     gpus: int = 0
 
+    @property
+    def whole_cpus(self) -> int:
+        """Whole CPUs of one instance, rounded up like KubeRay: Ray's --num-cpus and SM_NUM_CPUS are integers."""
+        return max(1, math.ceil(self.cpus))
+
 
 class Instance(BaseModel):
     model_config = _MODEL
@@ -109,7 +124,11 @@ class Entrypoint(BaseModel):
     command: list[str] | None = None
     args: list[str] = Field(default_factory=list)
     working_dir: str | None = Field(None, alias="workingDir")
-    function: str | None = Field(None, description="for @remote: a function in `path` to call")
+    function: str | None = Field(
+        None,
+        description="for @remote: a function in `path` to call with `args`; when `path` is a .pkl file it holds "
+        "the cloudpickled callable, or a (callable, args, kwargs) tuple",
+    )
 
 
 class RaySettings(BaseModel):
@@ -118,6 +137,7 @@ class RaySettings(BaseModel):
     gcs_port: int = Field(naming.RAY_GCS_PORT, alias="gcsPort")
     dashboard_port: int = Field(naming.RAY_DASHBOARD_PORT, alias="dashboardPort")
     client_port: int = Field(naming.RAY_CLIENT_PORT, alias="clientPort")
+    object_store_memory_bytes: int = Field(0, alias="objectStoreMemoryBytes", description="0: Ray's default")
 
 
 class InstanceIdentity(BaseModel):
@@ -178,6 +198,9 @@ class JobContract(BaseModel):
             group_hosts=group_hosts,
             world_size=len(self.instances),
         )
+
+    def instance(self, instance_id: int) -> Instance:
+        return next(i for i in self.instances if i.instance_id == instance_id)
 
     def group_of(self, name: str) -> Group:
         return next(g for g in self.groups if g.name == name)

@@ -1,0 +1,177 @@
+"""Runs the user's entrypoint in its own process (`python -m kubepool.runtime.launcher`), as Snowflake's
+`mljob_launcher.py` does: banners, the instance gate (head mode), the entrypoint, then the outcome.
+
+Entrypoint kinds: a .py file (runpy, `sys.argv`, the `__return__` global is the value), a module, a
+`function` of a file (@remote: imported or cloudpickled, called, its return value recorded) or a command list.
+The process's exit code is the payload's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import runpy
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from kubepool.contract import (
+    DEFAULT_BASE_DIR,
+    ENV_BASE_DIR,
+    ENV_PAYLOAD_DIR,
+    ENV_RESULT_DIR,
+    ENV_TERMINATION_LOG,
+    PAYLOAD_DIR,
+    TERMINATION_MESSAGE_PATH,
+    Entrypoint,
+    JobContract,
+    RunMode,
+    load_contract,
+)
+from kubepool.runtime import gate, result, snowflake
+from kubepool.runtime.sagemaker import Layout
+
+ENV_CHECK_INTERVAL = "MLRS_INSTANCES_CHECK_INTERVAL"  # Snowflake's knob, seconds
+
+
+def log(msg: str) -> None:
+    print(f"kubepool: {msg}", flush=True)
+
+
+def exit_code_of(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def load_function(path: Path, name: str) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    if path.suffix == ".pkl":
+        obj = cloudpickle.loads(path.read_bytes())
+        if isinstance(obj, tuple):
+            fn, args, kwargs = obj
+            return fn, tuple(args), dict(kwargs)
+        return obj, (), {}
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # cloudpickle and dataclasses look the module up by name
+    spec.loader.exec_module(module)
+    return getattr(module, name), (), {}
+
+
+def run_entrypoint(ep: Entrypoint, payload_dir: Path, extra_args: list[str]) -> tuple[int, Any]:
+    """(exit code, return value). Exceptions propagate to the caller."""
+    args = [*extra_args, *ep.args]
+    workdir = payload_dir / ep.working_dir if ep.working_dir else payload_dir
+    if workdir.is_dir():
+        os.chdir(workdir)
+    # Like Snowflake's launcher: the payload dir and its zips are importable.
+    sys.path[:0] = [str(payload_dir), *(str(z) for z in sorted(payload_dir.glob("*.zip")))]
+    if ep.command:
+        return subprocess.run([*ep.command, *args]).returncode, None
+    path = payload_dir / ep.path if ep.path else None
+    try:
+        if ep.function:
+            if path is None:
+                raise ValueError("entrypoint.function needs entrypoint.path")
+            fn, fargs, kwargs = load_function(path, ep.function)
+            return 0, fn(*fargs, *args, **kwargs)
+        if ep.module:
+            sys.argv = [ep.module, *args]
+            runpy.run_module(ep.module, run_name="__main__", alter_sys=True)
+            return 0, None
+        if path is not None:
+            sys.argv = [str(path), *args]
+            globs = runpy.run_path(str(path), run_name="__main__")
+            return 0, globs.get("__return__")
+    except SystemExit as e:
+        return exit_code_of(e), None
+    raise ValueError("the entrypoint names no path, module, function or command")
+
+
+def count_alive_nodes() -> int:
+    import ray
+
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
+
+
+def gate_instances(contract: JobContract, env: Mapping[str, str]) -> int:
+    """Snowflake's wait_for_instances against this Ray cluster; the driver disconnects afterwards so the
+    payload's own `ray.init(address="auto")` starts clean."""
+    import ray
+
+    ray.init(address=env["RAY_ADDRESS"], logging_level="WARNING", log_to_driver=False)
+    try:
+        spec = gate.GateSpec(
+            target=contract.target_instances,
+            minimum=contract.min_instances,
+            min_wait=contract.effective_min_wait(),
+            timeout=contract.instances_timeout_seconds,
+        )
+        return gate.wait_for_instances(
+            spec,
+            count_alive_nodes,
+            clock=time.monotonic,
+            sleep=time.sleep,
+            log=log,
+            check_interval=float(env.get(ENV_CHECK_INTERVAL, "10")),
+        )
+    finally:
+        ray.shutdown()
+
+
+def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionResult:
+    payload_dir = Path(env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR))
+    extra = json.loads(env.get("SM_USER_ARGS", "[]")) if contract.mode is RunMode.SAGEMAKER else []
+    try:
+        if contract.mode is RunMode.HEAD:
+            gate_instances(contract, env)
+        print(snowflake.LOG_START_MSG, flush=True)
+        try:
+            code, value = run_entrypoint(contract.entrypoint, payload_dir, extra)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            print(snowflake.LOG_END_MSG, flush=True)
+    except Exception as e:  # noqa: BLE001 - the payload's failure is the job's result, not a crash
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", traceback=tb)
+    if code != 0:
+        return result.ExecutionResult(False, code, error=f"the payload exited with code {code}")
+    return result.ExecutionResult(True, 0, value=value)
+
+
+def report(res: result.ExecutionResult, contract: JobContract, instance_id: int, env: Mapping[str, str]) -> None:
+    print(result.encode_log_line(res), flush=True)
+    result.write_termination_log(Path(env.get(ENV_TERMINATION_LOG, TERMINATION_MESSAGE_PATH)), res, instance_id)
+    if ENV_RESULT_DIR in env:
+        result.write_result_file(Path(env[ENV_RESULT_DIR]), res)
+    if contract.mode is RunMode.SAGEMAKER:
+        # The toolkit's output/success | output/failure files.
+        out = Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR))).output_dir
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ("success" if res.success else "failure")).write_text(res.error)
+
+
+def main() -> int:
+    env = dict(os.environ)
+    contract, instance_id = load_contract(env)
+    res = execute(contract, env)
+    report(res, contract, instance_id, env)
+    return res.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

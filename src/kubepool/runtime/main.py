@@ -1,0 +1,166 @@
+"""The instance supervisor: what `python -m kubepool.runtime` does on every instance of a job.
+
+1. Reads the contract and this instance's identity; prepares the SageMaker tree and channel data.
+2. Head mode (Snowflake's default): starts or joins the Ray cluster. The head runs the launcher (payload)
+   and, when it ends, tells the workers to leave and stops Ray; workers wait for that word.
+3. Per-instance (`parallel`) and `sagemaker` modes: every instance runs the launcher with its topology env.
+SIGTERM stops the payload and Ray and exits 143.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+
+from kubepool import naming
+from kubepool.contract import (
+    DEFAULT_BASE_DIR,
+    DEFAULT_HEAD_LOST_TIMEOUT_SECONDS,
+    DEFAULT_RAY_TEMP_DIR,
+    ENV_BASE_DIR,
+    ENV_HEAD_LOST_TIMEOUT,
+    ENV_PAYLOAD_DIR,
+    ENV_RAY_PORT_OFFSET,
+    ENV_RAY_TEMP_DIR,
+    PAYLOAD_DIR,
+    InstanceIdentity,
+    JobContract,
+    RunMode,
+    load_contract,
+)
+from kubepool.runtime import channels, hosts, ray_node, sagemaker, shutdown, snowflake
+
+LEAVE_ACK_SECONDS = 15.0  # Snowflake's signal_workers --wait-time
+CHILD_STOP_SECONDS = 10.0
+EXIT_SIGTERM = 128 + signal.SIGTERM
+
+
+class Terminated(Exception):
+    """SIGTERM arrived; unwinds to the cleanup in `finally` blocks."""
+
+
+def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one unwind; a second signal must not interrupt cleanup
+    raise Terminated()
+
+
+def log(msg: str) -> None:
+    print(f"kubepool[{os.environ.get('KUBEPOOL_INSTANCE_ID', '?')}]: {msg}", flush=True)
+
+
+def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], gpus: int) -> dict[str, str]:
+    """Writes /opt/ml (config files, channel data) and returns the SM_* env for this instance."""
+    layout = sagemaker.Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR)))
+    tenv = sagemaker.training_env(
+        contract,
+        me,
+        layout,
+        num_cpus=contract.group_of(me.group).whole_cpus,
+        num_gpus=gpus,
+        module_dir=env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR),
+    )
+    sagemaker.write_config_files(layout, tenv, contract.hyperparameters)
+    placed = channels.materialize(contract, me, layout.data_dir, env)
+    for name, keys in placed.items():
+        log(f"channel {name}: {len(keys)} objects")
+    return {**sagemaker.env_vars(tenv), **sagemaker.torchrun_env(contract, me, tenv)}
+
+
+def run_launcher(env: Mapping[str, str]) -> int:
+    proc = subprocess.Popen([sys.executable, "-m", "kubepool.runtime.launcher"], env=dict(env))
+    try:
+        return proc.wait()
+    finally:
+        if proc.poll() is None:  # only on SIGTERM: stop the payload before Ray goes away under it
+            proc.terminate()
+            try:
+                proc.wait(CHILD_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def run_head(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpec, env: dict[str, str], deadline: float) -> int:
+    server = shutdown.ShutdownServer(spec.pod_ip, naming.SHUTDOWN_PORT)
+    server.start()  # before Ray: a worker that reaches the GCS can always reach this too
+    node: ray_node.RayNode | None = None
+    try:
+        node = ray_node.start_node(contract, me, spec, env, deadline)
+        log(f"Ray head started on {spec.pod_ip}:{contract.ray.gcs_port}")
+        code = run_launcher({**env, **snowflake.head_env(contract, me, spec.pod_ip)})
+        log(f"payload exited with code {code}")
+        return code
+    finally:
+        server.request_leave()
+        missing = server.wait_acks(LEAVE_ACK_SECONDS)
+        if missing:
+            log(f"workers {sorted(missing)} did not acknowledge the shutdown")
+        if node is not None:
+            node.stop()
+        server.close()
+
+
+def run_worker(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpec, env: dict[str, str], deadline: float) -> int:
+    node = ray_node.start_node(contract, me, spec, env, deadline)
+    log(f"Worker node started on {spec.pod_ip}, joined {spec.head_ip}:{contract.ray.gcs_port}")
+    try:
+        outcome = shutdown.await_leave(
+            shutdown.poll_url(spec.head_ip, naming.SHUTDOWN_PORT, me.instance_id),
+            node_alive=node.alive,
+            lost_timeout=float(env.get(ENV_HEAD_LOST_TIMEOUT, DEFAULT_HEAD_LOST_TIMEOUT_SECONDS)),
+        )
+    finally:
+        node.stop()
+    if outcome is shutdown.WorkerOutcome.LEAVE:
+        log("the head finished the job; leaving")
+        return 0
+    log(f"leaving without the head's word: {outcome.value}")
+    return 1
+
+
+def run_ray_mode(contract: JobContract, me: InstanceIdentity, env: dict[str, str], gpus: int, deadline: float) -> int:
+    pod_ip = hosts.pod_ip(env)
+    spec = ray_node.NodeSpec(
+        pod_ip=pod_ip,
+        head_ip=pod_ip if me.is_head else hosts.resolve(contract.head_address, deadline),
+        temp_dir=Path(env.get(ENV_RAY_TEMP_DIR, DEFAULT_RAY_TEMP_DIR)),
+        port_offset=int(env.get(ENV_RAY_PORT_OFFSET, "0")),
+        gpus=gpus,
+    )
+    ray_env = ray_node.ray_env(contract, env)
+    return (run_head if me.is_head else run_worker)(contract, me, spec, ray_env, deadline)
+
+
+def run(env: dict[str, str]) -> int:
+    contract, instance_id = load_contract(env)
+    me = contract.identity(instance_id)
+    deadline = time.monotonic() + contract.instances_timeout_seconds
+    log(f"{contract.job_name}: instance {me.instance_id} ({me.host}, group {me.group}), mode {contract.mode.value}")
+    gpus = ray_node.detect_gpus()
+    sm_env = prepare(contract, me, env, gpus)
+    if contract.mode is RunMode.HEAD:
+        return run_ray_mode(contract, me, env, gpus, deadline)
+    if contract.mode is RunMode.SAGEMAKER:
+        env.update(sm_env)
+    else:
+        ips = [hosts.resolve(i.dns, deadline) for i in sorted(contract.instances, key=lambda i: i.instance_id)]
+        env.update(snowflake.parallel_env(me, ips))
+    return run_launcher(env)
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return run(dict(os.environ))
+    except Terminated:
+        log("SIGTERM: stopped the payload and Ray")
+        return EXIT_SIGTERM
+    except (ray_node.RayStartError, OSError) as e:
+        log(f"error: {e}")
+        return 1

@@ -1,0 +1,182 @@
+"""This instance's Ray node: the `ray start` command line, its env (token auth), and its process.
+
+The head runs `ray start --head` on the pod IP; workers join `<head>:<gcs>` and retry until the head answers
+or the instances timeout passes. Each node runs `ray start --block` as a child process, so stopping this
+node means signalling that child (never `ray stop`, which would kill every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubepool import naming
+from kubepool.contract import ENV_RAY_AUTH_MODE, ENV_RAY_AUTH_TOKEN, InstanceIdentity, JobContract
+
+AUTH_TOKEN, AUTH_DISABLED = "token", "disabled"
+READY_FILE = "ray_current_cluster"  # `ray start` writes it into --temp-dir once the node is up
+STOP_GRACE_SECONDS = 15.0
+
+
+class RayStartError(RuntimeError):
+    """The node could not start or join the cluster."""
+
+
+def ray_env(contract: JobContract, env: Mapping[str, str]) -> dict[str, str]:
+    """Env for every Ray process and the payload's driver: the same auth mode everywhere (ray-runtime.md 1.2)."""
+    out = dict(env)
+    mode = AUTH_DISABLED if contract.ray.auth_mode == AUTH_DISABLED else AUTH_TOKEN
+    if mode == AUTH_TOKEN and not out.get(ENV_RAY_AUTH_TOKEN):
+        raise RayStartError(f"Ray token auth is on but {ENV_RAY_AUTH_TOKEN} is empty (the job's Secret is missing)")
+    out[ENV_RAY_AUTH_MODE] = mode
+    out["RAY_USAGE_STATS_ENABLED"] = "0"
+    # A finished batch job has nothing to drain; Ray's default would hold every stop for 30 s.
+    out.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+    return out
+
+
+def detect_gpus() -> int:
+    """GPUs this pod can see, counted as SageMaker does (`nvidia-smi --list-gpus`); 0 without a driver."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def node_ports(offset: int) -> dict[str, int]:
+    """Per-node ports, fixed so a NetworkPolicy can name them; `offset` separates nodes sharing one host."""
+    return {
+        "node-manager-port": naming.RAY_NODE_MANAGER_PORT + offset,
+        "object-manager-port": naming.RAY_OBJECT_MANAGER_PORT + offset,
+        "dashboard-agent-grpc-port": naming.RAY_DASHBOARD_AGENT_GRPC_PORT + offset,
+        "runtime-env-agent-port": naming.RAY_RUNTIME_ENV_AGENT_PORT + offset,
+        "dashboard-agent-listen-port": naming.RAY_DASHBOARD_AGENT_LISTEN_PORT + offset,
+        "metrics-export-port": naming.RAY_METRICS_EXPORT_PORT + offset,
+        "min-worker-port": naming.RAY_MIN_WORKER_PORT + offset,
+        "max-worker-port": naming.RAY_MAX_WORKER_PORT + offset,
+    }
+
+
+def custom_resources(me: InstanceIdentity) -> dict[str, float]:
+    """Lets payloads place work on a group (`group:<name>`) or on the head/workers (Snowflake's node_tag)."""
+    role = naming.ROLE_HEAD if me.is_head else naming.ROLE_WORKER
+    return {f"group:{me.group}": 1.0, f"node_tag:{role}": 1.0}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    pod_ip: str
+    head_ip: str
+    temp_dir: Path
+    port_offset: int
+    gpus: int
+
+
+def start_args(contract: JobContract, me: InstanceIdentity, spec: NodeSpec) -> list[str]:
+    group = contract.group_of(me.group)
+    args = ["start", "--block", "--disable-usage-stats", f"--node-ip-address={spec.pod_ip}", f"--temp-dir={spec.temp_dir}"]
+    if me.is_head:
+        args += [
+            "--head",
+            f"--port={contract.ray.gcs_port}",
+            f"--ray-client-server-port={contract.ray.client_port}",
+            f"--dashboard-host={spec.pod_ip}",
+            f"--dashboard-port={contract.ray.dashboard_port}",
+        ]
+    else:
+        args.append(f"--address={spec.head_ip}:{contract.ray.gcs_port}")
+    args += [f"--{k}={v}" for k, v in node_ports(spec.port_offset).items()]
+    args += [f"--num-cpus={group.whole_cpus}", f"--num-gpus={spec.gpus}"]
+    if group.memory_bytes:
+        args.append(f"--memory={group.memory_bytes}")
+    if contract.ray.object_store_memory_bytes:
+        args.append(f"--object-store-memory={contract.ray.object_store_memory_bytes}")
+    args.append(f"--resources={json.dumps(custom_resources(me), sort_keys=True)}")
+    return args
+
+
+def ray_executable() -> str:
+    """The `ray` script next to this interpreter, so a venv's Ray is used even when it is not on PATH."""
+    local = Path(sys.executable).with_name("ray")
+    return str(local) if local.exists() else "ray"
+
+
+def gcs_answers(host: str, port: int, timeout: float = 2.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class RayNode:
+    """One `ray start --block` child process."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], temp_dir: Path) -> None:
+        self.argv = argv
+        self.env = dict(env)
+        self.temp_dir = temp_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.temp_dir.mkdir(parents=True, exist_ok=True)
+        (self.temp_dir / READY_FILE).unlink(missing_ok=True)
+        self.proc = subprocess.Popen([ray_executable(), *self.argv], env=self.env)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, deadline: float) -> bool:
+        """True once the node is up; False if `ray start` exited or the deadline passed."""
+        while time.monotonic() < deadline:
+            if (self.temp_dir / READY_FILE).exists():
+                return True
+            if not self.alive():
+                return False
+            time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        """SIGTERM: `ray start --block` then stops every process of this node."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_node(
+    contract: JobContract, me: InstanceIdentity, spec: NodeSpec, env: Mapping[str, str], deadline: float
+) -> RayNode:
+    """Start the head, or join it as a worker, retrying until the head answers or `deadline` (monotonic) passes."""
+    argv = start_args(contract, me, spec)
+    while True:
+        if me.is_head or gcs_answers(spec.head_ip, contract.ray.gcs_port):
+            node = RayNode(argv, env, spec.temp_dir)
+            node.start()
+            try:
+                ready = node.wait_ready(deadline)
+            except BaseException:  # SIGTERM while joining: leave no Ray behind
+                node.stop()
+                raise
+            if ready:
+                return node
+            node.stop()
+            if me.is_head:
+                raise RayStartError("ray start --head failed; see the Ray output above")
+        if time.monotonic() >= deadline:
+            raise RayStartError(f"head {spec.head_ip}:{contract.ray.gcs_port} did not answer before the instances timeout")
+        time.sleep(2.0)

@@ -1,0 +1,91 @@
+"""The payload's outcome and where it goes: the result log line, the termination log, the result file.
+
+`ExecutionResult` is what the SDK's `job.result()` decodes from the head's log line
+(`RESULT_LOG_MARKER` + base64 cloudpickle of its dict). The termination log is a short JSON summary,
+failure message first, cut to Kubernetes' 4 KiB limit.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from kubepool.contract import RESULT_FILENAME, RESULT_LOG_MARKER, TERMINATION_MESSAGE_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    success: bool
+    exit_code: int
+    value: Any = None
+    error: str = ""
+    traceback: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"success": self.success, "value": self.value, "error": self.error, "traceback": self.traceback}
+
+
+def encode_log_line(result: ExecutionResult) -> str:
+    """One log line; a value cloudpickle cannot serialize is replaced by its repr rather than lost."""
+    doc = result.as_dict()
+    try:
+        blob = cloudpickle.dumps(doc)
+    except Exception:  # noqa: BLE001 - any pickling failure: fall back to the repr
+        doc["value"] = repr(result.value)
+        blob = cloudpickle.dumps(doc)
+    return RESULT_LOG_MARKER + base64.b64encode(blob).decode("ascii")
+
+
+def decode_log_line(line: str) -> dict[str, Any]:
+    if not line.startswith(RESULT_LOG_MARKER):
+        raise ValueError("not a result line")
+    doc: dict[str, Any] = cloudpickle.loads(base64.b64decode(line[len(RESULT_LOG_MARKER) :].strip()))
+    return doc
+
+
+def find_in_log(log: str) -> dict[str, Any] | None:
+    """The last result line of a log, decoded."""
+    lines = [ln for ln in log.splitlines() if ln.startswith(RESULT_LOG_MARKER)]
+    return decode_log_line(lines[-1]) if lines else None
+
+
+def termination_message(result: ExecutionResult, instance_id: int) -> str:
+    """JSON with the error first, so a cut message still says what failed; never over the 4 KiB limit."""
+    doc: dict[str, Any] = {
+        "error": result.error,
+        "success": result.success,
+        "exitCode": result.exit_code,
+        "instance": instance_id,
+    }
+    if result.success:
+        doc["value"] = repr(result.value)[:256]
+    text = json.dumps(doc)  # ASCII-only, so characters are bytes
+    key = "error" if result.error else "value"
+    while len(text) > TERMINATION_MESSAGE_MAX_BYTES:
+        # Each character of the field is at least one character of the JSON: this converges.
+        excess = len(text) - TERMINATION_MESSAGE_MAX_BYTES
+        doc[key] = doc[key][: max(0, len(doc[key]) - excess - 3)] + "..."
+        text = json.dumps(doc)
+    return text
+
+
+def write_termination_log(path: Path, result: ExecutionResult, instance_id: int) -> None:
+    try:
+        path.write_text(termination_message(result, instance_id))
+    except OSError as e:  # a local run without /dev/termination-log must not fail the job
+        print(f"kubepool: cannot write termination log {path}: {e}", flush=True)
+
+
+def write_result_file(result_dir: Path, result: ExecutionResult) -> None:
+    """result.json in the result volume, when the operator mounted one."""
+    doc = result.as_dict()
+    try:
+        json.dumps(doc["value"])
+    except (TypeError, ValueError):
+        doc["value"] = repr(result.value)
+    (result_dir / RESULT_FILENAME).write_text(json.dumps(doc))

@@ -1,0 +1,130 @@
+"""The head -> worker "leave now" handshake.
+
+The head serves one tiny HTTP endpoint on `<pod IP>:naming.SHUTDOWN_PORT`. Workers poll
+`GET /poll?instance=N`; the answer is `{"leave": false}` while the payload runs and `{"leave": true}` after
+it ends. A poll answered with `leave: true` is the worker's acknowledgement. A worker that cannot reach
+the head for `lost_timeout` seconds concludes the head died without telling it and fails.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from enum import StrEnum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+
+class ShutdownServer:
+    """Runs on the head in a daemon thread."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._lock = threading.Lock()
+        self._leave = False
+        self.seen: set[int] = set()
+        self.acked: set[int] = set()
+        self._httpd = ThreadingHTTPServer((host, port), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="kubepool-shutdown", daemon=True)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                url = urlparse(self.path)
+                if url.path != "/poll":
+                    self.send_error(404)
+                    return
+                instance = int(parse_qs(url.query).get("instance", ["-1"])[0])
+                body = json.dumps({"leave": server.poll(instance)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # polls every second: keep the log clean
+                return
+
+        return Handler
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poll(self, instance: int) -> bool:
+        with self._lock:
+            self.seen.add(instance)
+            if self._leave:
+                self.acked.add(instance)
+            return self._leave
+
+    def request_leave(self) -> None:
+        with self._lock:
+            self._leave = True
+
+    def wait_acks(self, timeout: float) -> set[int]:
+        """Wait until every worker that ever polled has acknowledged; returns the ones that did not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                missing = self.seen - self.acked
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class WorkerOutcome(StrEnum):
+    LEAVE = "leave"  # the head said so: exit 0
+    HEAD_LOST = "head-lost"  # the head vanished without saying so: fail
+    NODE_DIED = "node-died"  # this instance's own Ray node stopped: fail
+
+
+def ask_head(url: str, timeout: float = 5.0) -> bool | None:
+    """The head's answer, or None when it cannot be reached."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return bool(json.load(resp)["leave"])
+    except (OSError, urllib.error.URLError, ValueError, KeyError):
+        return None
+
+
+def await_leave(
+    url: str,
+    *,
+    node_alive: Callable[[], bool],
+    lost_timeout: float,
+    interval: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    ask: Callable[[str], bool | None] = ask_head,
+) -> WorkerOutcome:
+    last_contact = clock()
+    while True:
+        answer = ask(url)
+        if answer:
+            return WorkerOutcome.LEAVE
+        now = clock()
+        if answer is not None:
+            last_contact = now
+        elif now - last_contact >= lost_timeout:
+            return WorkerOutcome.HEAD_LOST
+        if not node_alive():
+            return WorkerOutcome.NODE_DIED
+        sleep(interval)
+
+
+def poll_url(head: str, port: int, instance_id: int) -> str:
+    return f"http://{head}:{port}/poll?instance={instance_id}"
