@@ -103,12 +103,7 @@ def _wait_nodes_ready(cluster: Cluster, names: list[str], say: Callable[[str], N
     deadline = time.monotonic() + NODE_READY_TIMEOUT_S
     not_ready = set(names)
     while time.monotonic() < deadline:
-        items = json.loads(cluster.kubectl("get", "nodes", "-o", "json", check=True).stdout)["items"]
-        ready = {
-            n["metadata"]["name"]
-            for n in items
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
-        }
+        ready = {n for n, ok in controlplane.node_readiness(cluster.layout).items() if ok}
         not_ready = set(names) - ready
         if not not_ready:
             return
@@ -164,6 +159,12 @@ def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]
         yield name
     finally:
         kubectl("delete", "namespace", name, "--wait=false")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the cluster's binaries before the first test: a cold build outlasts one test's timeout."""
+    if any(item.get_closest_marker("cluster") for item in session.items):
+        controlplane.ensure_binaries(_reporter(session.config))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,11 +1,13 @@
-"""`kubepool local up/down/status` on a second, throwaway cluster (own state dir, ports shifted by 1000, no
-local nodes), so killing and stopping things never disturbs the session's shared cluster."""
+"""`kubepool local up/down/status` on a second, throwaway cluster (own state dir, free ports, no local nodes),
+so killing and stopping things never disturbs the shared cluster."""
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,10 +17,28 @@ from pathlib import Path
 import pytest
 
 from kubepool.local import controlplane
-from kubepool.local.controlplane import Layout
+from kubepool.local.controlplane import Layout, Ports
 
 pytestmark = pytest.mark.cluster
-PORT_OFFSET = 1000
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port_offset() -> int:
+    """A port offset whose ports are all free; random, so concurrent test sessions rarely pick the same one."""
+    offsets = list(range(1000, 9000, 100))
+    random.shuffle(offsets)
+    for off in offsets:
+        if all(_free(p) for p in vars(Ports().shifted(off)).values()):
+            return off
+    raise RuntimeError("no free port range for a second cluster")
 
 
 def local(*args: str) -> subprocess.CompletedProcess[str]:
@@ -36,15 +56,18 @@ def spare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     nodes = root / "nodes.yaml"
     nodes.write_text("nodes: []\n")
     state = root / "state"
-    up = local("up", "--state-dir", str(state), "--nodes-config", str(nodes), "--port-offset", str(PORT_OFFSET))
-    assert up.returncode == 0, up.stderr
-    m = re.search(r"ready in ([\d.]+)s", up.stdout)
-    assert m, up.stdout
-    print(f"fresh up took {m.group(1)}s")
-    assert float(m.group(1)) < 60  # target is < 20 s; leave room for a loaded CI machine
-    assert f"export KUBECONFIG={state / 'kubeconfig'}" in up.stdout
-    yield state
-    local("down", "--state-dir", str(state))
+    try:
+        up = local("up", "--state-dir", str(state), "--nodes-config", str(nodes),
+                   "--port-offset", str(_free_port_offset()))
+        assert up.returncode == 0, up.stderr
+        m = re.search(r"ready in ([\d.]+)s", up.stdout)
+        assert m, up.stdout
+        print(f"fresh up took {m.group(1)}s")
+        assert float(m.group(1)) < 60  # target is < 20 s; leave room for a loaded CI machine
+        assert f"export KUBECONFIG={state / 'kubeconfig'}" in up.stdout
+        yield state
+    finally:  # also after a failed `up`: never leave half a cluster running
+        local("down", "--state-dir", str(state))
 
 
 def _pids(state: Path) -> dict[str, int]:

@@ -17,6 +17,8 @@ so that one `down` stops everything `up` started.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -26,7 +28,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,16 @@ class Layout:
 
     def bin(self, name: str) -> str:
         return str(self.bin_dir / name)
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120.0) -> str:
+        """Run the cached kubectl as admin; return stdout, raise ClusterError with stderr on failure."""
+        proc = subprocess.run(
+            [self.bin("kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin, capture_output=True, text=True, timeout=timeout,
+        )
+        if proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc.stdout
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -428,12 +440,17 @@ def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
 
 
 def ensure_binaries(say: Log) -> Path:
-    """Build (or find cached) the pinned binaries; return their bin dir."""
+    """Build (or find cached) the pinned binaries, relaying the build's progress; return their bin dir."""
     say("binaries: hack/k8s-bin/build.sh (a no-op when cached; a cold build takes 10+ minutes)")
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
+    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        say(f"  {lines[-1]}")
+    if proc.wait() != 0 or not lines:
         raise ClusterError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return Path(lines[-1])
 
 
 def agent_available() -> bool:
@@ -476,6 +493,15 @@ def prepare(lay: Layout, nodes_config: Path) -> None:
     _write_if_changed(kwok.config_path(lay), kwok.stages_config(lay))
 
 
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """Serialise `up`/`down` on one state dir: two concurrent `up`s would start every component twice."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / ".lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def _agent_pid_names(lay: Layout) -> list[str]:
     return sorted(p.stem for p in (lay.state_dir / "pids").glob("agent-*.pid"))
 
@@ -495,6 +521,16 @@ def up(
     t0 = time.monotonic()
     state_dir = state_dir.resolve()
     bin_dir = ensure_binaries(say)
+    with _locked(state_dir):
+        lay = _up_locked(state_dir, bin_dir, nodes_config, fake_nodes, port_offset, say)
+    say(f"ready in {time.monotonic() - t0:.1f}s")
+    say(f"export KUBECONFIG={lay.kubeconfig}")
+    return lay
+
+
+def _up_locked(
+    state_dir: Path, bin_dir: Path, nodes_config: Path | None, fake_nodes: int, port_offset: int, say: Log
+) -> Layout:
     existing = Layout.load(state_dir)
     # An existing cluster keeps its ports: its running processes and kubeconfig already use them.
     lay = replace(existing, bin_dir=bin_dir) if existing else Layout(state_dir, bin_dir, Ports().shifted(port_offset))
@@ -524,9 +560,28 @@ def up(
     if fake_nodes:
         created = kwok.ensure_fake_nodes(lay, fake_nodes)
         say(f"fake nodes: {fake_nodes} (kwok-node-0..{fake_nodes - 1}, {created} created)")
-    say(f"ready in {time.monotonic() - t0:.1f}s")
-    say(f"export KUBECONFIG={lay.kubeconfig}")
     return lay
+
+
+def node_readiness(lay: Layout) -> dict[str, bool]:
+    """Every registered Node and whether its Ready condition is True."""
+    items = json.loads(lay.kubectl("get", "nodes", "-o", "json"))["items"]
+    return {
+        n["metadata"]["name"]: any(
+            c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])
+        )
+        for n in items
+    }
+
+
+def _say_nodes(lay: Layout, say: Log) -> None:
+    ready = node_readiness(lay)
+    for name in load_node_names(lay.nodes_yaml):
+        state = "not registered" if name not in ready else "Ready" if ready[name] else "NotReady"
+        say(f"  node {name:<21} {state}")
+    fake = [r for n, r in ready.items() if n.startswith("kwok-node-")]
+    if fake:
+        say(f"  fake nodes                 {sum(fake)}/{len(fake)} Ready")
 
 
 def _all_component_names(lay: Layout) -> list[str]:
@@ -541,11 +596,12 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, *, say: Log = print) -> None:
         return
     # Without cluster.json (a crashed first `up`) the bin dir is irrelevant: stopping only needs pid files.
     lay = Layout.load(state_dir) or Layout(state_dir, Path("/nonexistent"))
-    for name in reversed(_all_component_names(lay)):
-        # Agents get longer: they stop their pods' processes before exiting.
-        if stop(lay, name, timeout=20.0 if name.startswith("agent-") else 10.0):
-            say(f"  {name}: stopped")
-    shutil.rmtree(state_dir, ignore_errors=True)
+    with _locked(state_dir):
+        for name in reversed(_all_component_names(lay)):
+            # Agents get longer: they stop their pods' processes before exiting.
+            if stop(lay, name, timeout=20.0 if name.startswith("agent-") else 10.0):
+                say(f"  {name}: stopped")
+        shutil.rmtree(state_dir, ignore_errors=True)
     say(f"removed {state_dir}")
 
 
@@ -575,4 +631,6 @@ def status(state_dir: Path = DEFAULT_STATE_DIR, *, say: Log = print) -> int:
             bad += 1
             state = f"running but not healthy (pid {pid}), see {lay.log(c.name)}"
         say(f"  {c.name:<26} {state}")
+    if healthy(lay, comps[1]):  # the apiserver answers: show what the nodes look like
+        _say_nodes(lay, say)
     return 1 if bad else 0

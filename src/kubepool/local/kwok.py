@@ -9,7 +9,6 @@ Fake nodes carry the taint `kwok.x-k8s.io/node=fake:NoSchedule`, so only pods th
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,25 +90,15 @@ def fake_node(i: int) -> dict[str, Any]:
     }
 
 
-def _kubectl(lay: Layout, *argv: str, stdin: str | None = None) -> str:
-    proc = subprocess.run(
-        [lay.bin("kubectl"), f"--kubeconfig={lay.kubeconfig}", *argv],
-        input=stdin, capture_output=True, text=True, timeout=120,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(argv)} failed: {proc.stderr.strip()}")
-    return proc.stdout
-
-
 def ensure_fake_nodes(lay: Layout, count: int) -> int:
     """Make sure kwok-node-0..count-1 exist; return how many were created."""
-    existing = set(_kubectl(lay, "get", "nodes", "-l", "type=kwok", "-o", "name").split())
+    existing = set(lay.kubectl("get", "nodes", "-l", "type=kwok", "-o", "name").split())
     todo = [fake_node(i) for i in range(count) if f"node/{fake_node_name(i)}" not in existing]
     if todo:
         # `create` keeps the status we send (capacity); kwok's node-initialize stage fills in the rest.
-        _kubectl(lay, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": todo}))
+        lay.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": todo}))
     return len(todo)
 
 
 def delete_fake_nodes(lay: Layout) -> None:
-    _kubectl(lay, "delete", "nodes", "-l", "type=kwok", "--wait=false")
+    lay.kubectl("delete", "nodes", "-l", "type=kwok", "--wait=false")
