@@ -1,0 +1,133 @@
+"""Wiring of one local node: the API client, Node keeper, pod and service caches, one `PodWorker` per pod
+bound to the node, the pods' /etc/hosts, the kubelet HTTPS server, cleanup of pods the node no longer has,
+and an orderly stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import signal
+from typing import Any
+
+from lightkube import AsyncClient, KubeConfig
+from lightkube.resources.core_v1 import Pod, Service
+
+from kubepool.local.agent import logs_server, runner
+from kubepool.local.agent.cache import Informer
+from kubepool.local.agent.config import ClusterInfo, Layout, find_node
+from kubepool.local.agent.ipam import Ipam
+from kubepool.local.agent.node import NodeKeeper
+from kubepool.local.agent.pods import NodeContext, PodWorker
+from kubepool.local.agent.podspec import hosts_file, peer_of
+
+Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+FIELD_MANAGER = "kubepool-agent"
+
+
+class Agent:
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.node = find_node(layout.nodes_yaml, layout.node)
+        self.cluster = ClusterInfo.load(layout.state_dir)
+        self.client = AsyncClient(KubeConfig.from_file(layout.kubeconfig), field_manager=FIELD_MANAGER)
+        self.ctx = NodeContext(client=self.client, layout=layout, node=self.node, cluster=self.cluster,
+                               ipam=Ipam(self.node.pod_cidr, layout.pods), allocatable=self.node.capacity)  # fmt: skip
+        self.workers: dict[str, PodWorker] = {}
+        self.pods = Informer(self.client, Pod, self._on_pod)
+        self.services = Informer(self.client, Service, self._on_service)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.layout.pods.mkdir(parents=True, exist_ok=True)
+        cert, key = logs_server.ensure_serving_cert(self.layout, self.node.ip, self.node.name)
+        server = await logs_server.serve(
+            self._locate, self.node.ip, logs_server.ssl_context(cert, key, self.layout.ca_cert)
+        )
+        keeper = NodeKeeper(self.client, self.node)
+        tasks = [asyncio.create_task(keeper.run()), asyncio.create_task(self.services.run())]
+        await keeper.registered.wait()
+        await self.services.synced.wait()
+        tasks.append(asyncio.create_task(self.pods.run()))
+        await self.pods.synced.wait()
+        await self._clean_orphans()
+        log.info("node %s ready (%d pods)", self.node.name, len(self.workers))
+        await stop.wait()
+        log.info("node %s stopping", self.node.name)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*(w.shutdown() for w in list(self.workers.values())))
+        await server.cleanup()
+        await self.client.close()
+
+    def _mine(self, pod: Obj) -> bool:
+        return bool((pod.get("spec") or {}).get("nodeName") == self.node.name)
+
+    def _on_pod(self, event: str, pod: Obj) -> None:
+        if self._mine(pod):
+            uid = pod["metadata"]["uid"]
+            worker = self.workers.get(uid)
+            if event == "DELETED":
+                if worker is not None:
+                    worker.gone()
+            elif worker is not None:
+                worker.update(pod)
+            else:
+                worker = PodWorker(self.ctx, pod, self._forget)
+                self.workers[uid] = worker
+                worker.start()
+        self._refresh_hosts(pod["metadata"]["namespace"])
+
+    def _on_service(self, _event: str, svc: Obj) -> None:
+        self._refresh_hosts(svc["metadata"]["namespace"])
+
+    def _forget(self, uid: str) -> None:
+        worker = self.workers.pop(uid, None)
+        if worker is not None:
+            self._refresh_hosts(worker.ns)
+
+    def _refresh_hosts(self, ns: str) -> None:
+        local = [w for w in self.workers.values() if w.ns == ns and w.ip is not None]
+        if not local:
+            return
+        peers = [p for pod in self.pods.in_namespace(ns) if (p := peer_of(pod)) is not None]
+        headless = {s["metadata"]["name"] for s in self.services.in_namespace(ns) if (s.get("spec") or {}).get("clusterIP") == "None"}  # fmt: skip
+        for w in local:
+            assert w.ip is not None
+            w.write_hosts(
+                hosts_file(
+                    w.pod, w.ip, peers, headless, self.cluster.cluster_domain, self.cluster.apiserver_host
+                )
+            )
+
+    def _locate(self, ns: str, name: str, container: str, previous: bool) -> runner.Run | None:
+        worker = next((w for w in self.workers.values() if w.ns == ns and w.name == name), None)
+        return worker.log_run(container, previous) if worker is not None else None
+
+    async def _clean_orphans(self) -> None:
+        """Pod dirs of pods this node no longer has: stop what still runs there and remove them."""
+        for pod_dir in self.layout.pods.iterdir():
+            if pod_dir.name in self.workers:
+                continue
+            runs = [r for d in pod_dir.glob("containers/*/*") if (r := runner.find(d)) is not None]
+            await asyncio.gather(*(r.stop(0) for r in runs))
+            log.info("removing pod dir %s (%s)", pod_dir.name, _describe(pod_dir))
+            shutil.rmtree(pod_dir, ignore_errors=True)
+            shutil.rmtree(f"/dev/shm/kubepool/{pod_dir.name}", ignore_errors=True)
+
+
+def _describe(pod_dir: Any) -> str:
+    try:
+        meta = json.loads((pod_dir / "pod.json").read_text())
+        return f"{meta['namespace']}/{meta['name']}"
+    except (OSError, ValueError, KeyError):
+        return "unknown pod"
+
+
+async def main(layout: Layout) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await Agent(layout).run(stop)

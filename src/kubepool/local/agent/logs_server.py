@@ -1,0 +1,116 @@
+"""The kubelet's HTTPS API on `<node ip>:10250`, as far as `kubectl logs` needs it:
+`GET /containerLogs/{ns}/{pod}/{container}?follow=&previous=&tailLines=&limitBytes=`. The apiserver
+connects with its kubelet client certificate (verified against the cluster CA); the serving certificate is
+issued from the cluster CA for the node IP."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from kubepool.local.agent import runner
+from kubepool.local.agent.config import KUBELET_PORT, Layout
+from kubepool.local.agent.runner import Run
+
+# (namespace, pod, container, previous) → the run whose log to serve, None if there is no such container run.
+Locate = Callable[[str, str, str, bool], Run | None]
+FOLLOW_POLL_S = 0.2
+CHUNK = 64 * 1024
+
+
+def tail_offset(path: Path, lines: int) -> int:
+    """Byte offset where the last `lines` lines of the file start."""
+    if lines <= 0:
+        return path.stat().st_size
+    starts: deque[int] = deque(maxlen=lines)
+    offset = 0
+    with open(path, "rb") as f:
+        for line in f:
+            starts.append(offset)
+            offset += len(line)
+    return starts[0] if starts else 0
+
+
+def ensure_serving_cert(layout: Layout, ip: str, node: str) -> tuple[Path, Path]:
+    from kubepool.local.pki import issue_cert
+
+    cert, key = layout.root / "kubelet.crt", layout.root / "kubelet.key"
+    if not (cert.exists() and key.exists()):
+        cert_pem, key_pem = issue_cert(layout.ca_cert, layout.ca_key, cn=f"system:node:{node}", orgs=("system:nodes",),
+                                       dns=(node,), ips=(ip,), server=True)  # fmt: skip
+        layout.root.mkdir(parents=True, exist_ok=True)
+        cert.write_bytes(cert_pem if isinstance(cert_pem, bytes) else cert_pem.encode())
+        key.write_bytes(key_pem if isinstance(key_pem, bytes) else key_pem.encode())
+        key.chmod(0o600)
+    return cert, key
+
+
+def ssl_context(cert: Path, key: Path, ca: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.verify_mode = ssl.CERT_REQUIRED  # only the apiserver (or another CA-signed client) reads logs
+    return ctx
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "true")
+
+
+def make_app(locate: Locate) -> web.Application:
+    async def container_logs(request: web.Request) -> web.StreamResponse:
+        ns, pod, container = (
+            request.match_info["ns"],
+            request.match_info["pod"],
+            request.match_info["container"],
+        )
+        previous = _flag(request, "previous")
+        run = locate(ns, pod, container, previous)
+        if run is None:
+            what = "previous terminated container" if previous else "container"
+            raise web.HTTPBadRequest(text=f'{what} "{container}" in pod "{pod}" is not available')
+        path = run.dir / runner.LOG
+        tail = request.query.get("tailLines")
+        limit = int(request.query["limitBytes"]) if "limitBytes" in request.query else None
+        offset = tail_offset(path, int(tail)) if tail is not None else 0
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        follow = _flag(request, "follow")
+        sent = 0
+        with open(path, "rb") as f:
+            f.seek(offset)
+            while True:
+                chunk = f.read(CHUNK if limit is None else min(CHUNK, limit - sent))
+                if chunk:
+                    await response.write(chunk)
+                    sent += len(chunk)
+                    if limit is not None and sent >= limit:
+                        break
+                    continue
+                if not follow or not run.alive():
+                    if follow and f.read(1):  # written between the read and the liveness check
+                        f.seek(-1, 1)
+                        continue
+                    break
+                await asyncio.sleep(FOLLOW_POLL_S)
+        await response.write_eof()
+        return response
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/containerLogs/{ns}/{pod}/{container}", container_logs)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def serve(locate: Locate, ip: str, ctx: ssl.SSLContext, port: int = KUBELET_PORT) -> web.AppRunner:
+    app_runner = web.AppRunner(make_app(locate), access_log=None)
+    await app_runner.setup()
+    await web.TCPSite(app_runner, ip, port, ssl_context=ctx).start()
+    return app_runner

@@ -1,0 +1,162 @@
+"""The supervisor of one container run, started by the runner as a script (stdlib only, fast to start)
+inside fresh mount and UTS namespaces: `unshare --mount --uts --propagation private python sandbox.py SPEC.json`.
+
+It sets the pod's hostname, bind-mounts the container's volumes at their mount paths (only this pod sees them), checks the command
+exists, forks the container process (dropping to runAsUser/runAsGroup/groups), becomes a child subreaper so
+daemons the container leaves behind stay its descendants, forwards SIGTERM to them all, and when the main
+process exits kills what is left (as a container's exit does) and writes `exit.json`:
+{"exitCode", "reason", "message", "finishedAt"}. The spec (written by the runner):
+{"argv", "env", "cwd", "hostname", "mounts": [{"source", "target", "readOnly"}], "uid", "gid", "groups", "exitFile"}.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import json
+import os
+import shutil
+import signal
+import sys
+from typing import Any
+
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
+PR_SET_CHILD_SUBREAPER = 36
+START_ERROR_CODE = 128
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write_exit(path: str, code: int, reason: str, message: str = "") -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"exitCode": code, "reason": reason, "message": message, "finishedAt": _now()}, f)
+    os.replace(tmp, path)
+
+
+def _mount(source: str, target: str, flags: int) -> None:
+    if _libc.mount(source.encode(), target.encode(), None, flags, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def _bind_all(mounts: list[dict[str, Any]]) -> None:
+    # Open every source before mounting anything: a mount (of /tmp, say) may hide a later source.
+    fds = [os.open(m["source"], os.O_PATH) for m in mounts]
+    for m, fd in zip(mounts, fds, strict=True):
+        target, is_dir = m["target"], os.path.isdir(m["source"])
+        if is_dir:
+            os.makedirs(target, exist_ok=True)
+        elif not os.path.exists(target):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        _mount(f"/proc/self/fd/{fd}", target, MS_BIND | MS_REC)
+        if m.get("readOnly"):
+            _mount("", target, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        os.close(fd)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _signal_all(sig: int) -> None:
+    for pid in _descendants(os.getpid()):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _exec_child(spec: dict[str, Any], argv: list[str], env: dict[str, str]) -> None:
+    try:
+        if spec.get("groups") is not None or spec.get("gid") is not None:
+            os.setgroups([int(g) for g in spec.get("groups") or []])
+        if spec.get("gid") is not None:
+            os.setgid(int(spec["gid"]))
+        if spec.get("uid") is not None:
+            os.setuid(int(spec["uid"]))
+        if spec.get("cwd"):
+            os.chdir(spec["cwd"])
+        os.execvpe(argv[0], argv, env)
+    except OSError as e:
+        _write_exit(spec["exitFile"], START_ERROR_CODE, "StartError", f"exec: {argv[0]!r}: {e.strerror}")
+    os._exit(START_ERROR_CODE)
+
+
+def main(spec_path: str) -> int:
+    with open(spec_path) as f:
+        spec: dict[str, Any] = json.load(f)
+    argv, env, exit_file = spec["argv"], spec["env"], spec["exitFile"]
+    try:
+        if spec.get("hostname"):
+            name = spec["hostname"].encode()
+            if _libc.sethostname(name, len(name)) != 0:
+                raise OSError(ctypes.get_errno(), "sethostname")
+        _bind_all(spec.get("mounts") or [])
+        if spec.get("cwd"):
+            os.makedirs(spec["cwd"], exist_ok=True)
+    except OSError as e:
+        _write_exit(exit_file, START_ERROR_CODE, "StartError", f"mounting volumes: {e}")
+        return START_ERROR_CODE
+    found = (
+        os.access(argv[0], os.X_OK)
+        if "/" in argv[0]
+        else shutil.which(argv[0], path=env.get("PATH")) is not None
+    )
+    if not found:
+        msg = f'exec: "{argv[0]}": executable file not found in $PATH' if "/" not in argv[0] else f'exec: "{argv[0]}": no such file or not executable'  # fmt: skip
+        _write_exit(exit_file, START_ERROR_CODE, "StartError", msg)
+        return START_ERROR_CODE
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    child = os.fork()
+    if child == 0:
+        _exec_child(spec, argv, env)
+    signal.signal(signal.SIGTERM, lambda *_: _signal_all(signal.SIGTERM))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    status = 0
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == child:
+            break
+    if os.path.exists(exit_file):  # the child failed to exec and said why
+        return START_ERROR_CODE
+    # What the main process left behind dies with the container.
+    _signal_all(signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    code = os.waitstatus_to_exitcode(status)
+    code = 128 - code if code < 0 else code
+    reason = "Completed" if code == 0 else "Error"
+    _write_exit(exit_file, code, reason)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
