@@ -1,0 +1,86 @@
+"""The launcher's entrypoint kinds and the payload's outcome (log line, termination log)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from kubepool.contract import RESULT_LOG_MARKER, TERMINATION_MESSAGE_MAX_BYTES, Entrypoint
+from kubepool.runtime import result
+from kubepool.runtime.launcher import run_entrypoint
+from kubepool.runtime.result import ExecutionResult
+
+
+@pytest.fixture()
+def payload(tmp_path: Path) -> Iterator[Path]:
+    """A payload dir; the launcher changes cwd, sys.path and sys.argv, so restore them."""
+    cwd, path, argv = os.getcwd(), list(sys.path), list(sys.argv)
+    (tmp_path / "job.py").write_text(
+        "import sys\n"
+        "def train(a, b='x'):\n    return {'a': a, 'b': b}\n"
+        "if __name__ == '__main__':\n"
+        "    __return__ = sys.argv[1:]\n"
+        "    if sys.argv[1:] == ['fail']:\n        raise RuntimeError('boom')\n"
+        "    if sys.argv[1:] == ['exit']:\n        sys.exit(4)\n"
+    )
+    (tmp_path / "jobmod.py").write_text("import sys\nif __name__ == '__main__':\n    sys.exit(int(sys.argv[1]))\n")
+    yield tmp_path
+    os.chdir(cwd)
+    sys.path[:] = path
+    sys.argv[:] = argv
+    sys.modules.pop("job", None)
+    sys.modules.pop("jobmod", None)
+
+
+def test_script_gets_argv_and_returns_dunder_return(payload: Path) -> None:
+    assert run_entrypoint(Entrypoint(path="job.py", args=["1", "2"]), payload, ["--x"]) == (0, ["--x", "1", "2"])
+    assert os.getcwd() == str(payload)
+
+
+def test_script_exit_code_and_exception(payload: Path) -> None:
+    assert run_entrypoint(Entrypoint(path="job.py", args=["exit"]), payload, []) == (4, None)
+    with pytest.raises(RuntimeError, match="boom"):
+        run_entrypoint(Entrypoint(path="job.py", args=["fail"]), payload, [])
+
+
+def test_module_and_command(payload: Path) -> None:
+    assert run_entrypoint(Entrypoint(module="jobmod", args=["3"]), payload, []) == (3, None)
+    assert run_entrypoint(Entrypoint(command=[sys.executable, "-c", "import sys; sys.exit(5)"]), payload, []) == (5, None)
+
+
+def test_function_from_file_and_from_pickle(payload: Path) -> None:
+    assert run_entrypoint(Entrypoint(path="job.py", function="train", args=["7"]), payload, []) == (0, {"a": "7", "b": "x"})
+    (payload / "fn.pkl").write_bytes(cloudpickle.dumps((lambda a, b: a * b, (6,), {"b": 7})))
+    assert run_entrypoint(Entrypoint(path="fn.pkl", function="f"), payload, []) == (0, 42)
+
+
+def test_log_line_roundtrip() -> None:
+    line = result.encode_log_line(ExecutionResult(True, 0, value={"acc": 0.9}))
+    assert line.startswith(RESULT_LOG_MARKER) and "\n" not in line
+    assert result.find_in_log(f"noise\n{line}\nmore\n") == {"success": True, "value": {"acc": 0.9}, "error": "", "traceback": ""}
+
+
+def test_unpicklable_value_becomes_its_repr() -> None:
+    import threading
+
+    doc = result.decode_log_line(result.encode_log_line(ExecutionResult(True, 0, value=threading.Lock())))
+    assert "lock" in doc["value"]
+
+
+def test_termination_message_is_short_and_starts_with_the_error() -> None:
+    res = ExecutionResult(False, 1, error='ValueError: "bad" ' + "x" * 10000, traceback="tb")
+    text = result.termination_message(res, 0)
+    assert len(text.encode()) <= TERMINATION_MESSAGE_MAX_BYTES
+    assert text.startswith('{"error": "ValueError: \\"bad\\" xxx')
+    assert json.loads(text)["exitCode"] == 1
+
+
+def test_result_file(tmp_path: Path) -> None:
+    result.write_result_file(tmp_path, ExecutionResult(True, 0, value=object()))
+    assert json.loads((tmp_path / "result.json").read_text())["value"].startswith("<object")

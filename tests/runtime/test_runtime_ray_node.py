@@ -1,0 +1,50 @@
+"""This instance's `ray start` command line and Ray env (pure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kubepool.contract import Group, JobContract, RaySettings, build_contract
+from kubepool.runtime.ray_node import NodeSpec, RayStartError, ray_env, start_args
+
+
+def job(auth: str = "token") -> JobContract:
+    return build_contract(
+        job_name="j", namespace="ns", job_uid="u",
+        groups=[Group(name="cpu", instance_type="t", count=1, cpus=2, memory_bytes=4 << 30), Group(name="gpu", instance_type="g", count=1, gpus=1)],
+        target_instances=2, min_instances=2, ray=RaySettings(auth_mode=auth),
+    )
+
+
+def flags(argv: list[str]) -> dict[str, str]:
+    return dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+
+
+def test_head_args() -> None:
+    c = job()
+    argv = start_args(c, c.identity(0), NodeSpec("10.0.0.5", "10.0.0.5", Path("/tmp/ray"), 0, 0))
+    f = flags(argv)
+    assert "--head" in argv and "--block" in argv
+    assert (f["node-ip-address"], f["port"], f["dashboard-host"], f["dashboard-port"]) == ("10.0.0.5", "6379", "10.0.0.5", "8265")
+    assert (f["num-cpus"], f["num-gpus"], f["memory"], f["node-manager-port"]) == ("2", "0", str(4 << 30), "6380")
+    assert json.loads(f["resources"]) == {"group:cpu": 1.0, "node_tag:head": 1.0}
+
+
+def test_worker_args_with_port_offset_and_gpus() -> None:
+    c = job()
+    argv = start_args(c, c.identity(1), NodeSpec("10.0.0.6", "10.0.0.5", Path("/tmp/ray"), 1000, 1))
+    f = flags(argv)
+    assert "--head" not in argv and f["address"] == "10.0.0.5:6379"
+    assert (f["num-gpus"], f["node-manager-port"], f["min-worker-port"], f["dashboard-agent-listen-port"]) == ("1", "7380", "11002", "53365")
+    assert json.loads(f["resources"]) == {"group:gpu": 1.0, "node_tag:worker": 1.0}
+
+
+def test_ray_env_auth() -> None:
+    env = ray_env(job(), {"RAY_AUTH_TOKEN": "t" * 64})
+    assert (env["RAY_AUTH_MODE"], env["RAY_USAGE_STATS_ENABLED"]) == ("token", "0")
+    with pytest.raises(RayStartError, match="RAY_AUTH_TOKEN"):
+        ray_env(job(), {})
+    assert ray_env(job("disabled"), {"RAY_AUTH_MODE": "token"})["RAY_AUTH_MODE"] == "disabled"
