@@ -1,0 +1,32 @@
+"""Fixtures for the chart tests: the pinned helm binary and `render` (helm template, no cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from chartlib import CHART, KUBE_VERSION, NAMESPACE, RELEASE, run_helm
+
+from kubepool.local import controlplane
+
+Render = Callable[..., list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The helm built by hack/k8s-bin/build.sh (a no-op when cached)."""
+    return str(controlplane.ensure_binaries(say=lambda _: None) / "helm")
+
+
+@pytest.fixture(scope="session")
+def render(helm: str) -> Render:
+    """`render(*helm_args)` → the rendered objects; fails the test if helm fails."""
+
+    def _render(*args: str) -> list[dict[str, Any]]:
+        proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args)
+        assert proc.returncode == 0, proc.stderr
+        return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+    return _render

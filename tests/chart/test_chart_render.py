@@ -1,0 +1,263 @@
+"""The chart, offline: lint, rendering, least-privilege RBAC, the closed values schema and the CRD copy."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+from chartlib import CHART, KUBE_VERSION, NAMESPACE, REPO, by_kind, run_helm
+
+from kubepool.api import ComputePool, ComputePoolSpec, InstanceFamily
+
+CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+
+# What the operator needs (its brief): (apiGroup, resource) -> verbs. The chart must grant exactly this.
+REQUIRED: dict[tuple[str, str], set[str]] = {
+    ("kubepool.dev", "mljobs"): {"get", "list", "watch", "patch", "delete"},
+    ("kubepool.dev", "mljobs/status"): {"get", "patch"},
+    ("kubepool.dev", "computepools"): {"get", "list", "watch", "patch"},
+    ("kubepool.dev", "computepools/status"): {"get", "patch"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "deletecollection"},
+    ("", "pods/log"): {"get"},
+    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "serviceaccounts"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "secrets"): {"get", "create", "delete"},
+    ("rbac.authorization.k8s.io", "roles"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "patch"},
+    ("", "nodes"): {"get", "list", "watch"},
+    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch", "create"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("", "namespaces"): {"list", "watch"},
+}
+CLUSTER_SCOPED = {"computepools", "computepools/status", "nodes", "priorityclasses", "customresourcedefinitions",
+                  "namespaces", "events", "clusterkopfpeerings"}
+
+
+def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def operator_rules(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """Rules of the operator's own roles (not the end-user ones)."""
+    return [r for o in by_kind(objs, kind) if not re.search(r"-(viewer|editor)$", o["metadata"]["name"]) for r in o["rules"]]
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
+def test_lint_strict(helm: str, values: Any) -> None:
+    args = ["lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION]
+    proc = run_helm(helm, *args, *(["-f", str(values)] if values else []))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_default_render(render: Any) -> None:
+    objs = render()
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == ["ClusterRole"] * 5 + ["ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    [svc] = by_kind(objs, "Service")
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+def test_deployment(render: Any) -> None:
+    [dep] = by_kind(render(), "Deployment")
+    spec = dep["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "kp-kubepool"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [c] = pod["containers"]
+    assert c["image"] == "kubepool/operator:0.1.0"
+    assert c["command"] == ["python", "-m", "kubepool.controller"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["KUBEPOOL_RUNTIME_IMAGE"] == "kubepool/runtime:0.1.0"
+    assert env["KUBEPOOL_DEFAULT_BACKEND"] == "pods"
+    assert env["KUBEPOOL_WATCH_NAMESPACES"] == ""
+    assert env["KUBEPOOL_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8081/healthz"
+    assert env["KUBEPOOL_METRICS_PORT"] == "8080"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8081, "metrics": 8080}
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+
+
+def test_values_reach_the_deployment(render: Any) -> None:
+    objs = render("--set", "image.tag=dev", "--set", "operator.runtimeImage=reg/rt:1",
+                  "--set", "operator.watchNamespaces={a,b}", "--set", "metrics.enabled=false")
+    [dep] = by_kind(objs, "Deployment")
+    [c] = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert c["image"] == "kubepool/operator:dev"
+    assert env["KUBEPOOL_RUNTIME_IMAGE"] == "reg/rt:1"
+    assert env["KUBEPOOL_WATCH_NAMESPACES"] == "a,b"
+    assert env["KUBEPOOL_METRICS_PORT"] == "0"
+    assert not by_kind(objs, "Service")
+
+
+def test_cluster_role_is_exactly_what_the_operator_needs(render: Any) -> None:
+    rules = operator_rules(render(), "ClusterRole")
+    assert grants(rules) == REQUIRED
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
+def test_no_wildcards_and_no_secret_reads(render: Any, values: Any) -> None:
+    objs = render(*(["-f", str(values)] if values else []))
+    for role in by_kind(objs, "ClusterRole") + by_kind(objs, "Role"):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], f"{role['metadata']['name']}: wildcard in {rule}"
+            if "secrets" in rule["resources"]:
+                assert not {"list", "watch"} & set(rule["verbs"]), f"{role['metadata']['name']} may list Secrets"
+
+
+def test_namespaced_rbac_uses_the_same_rules(render: Any) -> None:
+    objs = render("--set", "rbac.namespaced=true", "--set", "operator.watchNamespaces={ml-a,ml-b}")
+    roles = by_kind(objs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["kubepool-system", "ml-a", "ml-b"]
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(objs, "RoleBinding")) == ["kubepool-system", "ml-a", "ml-b"]
+    cluster = grants(operator_rules(objs, "ClusterRole"))
+    assert {res for _, res in cluster} <= CLUSTER_SCOPED
+    for role in roles:
+        namespaced = grants(role["rules"])
+        assert not {res for _, res in namespaced} & CLUSTER_SCOPED
+        # Together they grant exactly what the cluster-wide mode grants.
+        assert {**cluster, **namespaced} == REQUIRED
+
+
+def test_optional_rules(render: Any) -> None:
+    objs = render("--set", "rbac.kuberay=true", "--set", "rbac.kopfPeering=true")
+    granted = grants(operator_rules(objs, "ClusterRole"))
+    assert granted[("ray.io", "rayclusters")] == {"get", "list", "watch", "create", "patch", "delete"}
+    assert ("kopf.dev", "clusterkopfpeerings") in granted and ("kopf.dev", "kopfpeerings") in granted
+
+
+def test_rbac_off(render: Any) -> None:
+    objs = render("--set", "rbac.create=false", "--set", "rbac.userRoles=false")
+    assert not [o for o in objs if o["apiVersion"].startswith("rbac.authorization.k8s.io")]
+
+
+def test_user_roles_aggregate(render: Any) -> None:
+    roles = {r["metadata"]["name"].removeprefix("kp-kubepool-"): r for r in by_kind(render(), "ClusterRole")}
+    agg = {name: {k.rsplit("-", 1)[-1] for k in r["metadata"]["labels"] if "aggregate-to" in k} for name, r in roles.items()}
+    assert agg == {"kp-kubepool": set(), "mljob-viewer": {"view"}, "mljob-editor": {"edit"},
+                   "computepool-viewer": {"view"}, "computepool-editor": set()}
+    assert "create" in grants(roles["mljob-editor"]["rules"])[("kubepool.dev", "mljobs")]
+    assert grants(roles["mljob-viewer"]["rules"])[("kubepool.dev", "mljobs")] == {"get", "list", "watch"}
+
+
+def test_pools_from_values(render: Any) -> None:
+    pools = by_kind(render("-f", str(CHART / "ci" / "ci-values.yaml")), "ComputePool")
+    assert [p["metadata"]["name"] for p in pools] == ["cpu-pool"]
+    pool = ComputePool.model_validate(pools[0])
+    assert pool.spec.max_nodes == 3 and pool.spec.node_selector == {"kubepool.dev/node-pool": "cpu"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--set", "rbac.namespaced=true"], "rbac.namespaced: true needs operator.watchNamespaces"),
+    (["--set", "operator.defaultBackend=kuberay"], "needs rbac.kuberay: true"),
+    (["--set", "metrics.port=8081"], "metrics.port and health.port must differ"),
+    (["--set", "pools[0].name=p", "--set", "pools[0].spec.maxNodes=2", "--set", "pools[0].spec.minNodes=3",
+      "--set", "pools[0].spec.instanceFamily=CPU_X64_S"], "spec.minNodes must not exceed spec.maxNodes"),
+    (["--set", "pools[0].name=p", "--set", "pools[0].spec.maxNodes=2"], "set spec.instanceFamily or spec.resources"),
+    (["--set", "serviceAccount.create=false"], "serviceAccount.name is required"),
+])
+def test_validate_values_fails_with_a_clear_message(helm: str, args: list[str], message: str) -> None:
+    proc = run_helm(helm, "template", "kp", str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("setting", [
+    "unknownKey=1", "image.registry=x", "rbac.bogus=true", "resources.requests.gpu=1",
+    "pools[0].name=p", "operator.defaultBackend=ray",
+])
+def test_schema_rejects_unknown_or_invalid_values(helm: str, setting: str) -> None:
+    proc = run_helm(helm, "template", "kp", str(CHART), "--kube-version", KUBE_VERSION, "--set", setting)
+    assert proc.returncode != 0 and "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+
+
+def _objects(schema: dict[str, Any], path: str = "$") -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    if schema.get("type") == "object":
+        out.append((path, schema))
+    for name, sub in (schema.get("properties") or {}).items():
+        out += _objects(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        out += _objects(schema["items"], f"{path}[]")
+    return out
+
+
+def test_schema_is_closed_at_every_level() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for path, obj in _objects(schema):
+        if "properties" in obj:
+            assert obj.get("additionalProperties") is False, f"{path} is open"
+        else:  # a map (labels, nodeSelector): any key, but typed values
+            assert isinstance(obj.get("additionalProperties"), dict), f"{path} is an untyped object"
+
+
+def test_schema_pool_spec_matches_the_api() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    spec = schema["properties"]["pools"]["items"]["properties"]["spec"]
+    api_fields = {f.alias for f in ComputePoolSpec.model_fields.values()}
+    assert set(spec["properties"]) == api_fields
+    assert spec["properties"]["instanceFamily"]["enum"] == [f.value for f in InstanceFamily]
+
+
+def test_every_value_is_documented() -> None:
+    """Every leaf key has a `# --` comment on itself or on an enclosing key (helm-docs documents subtrees)."""
+    documented: list[int] = []  # indents of the enclosing keys that carry a `# --` comment
+    pending = False
+    undocumented = []
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        if line.lstrip().startswith("# --"):
+            pending = True
+            continue
+        m = re.match(r"^(\s*)([A-Za-z][\w-]*):(.*)$", line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        documented = [i for i in documented if i < indent]
+        is_leaf = yaml.safe_load(m.group(3) or "null") is not None
+        if pending:
+            documented.append(indent)
+        elif is_leaf and not documented:
+            undocumented.append(m.group(2))
+        pending = False
+    assert not undocumented, f"values without a `# --` comment: {undocumented}"
+
+
+def test_values_yaml_matches_the_schema_defaults() -> None:
+    """Every default in values.yaml is a key the schema knows (the schema is closed, helm lint checks types)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(values) == set(schema["properties"])
+
+
+def test_chart_crds_are_a_byte_copy_of_crds() -> None:
+    """charts/kubepool/crds is produced by `make crds`; a hand edit or a stale copy fails here."""
+    src, dst = REPO / "crds", CHART / "crds"
+    names = sorted(p.name for p in src.iterdir())
+    assert names and names == sorted(p.name for p in dst.iterdir())
+    _, mismatch, errors = filecmp.cmpfiles(src, dst, names, shallow=False)
+    assert not mismatch and not errors, f"run `make crds`: {mismatch or errors} differ"
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == "0.1.0"
