@@ -1,0 +1,127 @@
+"""Pure parts of the agent besides podspec: IP allocation, volume projections, log tails, the Node object,
+termination messages."""
+
+from __future__ import annotations
+
+import base64
+import stat
+from pathlib import Path
+
+import pytest
+
+from kubepool.local.agent import runner
+from kubepool.local.agent.config import NodeConfig
+from kubepool.local.agent.ipam import Ipam, next_free
+from kubepool.local.agent.logs_server import tail_offset
+from kubepool.local.agent.node import node_object
+from kubepool.local.agent.pods import termination_message
+from kubepool.local.agent.volumes import (
+    File,
+    VolumeError,
+    configmap_files,
+    downward_files,
+    secret_files,
+    write_files,
+)
+
+NODE = NodeConfig.from_dict(
+    {
+        "name": "gpu-node-1",
+        "ip": "127.0.2.1",
+        "podCIDR": "127.111.0.0/16",
+        "capacity": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1},
+        "labels": {"kubepool.dev/node-pool": "gpu"},
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    }
+)
+
+
+def test_next_free_skips_used_and_continues_after_last() -> None:
+    assert next_free("127.101.0.0/16", []) == "127.101.0.1"
+    assert next_free("127.101.0.0/16", ["127.101.0.1"]) == "127.101.0.2"
+    assert next_free("127.101.0.0/16", [], after="127.101.0.5") == "127.101.0.6"
+    assert next_free("127.101.0.0/16", [], after="127.101.0.254") == "127.101.1.1"  # .255/.0 skipped
+    with pytest.raises(RuntimeError):
+        next_free("127.101.0.0/30", ["127.101.0.1", "127.101.0.2"])
+
+
+def test_ipam_is_stable_per_pod(tmp_path: Path) -> None:
+    ipam = Ipam("127.101.0.0/16", tmp_path)
+    a, b = ipam.ip_for("uid-a"), ipam.ip_for("uid-b")
+    assert a != b and ipam.ip_for("uid-a") == a
+    assert Ipam("127.101.0.0/16", tmp_path).used() == {"uid-a": a, "uid-b": b}
+
+
+def test_configmap_and_secret_projections() -> None:
+    cm = {"data": {"a": "1", "b": "2"}, "binaryData": {"bin": base64.b64encode(b"\x00").decode()}}
+    assert [f.path for f in configmap_files(cm, None, 0o644, "cm", False)] == ["a", "b", "bin"]
+    items = [{"key": "a", "path": "sub/a.txt", "mode": 0o600}]
+    assert configmap_files(cm, items, 0o644, "cm", False) == [File("sub/a.txt", b"1", 0o600)]
+    with pytest.raises(VolumeError):
+        configmap_files(None, None, 0o644, "cm", False)
+    assert configmap_files(None, None, 0o644, "cm", True) == []
+    secret = {"data": {"token": base64.b64encode(b"s3cr3t").decode()}}
+    assert secret_files(secret, None, 0o400, "s", False) == [File("token", b"s3cr3t", 0o400)]
+    with pytest.raises(VolumeError):
+        secret_files(secret, [{"key": "nope", "path": "x"}], 0o400, "s", False)
+
+
+def test_downward_projection() -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "1", "b": "2"}},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    files = downward_files(
+        pod,
+        [
+            {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}},
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+            {"path": "cpu", "resourceFieldRef": {"resource": "limits.cpu", "containerName": "c"}},
+        ],
+        0o644,
+        {"cpu": "4"},
+    )
+    assert [(f.path, f.content) for f in files] == [
+        ("namespace", b"ns"),
+        ("labels", b'a="1"\nb="2"'),
+        ("cpu", b"4"),
+    ]
+
+
+def test_write_files_replaces_projection(tmp_path: Path) -> None:
+    write_files(tmp_path, [File("a", b"1", 0o644), File("d/b", b"2", 0o600)], None)
+    write_files(tmp_path, [File("a", b"3", 0o640)], None)
+    assert (tmp_path / "a").read_bytes() == b"3" and not (tmp_path / "d" / "b").exists()
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o640
+    with pytest.raises(VolumeError):
+        write_files(tmp_path, [File("../escape", b"", 0o644)], None)
+
+
+def test_tail_offset(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_bytes(b"one\ntwo\nthree\n")
+    assert log.read_bytes()[tail_offset(log, 2) :] == b"two\nthree\n"
+    assert tail_offset(log, 10) == 0
+    assert tail_offset(log, 0) == log.stat().st_size
+
+
+def test_node_object() -> None:
+    node = node_object(NODE, "2026-01-01T00:00:00Z")
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "gpu-node-1"
+    assert node["metadata"]["labels"]["kubepool.dev/node-pool"] == "gpu"
+    assert node["spec"]["taints"][0]["effect"] == "NoSchedule"
+    status = node["status"]
+    assert status["capacity"]["nvidia.com/gpu"] == "1" and status["allocatable"] == status["capacity"]
+    assert status["addresses"][0] == {"type": "InternalIP", "address": "127.0.2.1"}
+    assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    assert [c for c in status["conditions"] if c["type"] == "Ready"][0]["status"] == "True"
+
+
+def test_termination_message_file_then_log_fallback(tmp_path: Path) -> None:
+    (tmp_path / runner.LOG).write_text("".join(f"line {i}\n" for i in range(100)))
+    assert termination_message(tmp_path, "File", 1) == ""
+    fallback = termination_message(tmp_path, "FallbackToLogsOnError", 1)
+    assert fallback.endswith("line 99") and "line 19\n" not in fallback
+    assert termination_message(tmp_path, "FallbackToLogsOnError", 0) == ""
+    (tmp_path / runner.TERMINATION_LOG).write_text("boom")
+    assert termination_message(tmp_path, "FallbackToLogsOnError", 1) == "boom"

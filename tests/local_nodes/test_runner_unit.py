@@ -1,0 +1,91 @@
+"""The sandbox supervisor and runner on this machine, without a cluster: private mounts per run, hostname,
+exit codes, start errors, and stopping a container with everything it spawned."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubepool.local.agent import runner
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mount namespaces with bind mounts need root")
+
+
+def spec(argv: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "argv": argv,
+        "env": {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        "cwd": None,
+        "mounts": [],
+        **extra,
+    }
+
+
+async def test_private_mounts_hostname_and_exit_code(tmp_path: Path) -> None:
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    (vol / "contract.json").write_text("{}")
+    target = f"/etc/kubepool-runner-test-{os.getpid()}"
+    code = f"import os,socket; print(os.listdir({target!r}), socket.gethostname()); raise SystemExit(3)"
+    run = await runner.start(
+        tmp_path / "run",
+        spec(
+            ["python", "-c", code],
+            hostname="algo-7",
+            mounts=[{"source": str(vol), "target": target, "readOnly": True}],
+        ),
+    )
+    info = await run.wait()
+    assert info["exitCode"] == 3 and info["reason"] == "Error"
+    assert (run.dir / runner.LOG).read_text().strip() == "['contract.json'] algo-7"
+    assert os.listdir(target) == []  # only the container saw the volume
+    os.rmdir(target)
+
+
+async def test_missing_command_is_a_start_error(tmp_path: Path) -> None:
+    run = await runner.start(tmp_path / "run", spec(["no-such-command-kubepool"]))
+    info = await run.wait()
+    assert info["exitCode"] == 128 and info["reason"] == "StartError"
+    assert "executable file not found" in info["message"]
+
+
+async def test_stop_kills_daemons_in_new_sessions(tmp_path: Path) -> None:
+    pidfile = tmp_path / "daemon.pid"
+    code = (
+        "import subprocess,time,sys;"
+        f"p=subprocess.Popen(['sleep','300'], start_new_session=True); open({str(pidfile)!r},'w').write(str(p.pid));"
+        "time.sleep(300)"
+    )
+    run = await runner.start(tmp_path / "run", spec(["python", "-c", code]))
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    daemon = int(pidfile.read_text())
+    await run.stop(grace_s=5)
+    assert not run.alive()
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(daemon, 0)
+    assert run.exit_info()["exitCode"] == 143  # SIGTERM, handled within the grace period
+
+
+async def test_find_adopts_a_live_run(tmp_path: Path) -> None:
+    run = await runner.start(tmp_path / "run", spec(["sleep", "30"]))
+    found = runner.find(run.dir)
+    assert found is not None and found.proc is None and found.alive()
+    await found.stop(grace_s=1)
+    await run.wait()
+    assert not found.alive()
+
+
+def test_latest_run(tmp_path: Path) -> None:
+    assert runner.latest_run(tmp_path / "none") is None
+    for n in ("0", "1", "10"):
+        (tmp_path / n).mkdir()
+    assert runner.latest_run(tmp_path) == (10, tmp_path / "10")
