@@ -12,6 +12,7 @@ import yaml
 from chartlib import CHART, KUBE_VERSION, NAMESPACE, REPO, by_kind, run_helm
 
 from kubepool.api import ComputePool, ComputePoolSpec, InstanceFamily
+from kubepool.controller.config import ENV_PREFIX, OperatorConfig
 
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 
@@ -56,6 +57,14 @@ def operator_rules(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]
     return [r for o in by_kind(objs, kind) if not re.search(r"-(viewer|editor)$", o["metadata"]["name"]) for r in o["rules"]]
 
 
+def operator_config(container: dict[str, Any]) -> OperatorConfig:
+    """What the operator reads from the container's env: every variable must be one of its settings."""
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    unknown = {n for n in env if n.removeprefix(ENV_PREFIX).lower() not in OperatorConfig.model_fields}
+    assert not unknown, f"the operator does not read {unknown}"
+    return OperatorConfig.from_env(env)
+
+
 @pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
 def test_lint_strict(helm: str, values: Any) -> None:
     args = ["lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION]
@@ -85,12 +94,11 @@ def test_deployment(render: Any) -> None:
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["KUBEPOOL_RUNTIME_IMAGE"] == "kubepool/runtime:0.1.0"
-    assert env["KUBEPOOL_DEFAULT_BACKEND"] == "pods"
-    assert env["KUBEPOOL_WATCH_NAMESPACES"] == ""
-    assert env["KUBEPOOL_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8081/healthz"
-    assert env["KUBEPOOL_METRICS_PORT"] == "8080"
+    assert c["args"] == ["--standalone"]
+    cfg = operator_config(c)
+    assert cfg.default_image == "kubepool/runtime:0.1.0"
+    assert cfg.default_backend == "pods" and cfg.namespaces == ()
+    assert (cfg.liveness_port, cfg.metrics_port) == (8081, 8080)
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8081, "metrics": 8080}
@@ -102,11 +110,9 @@ def test_values_reach_the_deployment(render: Any) -> None:
                   "--set", "operator.watchNamespaces={a,b}", "--set", "metrics.enabled=false")
     [dep] = by_kind(objs, "Deployment")
     [c] = dep["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in c["env"]}
     assert c["image"] == "kubepool/operator:dev"
-    assert env["KUBEPOOL_RUNTIME_IMAGE"] == "reg/rt:1"
-    assert env["KUBEPOOL_WATCH_NAMESPACES"] == "a,b"
-    assert env["KUBEPOOL_METRICS_PORT"] == "0"
+    cfg = operator_config(c)
+    assert cfg.default_image == "reg/rt:1" and cfg.namespaces == ("a", "b") and cfg.metrics_port == 0
     assert not by_kind(objs, "Service")
 
 
@@ -141,10 +147,12 @@ def test_namespaced_rbac_uses_the_same_rules(render: Any) -> None:
 
 
 def test_optional_rules(render: Any) -> None:
-    objs = render("--set", "rbac.kuberay=true", "--set", "rbac.kopfPeering=true")
+    objs = render("--set", "rbac.kuberay=true", "--set", "operator.peering=true")
     granted = grants(operator_rules(objs, "ClusterRole"))
     assert granted[("ray.io", "rayclusters")] == {"get", "list", "watch", "create", "patch", "delete"}
     assert ("kopf.dev", "clusterkopfpeerings") in granted and ("kopf.dev", "kopfpeerings") in granted
+    [dep] = by_kind(objs, "Deployment")
+    assert "args" not in dep["spec"]["template"]["spec"]["containers"][0]  # peering: not --standalone
 
 
 def test_rbac_off(render: Any) -> None:

@@ -53,7 +53,7 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, list, watch, create, update, patch]
-{{- if $v.rbac.kopfPeering }}
+{{- if $v.operator.peering }}
 # Framework: kopf's namespaced peering objects.
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
@@ -92,7 +92,7 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-{{- if $v.rbac.kopfPeering }}
+{{- if $v.operator.peering }}
 # Framework: kopf's cluster-wide peering objects.
 - apiGroups: [kopf.dev]
   resources: [clusterkopfpeerings]
