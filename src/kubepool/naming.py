@@ -21,6 +21,7 @@ LABEL_GROUP = f"{GROUP}/group"
 LABEL_INSTANCE = f"{GROUP}/instance-id"
 LABEL_ROLE = f"{GROUP}/role"  # head | worker
 LABEL_POOL = f"{GROUP}/pool"
+LABEL_ATTEMPT = f"{GROUP}/attempt"  # retry attempt (backoffLimit) that created the pod
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kubepool"
 ROLE_HEAD, ROLE_WORKER = "head", "worker"
@@ -63,9 +64,11 @@ def _fit(name: str, limit: int = MAX_NAME) -> str:
     return f"{name[: limit - 9].rstrip('-')}-{digest}"
 
 
-def pod_name(job: str, group: str, index_in_group: int) -> str:
-    """Deterministic pod name of one instance: `<job>-<group>-<index in group>`."""
-    return _fit(f"{job}-{dns_label(group)}-{index_in_group}")
+def pod_name(job: str, group: str, index_in_group: int, attempt: int = 0) -> str:
+    """Deterministic pod name of one instance: `<job>-<group>-<index in group>`; retries (attempt N > 0)
+    add `-rN` so a retry never waits for the previous attempt's pods to be gone."""
+    suffix = f"-r{attempt}" if attempt else ""
+    return _fit(f"{job}-{dns_label(group)}-{index_in_group}{suffix}")
 
 
 def service_name(job: str) -> str:
@@ -94,6 +97,11 @@ def ray_token_secret_name(job: str) -> str:
 
 def runtime_service_account_name(job: str) -> str:
     return _fit(f"{job}-runtime")
+
+
+def runtime_role_name(job: str) -> str:
+    """Role and RoleBinding of the job's runtime ServiceAccount (same name as the account)."""
+    return runtime_service_account_name(job)
 
 
 def network_policy_name(job: str) -> str:

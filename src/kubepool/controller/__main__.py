@@ -1,0 +1,39 @@
+"""`python -m kubepool.controller`: the same as `kopf run -m kubepool.controller.main`, with a liveness
+endpoint by default. Argument parsing only."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import kopf
+
+from kubepool.controller import main as _registers_handlers  # noqa: F401  (import = registration)
+from kubepool.controller.config import OperatorConfig
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m kubepool.controller", description="The kubepool operator.")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    p.add_argument("--liveness", default=None, metavar="URL",
+                   help="liveness endpoint (default http://0.0.0.0:<KUBEPOOL_OPERATOR_LIVENESS_PORT>/healthz)")
+    p.add_argument("--standalone", action="store_true", help="ignore peering (a single replica)")
+    p.add_argument("--verbose", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
+    cfg = OperatorConfig.from_env()
+    namespaces = ns.namespace or list(cfg.namespaces)
+    liveness = ns.liveness or (f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None)
+    kopf.configure(verbose=ns.verbose)
+    kopf.run(clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=liveness,
+             standalone=ns.standalone)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Shared pieces of the builders: the job's identity, labels, owner references, where each instance
+runs (its pool) and quantity parsing. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubepool import naming
+from kubepool.api import ComputePool, MLJob
+
+Obj = dict[str, Any]
+RAY_TOKEN_KEY = "token"  # key of the Ray token in the job's Secret
+
+_UNITS: dict[str, Decimal] = {
+    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
+    "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18), "Ki": Decimal(2**10), "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30), "Ti": Decimal(2**40), "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+}  # fmt: skip
+_QUANTITY = re.compile(r"^\+?([0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+def parse_quantity(value: str) -> Decimal:
+    """A Kubernetes quantity ("3", "500m", "13Gi") as a number."""
+    m = _QUANTITY.match(value.strip())
+    if not m or m.group(2) not in _UNITS:
+        raise ValueError(f"invalid quantity {value!r}")
+    return Decimal(m.group(1)) * _UNITS[m.group(2)]
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The identity of one MLJob: what every child's name, labels and owner reference derive from."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, job: MLJob) -> JobRef:
+        meta = job.metadata
+        return cls(name=meta["name"], namespace=meta.get("namespace", "default"), uid=meta.get("uid", ""))
+
+    def owner_reference(self) -> Obj:
+        # blockOwnerDeletion stays off: it would need update on mljobs/finalizers and buys nothing with
+        # background garbage collection.
+        return {"apiVersion": naming.API_VERSION, "kind": naming.MLJOB_KIND, "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": False}
+
+    def labels(self) -> dict[str, str]:
+        return {naming.LABEL_JOB: self.name, naming.LABEL_JOB_UID: self.uid, naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
+
+    def metadata(self, name: str, **extra_labels: str) -> Obj:
+        return {"name": name, "namespace": self.namespace, "labels": {**self.labels(), **extra_labels},
+                "ownerReferences": [self.owner_reference()]}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One instance: its global id, group, rank in the group and pool."""
+
+    instance_id: int
+    group: str
+    rank: int
+    pool: str
+
+
+def placement_of(job: MLJob) -> list[Placement]:
+    """Every instance of the job in contract order: instance 0 (the head) is the first group's first."""
+    spec = job.spec
+    if spec.instance_groups:
+        groups = [(g.name, g.compute_pool, g.instance_count) for g in spec.instance_groups]
+    else:
+        groups = [(naming.DEFAULT_GROUP, spec.compute_pool or "", spec.resolved_target())]
+    out: list[Placement] = []
+    for group, pool, count in groups:
+        first = len(out)
+        out.extend(Placement(first + r, group, r, pool) for r in range(count))
+    return out
+
+
+def pools_of(job: MLJob) -> list[str]:
+    """The job's pool names, in first-use order."""
+    return list(dict.fromkeys(p.pool for p in placement_of(job)))
+
+
+def pool_named(pools: dict[str, ComputePool], name: str) -> ComputePool:
+    try:
+        return pools[name]
+    except KeyError:
+        raise ValueError(f"ComputePool {name!r} is not known") from None

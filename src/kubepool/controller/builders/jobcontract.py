@@ -1,0 +1,76 @@
+"""Builds the runtime contract (`kubepool.contract.JobContract`) of one job attempt from its spec and
+pools, with `contract.build_contract`. Pure."""
+
+from __future__ import annotations
+
+from kubepool import contract, naming
+from kubepool.api import Channel as ApiChannel
+from kubepool.api import ComputePool, MLJob
+from kubepool.controller.builders.common import JobRef, parse_quantity, placement_of, pool_named
+
+CHANNELS_DIR = "/opt/kubepool/channels"  # PVC and ConfigMap channels are mounted at CHANNELS_DIR/<name>
+
+
+def channel_mount_path(name: str) -> str:
+    return f"{CHANNELS_DIR}/{name}"
+
+
+def _channel(ch: ApiChannel) -> contract.Channel:
+    src = ch.source
+    if src.s3 is not None:
+        source = contract.ChannelSource(s3_uri=src.s3.uri, s3_endpoint_url=src.s3.endpoint_url)
+    else:
+        source = contract.ChannelSource(local_path=channel_mount_path(ch.name))
+    return contract.Channel(
+        name=ch.name, distribution=ch.distribution, source=source,
+        instance_groups=list(ch.instance_groups or []), content_type=ch.content_type,
+    )
+
+
+def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
+    counts: dict[str, tuple[str, int]] = {}
+    for p in placement_of(job):
+        pool, n = counts.get(p.group, (p.pool, 0))
+        counts[p.group] = (pool, n + 1)
+    out = []
+    for group, (pool_name, count) in counts.items():
+        spec = pool_named(pools, pool_name).spec
+        size = spec.instance_size()
+        out.append(contract.Group(
+            name=group, instance_type=str(spec.instance_family or "custom"), count=count,
+            cpus=float(parse_quantity(size.cpu)), memory_bytes=int(parse_quantity(size.memory)), gpus=size.gpus,
+        ))
+    return out
+
+
+def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: int = 0) -> contract.JobContract:
+    """The contract of `attempt`: instance pods carry that attempt's names.
+
+    Raises:
+        ValueError: a pool of the job is not in `pools`.
+    """
+    ref, spec = JobRef.of(job), job.spec
+    ep = spec.entrypoint
+    doc = contract.build_contract(
+        job_name=ref.name,
+        namespace=ref.namespace,
+        job_uid=ref.uid,
+        groups=_groups(job, pools),
+        target_instances=spec.resolved_target(),
+        min_instances=spec.resolved_min(),
+        instances_timeout_seconds=spec.instances_timeout_seconds,
+        channels=[_channel(c) for c in spec.channels or []],
+        hyperparameters=spec.hyper_parameters,
+        entrypoint=contract.Entrypoint(
+            path=ep.file, module=ep.module, command=ep.command, args=list(spec.args),
+            working_dir=spec.working_dir, function=ep.function,
+        ),
+        mode=spec.mode,
+        distribution_instance_groups=list(spec.distribution_instance_groups or []),
+        ray=contract.RaySettings(auth_mode=spec.ray.auth_mode),
+    )
+    if not attempt:
+        return doc
+    instances = [i.model_copy(update={"pod": naming.pod_name(ref.name, i.group, i.rank_in_group, attempt)})
+                 for i in doc.instances]
+    return doc.model_copy(update={"instances": instances})

@@ -1,0 +1,174 @@
+"""Builds the instance pods of a job attempt: one pod per instance, placed on the instance's pool (one
+instance per node), wired to the runtime contract and locked down to the `restricted` Pod Security
+level. Pure."""
+
+from __future__ import annotations
+
+from kubepool import contract, naming
+from kubepool.api import ComputePool, MLJob
+from kubepool.api.families import GPU_RESOURCE
+from kubepool.controller.builders.common import (
+    RAY_TOKEN_KEY,
+    JobRef,
+    Obj,
+    Placement,
+    placement_of,
+    pool_named,
+)
+from kubepool.controller.builders.jobcontract import channel_mount_path
+from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
+
+CONTAINER = "runtime"
+TMP_DIR = "/tmp"
+SHM_DIR = "/dev/shm"
+RUNTIME_UID = 1000
+
+
+def _resources(pool: ComputePool) -> Obj:
+    size = pool.spec.instance_size()
+    amounts: dict[str, str] = {"cpu": size.cpu, "memory": size.memory}
+    if size.gpus:
+        amounts[GPU_RESOURCE] = str(size.gpus)
+    # requests == limits: the instance owns its node's share (Guaranteed QoS), as on Snowflake.
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _affinity(pool_name: str) -> Obj:
+    # One instance of a pool per node, across all the pool's jobs: the pool's unit is a node.
+    term = {"labelSelector": {"matchLabels": {naming.LABEL_POOL: pool_name}}, "topologyKey": "kubernetes.io/hostname"}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def _env(job: MLJob, inst: Placement, ref: JobRef) -> list[Obj]:
+    spec = job.spec
+    env: list[Obj] = [
+        {"name": contract.ENV_CONTRACT_FILE, "value": contract.CONTRACT_PATH},
+        {"name": contract.ENV_INSTANCE_ID, "value": str(inst.instance_id)},
+        {"name": contract.ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": contract.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": contract.ENV_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": contract.ENV_BASE_DIR, "value": contract.DEFAULT_BASE_DIR},
+        {"name": contract.ENV_PAYLOAD_DIR, "value": contract.PAYLOAD_DIR},
+        {"name": contract.ENV_RESULT_DIR, "value": contract.RESULT_DIR},
+        {"name": contract.ENV_RAY_AUTH_MODE, "value": spec.ray.auth_mode},
+    ]
+    if spec.ray.auth_mode == "token":
+        env.append({"name": contract.ENV_RAY_AUTH_TOKEN, "valueFrom": {"secretKeyRef": {
+            "name": naming.ray_token_secret_name(ref.name), "key": RAY_TOKEN_KEY}}})
+    ours = {e["name"] for e in env}
+    # User env cannot override the contract's variables: the runtime would read a lie.
+    env.extend({"name": e.name, "value": e.value} for e in spec.env if e.name not in ours)
+    return env
+
+
+def _volumes(job: MLJob, inst: Placement, ref: JobRef) -> tuple[list[Obj], list[Obj]]:
+    spec = job.spec
+    volumes: list[Obj] = [
+        {"name": "contract", "configMap": {"name": naming.contract_configmap_name(ref.name)}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "base", "emptyDir": {}},
+        {"name": "result", "emptyDir": {}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    mounts: list[Obj] = [
+        {"name": "contract", "mountPath": contract.CONTRACT_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": TMP_DIR},
+        {"name": "base", "mountPath": contract.DEFAULT_BASE_DIR},
+        {"name": "result", "mountPath": contract.RESULT_DIR},
+        {"name": "dshm", "mountPath": SHM_DIR},
+    ]
+    code = spec.code
+    if code is not None and code.config_map:
+        volumes.append({"name": "payload", "configMap": {"name": code.config_map}})
+        mounts.append({"name": "payload", "mountPath": contract.PAYLOAD_DIR, "readOnly": True})
+    elif code is not None and code.persistent_volume_claim:
+        pvc = code.persistent_volume_claim
+        volumes.append({"name": "payload", "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True}})
+        mounts.append({"name": "payload", "mountPath": contract.PAYLOAD_DIR, "readOnly": True,
+                       **({"subPath": pvc.sub_path} if pvc.sub_path else {})})
+    for i, ch in enumerate(spec.channels or []):
+        if ch.instance_groups and inst.group not in ch.instance_groups:
+            continue  # SageMaker: a channel assigned to groups reaches only their instances
+        src, vol = ch.source, f"channel-{i}"
+        mount: Obj = {"name": vol, "mountPath": channel_mount_path(ch.name), "readOnly": True}
+        if src.persistent_volume_claim is not None:
+            volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": src.persistent_volume_claim.claim_name, "readOnly": True}})
+            if src.persistent_volume_claim.sub_path:
+                mount["subPath"] = src.persistent_volume_claim.sub_path
+        elif src.config_map is not None:
+            volumes.append({"name": vol, "configMap": {"name": src.config_map.name}})
+        else:
+            continue  # s3 channels are downloaded by the runtime
+        mounts.append(mount)
+    return volumes, mounts
+
+
+def _env_from(job: MLJob) -> list[Obj]:
+    secrets = dict.fromkeys(c.source.s3.credentials_secret for c in job.spec.channels or []
+                            if c.source.s3 is not None and c.source.s3.credentials_secret)
+    return [{"secretRef": {"name": s}} for s in secrets]
+
+
+def _security() -> tuple[Obj, Obj]:
+    pod = {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_UID, "fsGroup": RUNTIME_UID,
+           "seccompProfile": {"type": "RuntimeDefault"}}
+    container = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                 "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    return pod, container
+
+
+def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, cfg: OperatorConfig) -> Obj:
+    """The pod of one instance of one attempt."""
+    ref = JobRef.of(job)
+    svc = naming.service_name(ref.name)
+    volumes, mounts = _volumes(job, inst, ref)
+    pod_sc, container_sc = _security()
+    container: Obj = {
+        "name": CONTAINER,
+        "image": job.spec.image or cfg.default_image,
+        "imagePullPolicy": cfg.image_pull_policy,
+        "command": [cfg.python, "-m", "kubepool.runtime"],
+        "env": _env(job, inst, ref),
+        "resources": _resources(pool),
+        "volumeMounts": mounts,
+        "securityContext": container_sc,
+        "terminationMessagePath": contract.TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    env_from = _env_from(job)
+    if env_from:
+        container["envFrom"] = env_from
+    per_job_account = cfg.runtime_account is RuntimeAccountPolicy.PER_JOB
+    spec: Obj = {
+        "restartPolicy": "Never",
+        "hostname": naming.sagemaker_host(inst.instance_id),
+        "subdomain": svc,
+        "dnsConfig": {"searches": [f"{svc}.{ref.namespace}.svc.cluster.local"]},
+        "containers": [container],
+        "volumes": volumes,
+        "securityContext": pod_sc,
+        "affinity": _affinity(inst.pool),
+        "terminationGracePeriodSeconds": cfg.pod_termination_grace_seconds,
+        "automountServiceAccountToken": per_job_account,
+        "enableServiceLinks": False,
+    }
+    if per_job_account:
+        spec["serviceAccountName"] = naming.runtime_service_account_name(ref.name)
+    if pool.spec.node_selector:
+        spec["nodeSelector"] = dict(pool.spec.node_selector)
+    if pool.spec.tolerations:
+        spec["tolerations"] = [t.wire() for t in pool.spec.tolerations]
+    role = naming.ROLE_HEAD if inst.instance_id == 0 else naming.ROLE_WORKER
+    meta = ref.metadata(
+        naming.pod_name(ref.name, inst.group, inst.rank, attempt),
+        **{naming.LABEL_GROUP: naming.dns_label(inst.group), naming.LABEL_INSTANCE: str(inst.instance_id),
+           naming.LABEL_ROLE: role, naming.LABEL_POOL: inst.pool, naming.LABEL_ATTEMPT: str(attempt)},
+    )
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def build_instance_pods(job: MLJob, pools: dict[str, ComputePool], *, granted: int, attempt: int,
+                        cfg: OperatorConfig) -> list[Obj]:
+    """Pods of the first `granted` instances (admission grants a prefix that contains the head)."""
+    return [build_instance_pod(job, pool_named(pools, p.pool), p, attempt=attempt, cfg=cfg)
+            for p in placement_of(job)[:granted]]

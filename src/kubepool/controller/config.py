@@ -1,0 +1,51 @@
+"""OperatorConfig: the operator's settings, read once from the environment at startup and passed
+explicitly to everything that needs them. Builders and status functions never read the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kubepool.api import Backend
+
+ENV_PREFIX = "KUBEPOOL_OPERATOR_"
+
+
+class RuntimeAccountPolicy(StrEnum):
+    """Which ServiceAccount instance pods run as."""
+
+    PER_JOB = "per-job"  # a ServiceAccount + Role per job: read pods, get/patch its own MLJob, nothing else
+    NONE = "none"  # the namespace's default account, with no API token mounted
+
+
+class OperatorConfig(BaseModel):
+    """Operator-wide defaults; each field can be set with KUBEPOOL_OPERATOR_<FIELD> (upper case)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    default_image: str = Field("kubepool/runtime:dev", description="Image of instance pods when spec.image is unset.")
+    default_backend: Backend = Backend.PODS
+    namespaces: tuple[str, ...] = Field((), description="Watched namespaces; empty means all.")
+    runtime_account: RuntimeAccountPolicy = RuntimeAccountPolicy.PER_JOB
+    python: str = Field("python", description="Interpreter that runs `-m kubepool.runtime` in the image.")
+    image_pull_policy: str = "IfNotPresent"
+    # Workers leave on their own once the head is done; this is how long they get before being deleted.
+    worker_grace_seconds: int = Field(30, ge=0)
+    # Deleting a pod gives it this long to exit on SIGTERM (Ray shuts down in a few seconds).
+    pod_termination_grace_seconds: int = Field(10, ge=0)
+    liveness_port: int = 8080
+    metrics_port: int = 9090
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is None:
+                continue
+            values[name] = tuple(n for n in raw.replace(",", " ").split() if n) if name == "namespaces" else raw
+        return cls.model_validate(values)

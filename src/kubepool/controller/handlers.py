@@ -1,0 +1,86 @@
+"""kopf glue only: indexes over what the operator watches, and thin handlers that route every trigger to
+`reconcile`. No business logic here."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kopf
+
+from kubepool import naming
+from kubepool.controller import reconcile
+from kubepool.controller.observed import NodeView, PodView
+from kubepool.controller.state import OperatorState
+
+MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
+
+
+def _op(memo: kopf.Memo, kwargs: dict[str, Any]) -> OperatorState:
+    """The operator's state, with the kopf indexes (live views) captured for background reconciles."""
+    op: OperatorState = memo.op
+    if not op.indexes:
+        op.indexes = {k: v for k, v in kwargs.items() if k.endswith("_index")}
+    return op
+
+
+# --- indexes: the operator reads the cluster from these, never by listing ------------------------------------
+@kopf.index(naming.GROUP, naming.MLJOB_PLURAL)
+async def mljob_index(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[tuple[str, str], Any]:
+    return {(namespace, name): copy.deepcopy(dict(body))}
+
+
+@kopf.index("pods", labels=MANAGED)
+async def pod_index(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> dict[tuple[str, str], PodView] | None:
+    job = labels.get(naming.LABEL_JOB)
+    return {(namespace, job): PodView.of(body)} if job else None
+
+
+@kopf.index(naming.GROUP, naming.POOL_PLURAL)
+async def pool_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+    return {name: copy.deepcopy(dict(body))}
+
+
+@kopf.index("nodes")
+async def node_index(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeView]:
+    return {name: NodeView.of(body)}
+
+
+# --- MLJob -----------------------------------------------------------------------------------------------------
+@kopf.on.resume(naming.GROUP, naming.MLJOB_PLURAL)
+@kopf.on.create(naming.GROUP, naming.MLJOB_PLURAL)
+@kopf.on.update(naming.GROUP, naming.MLJOB_PLURAL, field="spec")
+async def reconcile_mljob(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    await reconcile.reconcile_job(_op(memo, kwargs), reconcile.job_key(body))
+
+
+@kopf.on.event(naming.GROUP, naming.MLJOB_PLURAL)
+async def mljob_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    if event["type"] != "DELETED":
+        return
+    op = _op(memo, kwargs)
+    op.forget(reconcile.job_key(body), body.get("metadata", {}).get("uid", ""))
+    pools = [body.get("spec", {}).get("computePool")] + [g.get("computePool") for g in body.get("spec", {}).get("instanceGroups") or []]
+    reconcile.trigger_waiting(op, [p for p in pools if p])
+
+
+# --- pods, pools, nodes ----------------------------------------------------------------------------------------
+@kopf.on.event("pods", labels=MANAGED)
+async def pod_event(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    key = reconcile.pod_job_key(body)
+    if key is not None:
+        reconcile.spawn_job(_op(memo, kwargs), key)
+
+
+@kopf.on.resume(naming.GROUP, naming.POOL_PLURAL)
+@kopf.on.create(naming.GROUP, naming.POOL_PLURAL)
+@kopf.on.update(naming.GROUP, naming.POOL_PLURAL, field="spec")
+async def reconcile_computepool(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    reconcile.trigger_waiting(_op(memo, kwargs), [name])
+    await reconcile.reconcile_pool(_op(memo, kwargs), name)
+
+
+@kopf.on.event("nodes")
+async def node_event(memo: kopf.Memo, **kwargs: Any) -> None:
+    op = _op(memo, kwargs)
+    reconcile.refresh_pools(op, list(op.pools()))

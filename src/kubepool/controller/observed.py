@@ -1,0 +1,91 @@
+"""Small, typed views of what the operator watches (pods, nodes), built from raw bodies by the index
+handlers. Pure: the status and admission functions read these, never raw API objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubepool import naming
+
+SUCCEEDED, FAILED, PENDING, RUNNING = "Succeeded", "Failed", "Pending", "Running"
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One instance pod as observed."""
+
+    name: str
+    instance_id: int
+    attempt: int
+    job_uid: str = ""
+    phase: str = PENDING
+    ready: bool = False
+    node: str | None = None
+    deleting: bool = False
+    exit_code: int | None = None
+    message: str | None = None
+
+    @property
+    def is_head(self) -> bool:
+        return self.instance_id == 0
+
+    @property
+    def terminated(self) -> bool:
+        return self.phase in (SUCCEEDED, FAILED)
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodView:
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        labels = meta.get("labels") or {}
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        exit_code, message = None, None
+        for cs in status.get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            if "terminated" in state:
+                term = state["terminated"]
+                exit_code, message = term.get("exitCode"), term.get("message") or term.get("reason")
+            elif "waiting" in state:
+                message = (state["waiting"] or {}).get("reason")
+        if message is None and status.get("phase") == PENDING:
+            message = next((c.get("message") for c in status.get("conditions") or []
+                            if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
+        return cls(
+            name=meta.get("name", ""),
+            instance_id=int(labels.get(naming.LABEL_INSTANCE, "-1")),
+            attempt=int(labels.get(naming.LABEL_ATTEMPT, "0")),
+            job_uid=labels.get(naming.LABEL_JOB_UID, ""),
+            phase=status.get("phase") or PENDING,
+            ready=conditions.get("Ready") == "True",
+            node=spec.get("nodeName"),
+            deleting=bool(meta.get("deletionTimestamp")),
+            exit_code=exit_code,
+            message=message,
+        )
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as the pool status needs it."""
+
+    name: str
+    ready: bool
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any]) -> NodeView:
+        meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        taints = tuple(Taint(t.get("key", ""), t.get("effect", ""), t.get("value") or "") for t in spec.get("taints") or [])
+        return cls(name=meta.get("name", ""), ready=ready, labels=dict(meta.get("labels") or {}), taints=taints,
+                   unschedulable=bool(spec.get("unschedulable")))

@@ -1,0 +1,68 @@
+"""PURE plan of what to do with a job's children given its new status: pods to create or delete, whether
+the shared children must exist, whether the job itself is due for deletion (TTL), and when the next
+time-based change is due (so the operator sleeps instead of polling)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from kubepool.api import ComputePool, JobPhase, MLJob, MLJobStatus
+from kubepool.controller import status as job_status
+from kubepool.controller.builders import Obj, build_instance_pods
+from kubepool.controller.config import OperatorConfig
+from kubepool.controller.observed import PodView
+
+# Failures whose pods hold capacity for nothing: removed at once. Other endings (DONE, HeadFailed) give
+# workers `worker_grace_seconds` to leave on their own first.
+_REMOVE_AT_ONCE = {job_status.SUSPENDED, job_status.INSTANCES_UNAVAILABLE, job_status.INSTANCES_LOST,
+                   job_status.DEADLINE_EXCEEDED}
+
+
+@dataclass
+class Plan:
+    ensure_children: bool = False
+    create_pods: list[Obj] = field(default_factory=list)
+    delete_pods: list[str] = field(default_factory=list)
+    delete_job: bool = False
+    wake_at: datetime | None = None
+
+    def wake(self, at: datetime) -> None:
+        self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
+
+
+def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[str, ComputePool], *,
+             cfg: OperatorConfig, now: datetime) -> Plan:
+    plan = Plan()
+    if st.admitted_at is None or st.phase is None:
+        return plan
+    spec = job.spec
+    live = [p for p in pods if not p.terminated and not p.deleting]
+    if not st.phase.finished:
+        plan.ensure_children = True
+        have = {p.name for p in pods}
+        wanted = build_instance_pods(job, pools, granted=len(st.instances), attempt=st.attempt, cfg=cfg)
+        plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
+        plan.delete_pods = [p.name for p in live if p.attempt != st.attempt]
+        if st.phase is JobPhase.PENDING:
+            plan.wake(st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds))
+        if spec.active_deadline_seconds and st.start_time:
+            plan.wake(st.start_time + timedelta(seconds=spec.active_deadline_seconds))
+        return plan
+    done_at = st.completion_time or now
+    if st.reason in _REMOVE_AT_ONCE or st.phase is JobPhase.CANCELLED:
+        plan.delete_pods = [p.name for p in live]
+    else:
+        grace_end = done_at + timedelta(seconds=cfg.worker_grace_seconds)
+        if now >= grace_end:
+            plan.delete_pods = [p.name for p in live]
+        elif live:
+            plan.wake(grace_end)
+    if spec.ttl_seconds_after_finished is not None:
+        expiry = done_at + timedelta(seconds=spec.ttl_seconds_after_finished)
+        if now >= expiry:
+            plan.delete_job = True
+        else:
+            plan.wake(expiry)
+    return plan

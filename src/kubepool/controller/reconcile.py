@@ -1,0 +1,232 @@
+"""Level-based reconciliation of one MLJob or ComputePool: read the in-memory state, call the pure
+status/admission/plan functions, persist the status before creating anything, then make the children
+match. Handlers, pod events and deadline wake-ups all end here; this is the only orchestration."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from kubepool import naming
+from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
+from kubepool.controller import admission, metrics
+from kubepool.controller.builders import (
+    JobRef,
+    build_contract_configmap,
+    build_headless_service,
+    build_job_contract,
+    build_network_policy,
+    build_ray_token_secret,
+    build_runtime_rbac,
+)
+from kubepool.controller.builders.common import pools_of
+from kubepool.controller.config import RuntimeAccountPolicy
+from kubepool.controller.plan import Plan, plan_job
+from kubepool.controller.state import JobKey, OperatorState, claim_of
+from kubepool.controller.status import Observed, compute_job_status, compute_pool_status, status_changed
+from kubepool.kube.errors import KubeError
+
+log = logging.getLogger(__name__)
+KUBERAY_CRD = "rayclusters.ray.io"
+RETRY_SECONDS = 5.0  # a reconcile that hit an API error outside a kopf handler runs again after this
+_WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
+_WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _status_patch(old: MLJobStatus | None, new: MLJobStatus) -> dict[str, Any]:
+    """A merge patch that also removes fields the new status no longer has."""
+    doc = new.wire()
+    for key in (old.wire() if old else {}):
+        doc.setdefault(key, None)
+    return doc
+
+
+async def reconcile_job(op: OperatorState, key: JobKey) -> None:
+    """Bring one job one step closer to its spec. Safe to call any number of times, concurrently."""
+    started = time.monotonic()
+    async with op.lock(key):
+        found = op.job(key)
+        if found is None:
+            return
+        job, body = found
+        if body.get("metadata", {}).get("deletionTimestamp"):
+            return
+        await _reconcile_locked(op, key, job, body)
+    metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+
+async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: dict[str, Any]) -> None:
+    uid = job.metadata.get("uid", "")
+    prev = job.status
+    pods = op.pods(key, uid)
+    pools = op.pools()
+    backend = job.spec.backend or op.cfg.default_backend
+    finished = prev is not None and prev.phase is not None and prev.phase.finished
+    kuberay = backend is Backend.KUBERAY and not finished and await op.api.crd_exists(KUBERAY_CRD)
+    if prev is None or prev.admitted_at is None and not finished:
+        # Decide and persist under one lock, so two jobs never take the same capacity.
+        async with op.admission_lock:
+            capacity = {name: p.spec.max_nodes for name, p in pools.items()}
+            suspended = [name for name, p in pools.items() if p.spec.suspend]
+            decision = admission.decide(claim_of(job, *key), op.claims(), capacity, suspended)
+            new = compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
+                                                   kuberay_installed=kuberay))
+            await _write_status(op, key, job, new)
+    else:
+        new = compute_job_status(job, Observed(pods=pods, now=_now(), backend=backend, kuberay_installed=kuberay))
+        await _write_status(op, key, job, new)
+    plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now())
+    await _apply_plan(op, key, job, new, plan, pools)
+    _announce(body, prev, new)
+    _schedule(op, key, plan)
+    if _freed_capacity(prev, new):
+        trigger_waiting(op, pools_of(job))
+    elif prev is None or (prev.phase, prev.reason, prev.admitted_at) != (new.phase, new.reason, new.admitted_at):
+        refresh_pools(op, pools_of(job))
+
+
+async def _write_status(op: OperatorState, key: JobKey, job: MLJob, new: MLJobStatus) -> None:
+    if not status_changed(job.status, new):
+        return
+    await op.api.patch_job_status(key[0], key[1], _status_patch(job.status, new))
+    op.written[job.metadata.get("uid", "")] = new
+
+
+async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools: dict[str, ComputePool]) -> None:
+    ref = JobRef.of(job)
+    if (ref.uid, st.attempt) in op.children_ready:
+        return
+    if op.cfg.runtime_account is RuntimeAccountPolicy.PER_JOB:
+        for obj in build_runtime_rbac(ref):
+            await op.api.apply(obj)
+    if job.spec.ray.auth_mode == "token":
+        await op.api.create_if_absent(build_ray_token_secret(ref, secrets.token_urlsafe(32)))
+    await op.api.apply(build_contract_configmap(ref, build_job_contract(job, pools, attempt=st.attempt)))
+    await op.api.apply(build_headless_service(ref))
+    await op.api.apply(build_network_policy(ref))
+    op.children_ready.add((ref.uid, st.attempt))
+
+
+async def _apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus, plan: Plan,
+                      pools: dict[str, ComputePool]) -> None:
+    if plan.ensure_children:
+        await _ensure_children(op, job, st, pools)
+    for pod in plan.create_pods:
+        await op.api.create_if_absent(pod)
+    for name in plan.delete_pods:
+        await op.api.delete_pod(key[0], name, op.cfg.pod_termination_grace_seconds)
+    if plan.delete_job:
+        log.info("MLJob %s/%s: ttlSecondsAfterFinished passed; deleting it", *key)
+        await op.api.delete_job(*key)
+
+
+def _announce(body: dict[str, Any], prev: MLJobStatus | None, new: MLJobStatus) -> None:
+    """One Event per transition of (phase, reason)."""
+    before = (prev.phase, prev.reason) if prev else (None, None)
+    if before == (new.phase, new.reason) or new.phase is None:
+        return
+    warning = new.phase in _WARNING_PHASES or new.reason in _WARNING_REASONS
+    kopf.event(body, type="Warning" if warning else "Normal", reason=new.reason or str(new.phase),
+               message=f"{new.phase}: {new.message or ''}"[:1024])
+
+
+def _holds_capacity(st: MLJobStatus | None) -> bool:
+    return st is not None and st.admitted_at is not None and not (st.phase is not None and st.phase.finished)
+
+
+def _freed_capacity(prev: MLJobStatus | None, new: MLJobStatus) -> bool:
+    return _holds_capacity(prev) and not _holds_capacity(new)
+
+
+def _schedule(op: OperatorState, key: JobKey, plan: Plan) -> None:
+    """Wake the job when its next deadline passes (timeouts, TTL, worker grace): no polling."""
+    old = op.wakeups.pop(key, None)
+    if old is not None:
+        old.cancel()
+    if plan.wake_at is None:
+        return
+    delay = max((plan.wake_at - _now()).total_seconds(), 0.0) + 0.5  # a little late beats a little early
+    op.wakeups[key] = asyncio.get_running_loop().call_later(delay, spawn_job, op, key)
+
+
+def spawn_job(op: OperatorState, key: JobKey) -> None:
+    """Reconcile a job in the background (pod events, wake-ups, queue moves); retried on API errors."""
+    asyncio.ensure_future(_guarded(op, key))
+
+
+async def _guarded(op: OperatorState, key: JobKey) -> None:
+    try:
+        await reconcile_job(op, key)
+    except KubeError as e:
+        metrics.API_ERRORS.labels(status=str(e.status)).inc()
+        log.warning("MLJob %s/%s: %s; retrying in %ss", key[0], key[1], e, RETRY_SECONDS)
+        asyncio.get_running_loop().call_later(RETRY_SECONDS, spawn_job, op, key)
+    except Exception:
+        log.exception("MLJob %s/%s: reconcile failed; retrying in %ss", key[0], key[1], RETRY_SECONDS)
+        asyncio.get_running_loop().call_later(RETRY_SECONDS, spawn_job, op, key)
+
+
+def trigger_waiting(op: OperatorState, pool_names: list[str]) -> None:
+    """Capacity or a pool changed: reconcile the jobs waiting on those pools (oldest first) and the pools."""
+    names = set(pool_names)
+    waiting = sorted((c for c in op.claims() if c.waiting and names & set(c.pools)), key=lambda c: c.order)
+    for c in waiting:
+        spawn_job(op, (c.namespace, c.name))
+    refresh_pools(op, pool_names)
+
+
+def refresh_pools(op: OperatorState, pool_names: list[str]) -> None:
+    for name in dict.fromkeys(pool_names):
+        asyncio.ensure_future(reconcile_pool_guarded(op, name))
+    _export(op)
+
+
+async def reconcile_pool(op: OperatorState, name: str) -> None:
+    pools = op.pools()
+    pool = pools.get(name)
+    if pool is None:
+        return
+    new = compute_pool_status(pool, op.nodes(), op.claims(), _now())
+    if pool.status is not None and pool.status.model_dump(exclude={"conditions"}) == new.model_dump(exclude={"conditions"}) \
+            and [c.wire() for c in pool.status.conditions] == [c.wire() for c in new.conditions]:
+        return
+    await op.api.patch_pool_status(name, new.wire())
+
+
+async def reconcile_pool_guarded(op: OperatorState, name: str) -> None:
+    try:
+        await reconcile_pool(op, name)
+    except KubeError as e:
+        metrics.API_ERRORS.labels(status=str(e.status)).inc()
+        log.warning("ComputePool %s: %s", name, e)
+
+
+def _export(op: OperatorState) -> None:
+    counts = dict.fromkeys(JobPhase, 0)
+    for _, job in op.jobs():
+        if job.status and job.status.phase:
+            counts[job.status.phase] += 1
+    for phase, n in counts.items():
+        metrics.JOBS.labels(phase=str(phase)).set(n)
+    metrics.QUEUED.set(sum(1 for c in op.claims() if c.waiting))
+
+
+def job_key(body: Any) -> JobKey:
+    meta = body.get("metadata", {})
+    return meta.get("namespace", "default"), meta.get("name", "")
+
+
+def pod_job_key(body: Any) -> JobKey | None:
+    meta = body.get("metadata", {})
+    job = (meta.get("labels") or {}).get(naming.LABEL_JOB)
+    return (meta.get("namespace", "default"), job) if job else None

@@ -1,0 +1,116 @@
+"""The operator's in-memory view of the cluster: kopf indexes (jobs, pods, pools, nodes) plus the last
+status this process wrote for each job, so a decision never reads a status older than its own write.
+Nothing here calls the API; everything is rebuilt from the watches after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.controller.admission import Claim
+from kubepool.controller.builders.common import placement_of
+from kubepool.controller.config import OperatorConfig
+from kubepool.controller.observed import NodeView, PodView
+from kubepool.kube.aio import Api
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]  # (namespace, name)
+
+
+def _values(index: Any, key: Any) -> list[Any]:
+    try:
+        return list(index[key]) if key in index else []
+    except KeyError:  # the key vanished between the check and the read
+        return []
+
+
+@dataclass
+class OperatorState:
+    """One per operator process, kept in kopf's memo."""
+
+    cfg: OperatorConfig
+    api: Api
+    indexes: Mapping[str, Any] = field(default_factory=dict)  # kopf indexes: live views, refreshed by every handler
+    written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written
+    children_ready: set[tuple[str, int]] = field(default_factory=set)  # (job uid, attempt) whose children exist
+    locks: dict[JobKey, asyncio.Lock] = field(default_factory=dict)
+    admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
+
+    def lock(self, key: JobKey) -> asyncio.Lock:
+        return self.locks.setdefault(key, asyncio.Lock())
+
+    def forget(self, key: JobKey, uid: str) -> None:
+        self.written.pop(uid, None)
+        self.children_ready = {c for c in self.children_ready if c[0] != uid}
+        self.locks.pop(key, None)
+        handle = self.wakeups.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    # --- reads ----------------------------------------------------------------------------------------
+    def job(self, key: JobKey) -> tuple[MLJob, dict[str, Any]] | None:
+        """The job as watched, with the status this process last wrote (if newer than the watch's)."""
+        bodies = _values(self.indexes.get("mljob_index", {}), key)
+        if not bodies:
+            return None
+        body = bodies[0]
+        try:
+            job = MLJob.model_validate(body)
+        except ValidationError as e:
+            log.warning("MLJob %s/%s does not parse: %s", *key, e)
+            return None
+        mine = self.written.get(job.metadata.get("uid", ""))
+        if mine is not None:
+            job.status = mine
+        return job, body
+
+    def jobs(self) -> Iterator[tuple[JobKey, MLJob]]:
+        index = self.indexes.get("mljob_index", {})
+        for key in list(index):
+            found = self.job(key)
+            if found is not None:
+                yield key, found[0]
+
+    def pods(self, key: JobKey, uid: str) -> list[PodView]:
+        return [p for p in _values(self.indexes.get("pod_index", {}), key) if p.job_uid == uid]
+
+    def pools(self) -> dict[str, ComputePool]:
+        out = {}
+        index = self.indexes.get("pool_index", {})
+        for name in list(index):
+            for body in _values(index, name):
+                try:
+                    out[name] = ComputePool.model_validate(body)
+                except ValidationError as e:
+                    log.warning("ComputePool %s does not parse: %s", name, e)
+        return out
+
+    def nodes(self) -> list[NodeView]:
+        index = self.indexes.get("node_index", {})
+        return [n for name in list(index) for n in _values(index, name)]
+
+    def claims(self) -> list[Claim]:
+        """Every unfinished job's claim on its pools."""
+        out = []
+        for (ns, name), job in self.jobs():
+            st = job.status or MLJobStatus()
+            if st.phase is not None and st.phase.finished:
+                continue
+            out.append(claim_of(job, ns, name))
+        return out
+
+
+def claim_of(job: MLJob, namespace: str, name: str) -> Claim:
+    st = job.status or MLJobStatus()
+    return Claim(
+        namespace=namespace, name=name, created=str(job.metadata.get("creationTimestamp", "")),
+        pools=tuple(p.pool for p in placement_of(job)), min_instances=job.spec.resolved_min(),
+        granted=len(st.instances) if st.admitted_at is not None else 0,
+    )

@@ -1,0 +1,230 @@
+"""PURE status functions: an MLJob's status from its spec, previous status, observed pods, admission
+decision and the time; a ComputePool's status from its nodes and the jobs' claims. No I/O, no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from kubepool import naming
+from kubepool.api import (
+    Backend,
+    ComputePool,
+    ComputePoolStatus,
+    Condition,
+    ConditionStatus,
+    InstanceStatus,
+    JobPhase,
+    MLJob,
+    MLJobStatus,
+    PoolPhase,
+)
+from kubepool.controller.admission import Claim, Decision, usage
+from kubepool.controller.builders.common import placement_of
+from kubepool.controller.observed import FAILED, SUCCEEDED, NodeView, PodView
+
+MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enough for `kubectl get -o yaml`
+
+# Reasons (status.reason and Event reasons).
+WAITING_FOR_INSTANCES = "WaitingForInstances"
+INSTANCES_READY = "InstancesReady"
+INSTANCES_UNAVAILABLE = "InstancesUnavailable"
+INSTANCES_LOST = "InstancesLost"
+COMPLETED = "Completed"
+HEAD_FAILED = "HeadFailed"
+RETRYING = "Retrying"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+SUSPENDED = "Suspended"
+KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
+BACKEND_NOT_IMPLEMENTED = "BackendNotImplemented"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything the job's status depends on besides the job itself."""
+
+    pods: Sequence[PodView]
+    now: datetime
+    decision: Decision | None = None  # for a job not admitted yet
+    backend: Backend = Backend.PODS  # resolved (spec or operator default)
+    kuberay_installed: bool = False
+
+
+def _cut(text: str | None) -> str | None:
+    return text if text is None or len(text) <= MESSAGE_MAX else "…" + text[-(MESSAGE_MAX - 1):]
+
+
+def _conditions(prev: Sequence[Condition], st: MLJobStatus, ready_ok: bool, now: datetime,
+                generation: int | None) -> list[Condition]:
+    """Admitted, InstancesReady, Complete, Failed; a condition keeps its transition time while unchanged."""
+    phase = st.phase
+    want = [
+        ("Admitted", st.admitted_at is not None, "Admitted" if st.admitted_at else (st.reason or "Pending")),
+        ("InstancesReady", ready_ok, INSTANCES_READY if ready_ok else WAITING_FOR_INSTANCES),
+        ("Complete", phase is JobPhase.DONE, COMPLETED if phase is JobPhase.DONE else "NotComplete"),
+        ("Failed", phase in (JobPhase.FAILED, JobPhase.CANCELLED),
+         (st.reason or "Failed") if phase in (JobPhase.FAILED, JobPhase.CANCELLED) else "NotFailed"),
+    ]
+    old = {c.type: c for c in prev}
+    out = []
+    for ctype, true, reason in want:
+        status = ConditionStatus.TRUE if true else ConditionStatus.FALSE
+        before = old.get(ctype)
+        since = before.last_transition_time if before is not None and before.status == status else now
+        message = (st.message or "") if true or ctype == "Admitted" else ""
+        out.append(Condition(type=ctype, status=status, reason=reason, message=message[:MESSAGE_MAX],
+                             last_transition_time=since, observed_generation=generation))
+    return out
+
+
+def _instances(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) -> list[InstanceStatus]:
+    mine = {p.instance_id: p for p in pods if p.attempt == attempt}
+    out = []
+    for inst in placement_of(job)[:granted]:
+        pod = mine.get(inst.instance_id)
+        out.append(InstanceStatus(
+            instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
+            host=naming.sagemaker_host(inst.instance_id),
+            pod=naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
+            node=pod.node if pod else None, phase=pod.phase if pod else None, ready=bool(pod and pod.ready),
+            exit_code=pod.exit_code if pod else None, message=_cut(pod.message) if pod else None,
+        ))
+    return out
+
+
+def _finish(st: MLJobStatus, phase: JobPhase, reason: str, message: str, now: datetime) -> None:
+    st.phase, st.reason, st.message = phase, reason, _cut(message)
+    st.completion_time = st.completion_time or now
+
+
+def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
+    """Move an unfinished job along PENDING → RUNNING → DONE/FAILED."""
+    spec, now = job.spec, obs.now
+    target, minimum = spec.resolved_target(), spec.resolved_min()
+    if spec.suspend:
+        return _finish(st, JobPhase.CANCELLED, SUSPENDED, "the job was suspended; its pods are removed", now)
+    if obs.backend is Backend.KUBERAY:
+        if not obs.kuberay_installed:
+            return _finish(st, JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
+                           "backend kuberay needs the ray.io RayCluster CRD, which is not installed", now)
+        return _finish(st, JobPhase.FAILED, BACKEND_NOT_IMPLEMENTED,
+                       "backend kuberay is not implemented yet; use backend: pods", now)
+    if st.admitted_at is None:
+        d = obs.decision or Decision(False, reason="Pending", message="waiting for admission")
+        if not d.admitted:
+            st.phase, st.reason, st.message = JobPhase.PENDING, d.reason, d.message
+            return None
+        st.admitted_at, st.start_time = now, st.start_time or now
+        st.instances = _instances(job, d.granted, [], st.attempt)
+    if spec.active_deadline_seconds and st.start_time and now >= st.start_time + timedelta(seconds=spec.active_deadline_seconds):
+        return _finish(st, JobPhase.FAILED, DEADLINE_EXCEEDED,
+                       f"the job ran longer than activeDeadlineSeconds={spec.active_deadline_seconds}", now)
+    granted = len(st.instances)
+    current = [p for p in obs.pods if p.attempt == st.attempt]
+    head = next((p for p in current if p.is_head), None)
+    if head is not None and head.phase == SUCCEEDED:
+        st.instances = _instances(job, granted, obs.pods, st.attempt)
+        return _finish(st, JobPhase.DONE, COMPLETED, "the head finished successfully", now)
+    head_gone = head is None and st.phase is JobPhase.RUNNING
+    if (head is not None and head.phase == FAILED) or head_gone:
+        why = "the head's pod disappeared" if head is None else (head.message or f"exit code {head.exit_code}")
+        if st.attempt < spec.backoff_limit:
+            st.attempt += 1
+            st.admitted_at = now  # the new attempt gets the whole instances timeout again
+            st.instances = _instances(job, granted, obs.pods, st.attempt)
+            st.phase, st.reason = JobPhase.PENDING, RETRYING
+            st.message = _cut(f"attempt {st.attempt} of {spec.backoff_limit} after the head failed: {why}")
+            return None
+        st.instances = _instances(job, granted, obs.pods, st.attempt)
+        return _finish(st, JobPhase.FAILED, HEAD_FAILED, why, now)
+    st.instances = _instances(job, granted, obs.pods, st.attempt)
+    ready = sum(1 for i in st.instances if i.ready)
+    if st.phase is JobPhase.RUNNING:
+        # Workers that already left after the head released them are not lost.
+        alive = ready + sum(1 for p in current if not p.is_head and p.phase == SUCCEEDED)
+        if alive < minimum:
+            lost = [p.name for p in current if p.phase == FAILED or p.deleting]
+            return _finish(st, JobPhase.FAILED, INSTANCES_LOST,
+                           f"only {alive} of {minimum} required instances remain (lost: {', '.join(lost) or 'unknown'})", now)
+        st.reason, st.message = INSTANCES_READY, f"{ready} of {target} instances ready"
+        return None
+    if ready >= minimum:
+        st.phase, st.reason, st.message = JobPhase.RUNNING, INSTANCES_READY, f"{ready} of {target} instances ready"
+        return None
+    assert st.admitted_at is not None
+    if now >= st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds):
+        return _finish(st, JobPhase.FAILED, INSTANCES_UNAVAILABLE,
+                       f"{ready} of {minimum} required instances ready after instancesTimeoutSeconds="
+                       f"{spec.instances_timeout_seconds}", now)
+    st.phase, st.reason = JobPhase.PENDING, WAITING_FOR_INSTANCES
+    st.message = f"{ready} of {minimum} instances ready (target {target})"
+    return None
+
+
+def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
+    """The job's next status. Finished jobs keep their phase; instance entries still follow the pods."""
+    prev = job.status or MLJobStatus()
+    st = prev.model_copy(deep=True)
+    st.target_instances, st.min_instances = job.spec.resolved_target(), job.spec.resolved_min()
+    st.pools = ",".join(dict.fromkeys(p.pool for p in placement_of(job)))
+    generation = job.metadata.get("generation")
+    st.observed_generation = generation
+    if prev.phase is not None and prev.phase.finished:
+        if st.instances:
+            st.instances = _instances(job, len(st.instances), obs.pods, st.attempt)
+    else:
+        _advance(job, st, obs)
+        if st.admitted_at is not None and st.phase is JobPhase.RUNNING:
+            head = f"{naming.sagemaker_host(0)}.{naming.service_name(job.metadata['name'])}"
+            st.ray_dashboard = f"http://{head}:{naming.RAY_DASHBOARD_PORT}"
+    st.ready_instances = sum(1 for i in st.instances if i.ready)
+    st.ready = f"{st.ready_instances}/{st.target_instances}"
+    st.conditions = _conditions(prev.conditions, st, st.ready_instances >= st.min_instances, obs.now, generation)
+    return st
+
+
+def status_changed(old: MLJobStatus | None, new: MLJobStatus) -> bool:
+    return (old.wire() if old else {}) != new.wire()
+
+
+# --- ComputePool --------------------------------------------------------------------------------------------
+def node_matches(pool: ComputePool, node: NodeView) -> bool:
+    """The node carries the pool's selector labels and every NoSchedule/NoExecute taint is tolerated."""
+    if any(node.labels.get(k) != v for k, v in pool.spec.node_selector.items()):
+        return False
+    for taint in node.taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any((t.key in (None, "") and t.operator == "Exists") or (t.key == taint.key and (
+                t.operator == "Exists" or (t.value or "") == taint.value)) and t.effect in (None, taint.effect)
+                   for t in pool.spec.tolerations):
+            return False
+    return True
+
+
+def compute_pool_status(pool: ComputePool, nodes: Iterable[NodeView], claims: Iterable[Claim],
+                        now: datetime) -> ComputePoolStatus:
+    name = pool.metadata.get("name", "")
+    ready = sum(1 for n in nodes if n.ready and not n.unschedulable and node_matches(pool, n))
+    mine = [c for c in claims if name in c.pools]
+    in_use = usage(mine)[name]
+    running = sum(1 for c in mine if not c.waiting)
+    queued = len(mine) - running
+    if pool.spec.suspend:
+        phase = PoolPhase.SUSPENDED
+    else:
+        phase = PoolPhase.ACTIVE if in_use else PoolPhase.IDLE
+    generation = pool.metadata.get("generation")
+    prev = {c.type: c for c in (pool.status.conditions if pool.status else [])}
+    before = prev.get("Ready")
+    status = ConditionStatus.TRUE if ready else ConditionStatus.FALSE
+    cond = Condition(
+        type="Ready", status=status,
+        reason="NodesReady" if ready else "NoReadyNodes",
+        message=f"{ready} ready node(s) match the pool; {in_use} of {pool.spec.max_nodes} instances in use",
+        observed_generation=generation,
+        last_transition_time=before.last_transition_time if before is not None and before.status == status else now,
+    )
+    return ComputePoolStatus(phase=phase, ready_nodes=ready, instances_in_use=in_use, running_jobs=running,
+                             queued_jobs=queued, conditions=[cond], observed_generation=generation)

@@ -1,0 +1,59 @@
+"""Admission: pool capacity (maxNodes), FIFO queue, partial grants down to minInstances (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubepool.controller.admission import (
+    POOL_NOT_FOUND,
+    POOL_SUSPENDED,
+    POOL_TOO_SMALL,
+    QUEUED,
+    Claim,
+    decide,
+    usage,
+)
+
+
+def claim(name: str, n: int, *, pool: str = "cpu", min_: int | None = None, granted: int = 0, t: int = 0,
+          pools: tuple[str, ...] | None = None) -> Claim:
+    return Claim("ns", name, f"2026-01-01T12:00:{t:02d}Z", pools or (pool,) * n, min_ or n, granted)
+
+
+CAP = {"cpu": 3, "gpu": 2}
+
+
+@pytest.mark.parametrize(("me", "others", "admitted", "granted", "reason"), [
+    (claim("a", 3), [], True, 3, ""),
+    (claim("a", 3, min_=2), [claim("x", 1, granted=1)], True, 2, ""),
+    (claim("a", 3, min_=3), [claim("x", 1, granted=1)], False, 0, QUEUED),
+    (claim("b", 1, t=2), [claim("a", 3, t=1), claim("x", 3, granted=3)], False, 0, QUEUED),  # FIFO: a is first
+    (claim("b", 1, t=2), [claim("a", 2, pool="gpu", t=1)], True, 1, ""),  # other pool does not block
+    (claim("a", 1, pool="nope"), [], False, 0, POOL_NOT_FOUND),
+    (claim("a", 4), [], False, 0, POOL_TOO_SMALL),
+    (claim("b", 1, t=2), [claim("a", 4, t=1)], True, 1, ""),  # a job that can never fit blocks nobody
+    (claim("a", 3, pools=("cpu", "cpu", "gpu")), [claim("x", 2, pool="gpu", granted=2)], False, 0, QUEUED),
+    (claim("a", 3, pools=("cpu", "cpu", "gpu"), min_=2), [claim("x", 2, pool="gpu", granted=2)], True, 2, ""),
+    (claim("a", 1, t=1), [claim("b", 1, t=2, granted=1), claim("c", 1, t=3, granted=1)], True, 1, ""),
+], ids=["fits", "partial-down-to-min", "min-does-not-fit", "fifo-blocks-later", "fifo-per-pool", "no-pool",
+        "too-small", "never-fits-no-block", "hetero-gpu-full", "hetero-prefix-min", "last-slot"])
+def test_decide(me: Claim, others: list[Claim], admitted: bool, granted: int, reason: str) -> None:
+    d = decide(me, [me, *others], CAP)
+    assert (d.admitted, d.granted, d.reason) == (admitted, granted, reason)
+    if not admitted:
+        assert d.message
+
+
+def test_suspended_pool_admits_nothing() -> None:
+    d = decide(claim("a", 1), [], CAP, suspended=["cpu"])
+    assert (d.admitted, d.reason) == (False, POOL_SUSPENDED)
+
+
+def test_usage_counts_granted_prefix_only() -> None:
+    used = usage([claim("a", 3, pools=("cpu", "cpu", "gpu"), granted=2), claim("b", 1)])
+    assert used == {"cpu": 2}
+
+
+def test_queue_message_says_what_is_free() -> None:
+    d = decide(claim("a", 2), [claim("x", 2, granted=2)], CAP)
+    assert "1 of 3 free" in d.message

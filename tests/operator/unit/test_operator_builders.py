@@ -1,0 +1,163 @@
+"""Builders: pods, Service, ConfigMap, Secret, RBAC and NetworkPolicy of a job (pure)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from operator_factories import gpu_pool, job, pool
+
+from kubepool import contract, naming
+from kubepool.controller.builders import (
+    JobRef,
+    build_contract_configmap,
+    build_headless_service,
+    build_instance_pods,
+    build_job_contract,
+    build_network_policy,
+    build_ray_token_secret,
+    build_runtime_rbac,
+)
+from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
+
+CFG = OperatorConfig(default_image="img:1")
+POOLS = {"cpu": pool(), "gpu": gpu_pool()}
+GROUPS = [{"name": "instance_group_1", "computePool": "cpu", "instanceCount": 2},
+          {"name": "gpu_group", "computePool": "gpu", "instanceCount": 1}]
+
+
+def _env(pod: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize(("spec", "names", "roles"), [
+    ({"targetInstances": 3}, ["train-homogeneouscluster-0", "train-homogeneouscluster-1", "train-homogeneouscluster-2"],
+     ["head", "worker", "worker"]),
+    ({}, ["train-homogeneouscluster-0"], ["head"]),
+    ({"instanceGroups": GROUPS}, ["train-instance-group-1-0", "train-instance-group-1-1", "train-gpu-group-0"],
+     ["head", "worker", "worker"]),
+], ids=["three-instances", "default-one", "two-groups"])
+def test_pod_names_and_roles(spec: dict, names: list[str], roles: list[str]) -> None:
+    j = job(**spec)
+    pods = build_instance_pods(j, POOLS, granted=j.spec.resolved_target(), attempt=0, cfg=CFG)
+    assert [p["metadata"]["name"] for p in pods] == names
+    assert [p["metadata"]["labels"][naming.LABEL_ROLE] for p in pods] == roles
+    assert [p["spec"]["hostname"] for p in pods] == [f"algo-{i + 1}" for i in range(len(names))]
+
+
+def test_pod_shape_cpu() -> None:
+    p = build_instance_pods(job(targetInstances=2), POOLS, granted=2, attempt=0, cfg=CFG)[1]
+    spec, c = p["spec"], p["spec"]["containers"][0]
+    assert p["metadata"]["ownerReferences"][0] == {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob",
+                                                   "name": "train", "uid": "uid-train", "controller": True,
+                                                   "blockOwnerDeletion": False}
+    labels = p["metadata"]["labels"]
+    assert labels[naming.LABEL_JOB] == "train" and labels[naming.LABEL_JOB_UID] == "uid-train"
+    assert labels[naming.LABEL_INSTANCE] == "1" and labels[naming.LABEL_POOL] == "cpu"
+    assert c["resources"] == {"requests": {"cpu": "3", "memory": "13Gi"}, "limits": {"cpu": "3", "memory": "13Gi"}}
+    assert c["command"] == ["python", "-m", "kubepool.runtime"] and c["image"] == "img:1"
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert spec["restartPolicy"] == "Never" and spec["subdomain"] == "train-svc"
+    assert spec["dnsConfig"] == {"searches": ["train-svc.ns.svc.cluster.local"]}
+    anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti == {"labelSelector": {"matchLabels": {naming.LABEL_POOL: "cpu"}}, "topologyKey": "kubernetes.io/hostname"}
+    assert "tolerations" not in spec and "nodeSelector" not in spec
+    env = _env(p)
+    assert env[contract.ENV_INSTANCE_ID]["value"] == "1"
+    assert env[contract.ENV_POD_IP]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env[contract.ENV_RAY_AUTH_TOKEN]["valueFrom"]["secretKeyRef"]["name"] == "train-ray-token"
+    assert spec["serviceAccountName"] == "train-runtime" and spec["automountServiceAccountToken"] is True
+
+
+def test_pod_shape_gpu_group() -> None:
+    p = build_instance_pods(job(instanceGroups=GROUPS), POOLS, granted=3, attempt=0, cfg=CFG)[2]
+    c = p["spec"]["containers"][0]
+    assert c["resources"]["limits"] == {"cpu": "6", "memory": "27Gi", "nvidia.com/gpu": "1"}
+    assert p["spec"]["nodeSelector"] == {"kubepool.dev/node-pool": "gpu"}
+    assert p["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert p["metadata"]["labels"][naming.LABEL_GROUP] == "gpu-group"
+
+
+def test_pod_is_restricted() -> None:
+    p = build_instance_pods(job(), POOLS, granted=1, attempt=0, cfg=CFG)[0]
+    psc, csc = p["spec"]["securityContext"], p["spec"]["containers"][0]["securityContext"]
+    assert psc["runAsNonRoot"] and psc["runAsUser"] == 1000 and psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert csc == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                   "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert all("hostPath" not in v for v in p["spec"]["volumes"])
+
+
+@pytest.mark.parametrize(("extra", "mounts"), [
+    ({}, {contract.CONTRACT_DIR, "/tmp", "/opt/ml", contract.RESULT_DIR, "/dev/shm"}),
+    ({"code": {"configMap": "train-payload"}},
+     {contract.CONTRACT_DIR, "/tmp", "/opt/ml", contract.RESULT_DIR, "/dev/shm", contract.PAYLOAD_DIR}),
+    ({"channels": [{"name": "train", "source": {"configMap": {"name": "data"}}},
+                   {"name": "s3in", "source": {"s3": {"uri": "s3://bucket/x", "credentialsSecret": "aws"}}}]},
+     {contract.CONTRACT_DIR, "/tmp", "/opt/ml", contract.RESULT_DIR, "/dev/shm", "/opt/kubepool/channels/train"}),
+], ids=["base", "payload-configmap", "channels"])
+def test_pod_mounts(extra: dict, mounts: set[str]) -> None:
+    p = build_instance_pods(job(**extra), POOLS, granted=1, attempt=0, cfg=CFG)[0]
+    c = p["spec"]["containers"][0]
+    assert {m["mountPath"] for m in c["volumeMounts"]} == mounts
+    if "channels" in extra:
+        assert c["envFrom"] == [{"secretRef": {"name": "aws"}}]
+    shm = next(v for v in p["spec"]["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory"}
+
+
+def test_channels_reach_only_their_groups() -> None:
+    spec = {"instanceGroups": GROUPS, "channels": [
+        {"name": "a", "source": {"configMap": {"name": "a"}}, "instanceGroups": ["gpu_group"]}]}
+    pods = build_instance_pods(job(**spec), POOLS, granted=3, attempt=0, cfg=CFG)
+    has = ["/opt/kubepool/channels/a" in {m["mountPath"] for m in p["spec"]["containers"][0]["volumeMounts"]} for p in pods]
+    assert has == [False, False, True]
+
+
+def test_user_env_cannot_override_contract_env() -> None:
+    j = job(env=[{"name": "KUBEPOOL_INSTANCE_ID", "value": "7"}, {"name": "LR", "value": "0.1"}])
+    env = _env(build_instance_pods(j, POOLS, granted=1, attempt=0, cfg=CFG)[0])
+    assert env["KUBEPOOL_INSTANCE_ID"]["value"] == "0" and env["LR"]["value"] == "0.1"
+
+
+def test_auth_disabled_has_no_token_and_no_account_policy() -> None:
+    cfg = OperatorConfig(runtime_account=RuntimeAccountPolicy.NONE)
+    p = build_instance_pods(job(ray={"authMode": "disabled"}), POOLS, granted=1, attempt=0, cfg=cfg)[0]
+    assert contract.ENV_RAY_AUTH_TOKEN not in _env(p)
+    assert "serviceAccountName" not in p["spec"] and p["spec"]["automountServiceAccountToken"] is False
+
+
+def test_granted_prefix_and_attempt_names() -> None:
+    pods = build_instance_pods(job(targetInstances=3, minInstances=2), POOLS, granted=2, attempt=2, cfg=CFG)
+    assert [p["metadata"]["name"] for p in pods] == ["train-homogeneouscluster-0-r2", "train-homogeneouscluster-1-r2"]
+    assert {p["metadata"]["labels"][naming.LABEL_ATTEMPT] for p in pods} == {"2"}
+
+
+def test_service_is_headless_and_publishes_not_ready() -> None:
+    svc = build_headless_service(JobRef("train", "ns", "u1"))
+    assert svc["metadata"]["name"] == "train-svc"
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {naming.LABEL_JOB_UID: "u1"}
+
+
+def test_secret_and_configmap() -> None:
+    ref = JobRef("train", "ns", "u1")
+    sec = build_ray_token_secret(ref, "s3cret")
+    assert base64.b64decode(sec["data"]["token"]).decode() == "s3cret"
+    cm = build_contract_configmap(ref, build_job_contract(job(), POOLS))
+    assert contract.parse_contract(cm["data"][contract.CONTRACT_FILENAME]).job_name == "train"
+
+
+def test_rbac_is_least_privilege() -> None:
+    account, role, binding = build_runtime_rbac(JobRef("train", "ns", "u1"))
+    assert account["kind"] == "ServiceAccount" and account["metadata"]["name"] == "train-runtime"
+    rules = role["rules"]
+    assert rules[0] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    assert rules[1]["resourceNames"] == ["train"] and set(rules[1]["verbs"]) == {"get", "patch"}
+    assert len(rules) == 2
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "train-runtime", "namespace": "ns"}]
+
+
+def test_network_policy_only_job_pods() -> None:
+    np = build_network_policy(JobRef("train", "ns", "u1"))
+    own = {"matchLabels": {naming.LABEL_JOB_UID: "u1"}}
+    assert np["spec"] == {"podSelector": own, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": own}]}]}

@@ -1,0 +1,74 @@
+"""What the operator does with children for each status: create, delete, TTL, wake-ups (pure)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from operator_factories import T0, at, job, pod, pool, with_status
+
+from kubepool.api import JobPhase, MLJob
+from kubepool.controller.admission import Decision
+from kubepool.controller.config import OperatorConfig
+from kubepool.controller.observed import PodView
+from kubepool.controller.plan import plan_job
+from kubepool.controller.status import Observed, compute_job_status
+
+CFG = OperatorConfig(worker_grace_seconds=30)
+POOLS = {"cpu": pool()}
+
+
+def admitted(j: MLJob, granted: int) -> MLJob:
+    return with_status(j, compute_job_status(j, Observed(pods=[], now=T0, decision=Decision(True, granted=granted))))
+
+
+def test_queued_job_has_no_children() -> None:
+    j = job(targetInstances=2)
+    st = compute_job_status(j, Observed(pods=[], now=T0, decision=Decision(False, reason="Queued")))
+    plan = plan_job(j, st, [], POOLS, cfg=CFG, now=T0)
+    assert not plan.ensure_children and not plan.create_pods and plan.wake_at is None
+
+
+def test_admitted_creates_missing_granted_pods_and_wakes_at_timeout() -> None:
+    j = admitted(job(targetInstances=3, minInstances=2, instancesTimeoutSeconds=60), granted=2)
+    assert j.status is not None
+    plan = plan_job(j, j.status, [pod(0)], POOLS, cfg=CFG, now=at(1))
+    assert plan.ensure_children
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-1"]
+    assert plan.wake_at == at(60)
+
+
+def test_retry_deletes_previous_attempt() -> None:
+    j = admitted(job(targetInstances=2, backoffLimit=2), granted=2)
+    st = compute_job_status(j, Observed(pods=[pod(0, "Failed", False), pod(1)], now=at(5)))
+    plan = plan_job(j, st, [pod(0, "Failed", False), pod(1)], POOLS, cfg=CFG, now=at(5))
+    assert plan.delete_pods == ["train-homogeneouscluster-1"]
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-0-r1", "train-homogeneouscluster-1-r1"]
+
+
+@pytest.mark.parametrize(("pods", "t", "deleted", "wake"), [
+    ([pod(0, "Succeeded", False), pod(1)], 5, [], 35),
+    ([pod(0, "Succeeded", False), pod(1)], 40, ["train-homogeneouscluster-1"], None),
+    ([pod(0, "Succeeded", False), pod(1, "Succeeded", False)], 5, [], None),
+], ids=["grace-running", "grace-over", "all-left"])
+def test_done_workers_get_grace(pods: list[PodView], t: float, deleted: list[str], wake: float | None) -> None:
+    j = admitted(job(targetInstances=2), granted=2)
+    st = compute_job_status(j, Observed(pods=pods, now=at(5)))
+    assert st.phase is JobPhase.DONE
+    plan = plan_job(j, st, pods, POOLS, cfg=CFG, now=at(t))
+    assert plan.delete_pods == deleted and plan.wake_at == (at(wake) if wake is not None else None)
+
+
+def test_instances_unavailable_removes_pods_at_once() -> None:
+    j = admitted(job(targetInstances=2, instancesTimeoutSeconds=10), granted=2)
+    pods = [pod(0), pod(1, "Pending", False)]
+    st = compute_job_status(j, Observed(pods=pods, now=at(11)))
+    plan = plan_job(j, st, pods, POOLS, cfg=CFG, now=at(11))
+    assert plan.delete_pods == ["train-homogeneouscluster-0", "train-homogeneouscluster-1"]
+
+
+def test_ttl_deletes_the_job() -> None:
+    j = admitted(job(targetInstances=1, ttlSecondsAfterFinished=60), granted=1)
+    st = compute_job_status(j, Observed(pods=[pod(0, "Succeeded", False)], now=at(5)))
+    assert plan_job(j, st, [], POOLS, cfg=CFG, now=at(6)).wake_at == at(65)
+    assert plan_job(j, st, [], POOLS, cfg=CFG, now=T0 + timedelta(seconds=65)).delete_job

@@ -1,0 +1,138 @@
+"""MLJob and ComputePool status: the phase machine, gate, timeouts, retries, conditions (pure)."""
+
+from __future__ import annotations
+
+import pytest
+from operator_factories import T0, at, gpu_pool, job, pod, pool, with_status
+
+from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus, PoolPhase
+from kubepool.controller import status as S
+from kubepool.controller.admission import Claim, Decision
+from kubepool.controller.observed import NodeView, Taint
+from kubepool.controller.status import Observed, compute_job_status, compute_pool_status
+
+ADMIT3 = Decision(True, granted=3)
+
+
+def admitted(j: MLJob, granted: int = 3, **extra: object) -> MLJob:
+    """The job as it is right after admission at T0."""
+    st = compute_job_status(j, Observed(pods=[], now=T0, decision=Decision(True, granted=granted)))
+    return with_status(j, st.model_copy(update=extra))
+
+
+def run(j: MLJob, pods: list, t: float = 1, **kw: object) -> MLJobStatus:
+    return compute_job_status(j, Observed(pods=pods, now=at(t), **kw))  # type: ignore[arg-type]
+
+
+def test_admission_sets_instances_and_waits() -> None:
+    st = compute_job_status(job(targetInstances=3, minInstances=2), Observed(pods=[], now=T0, decision=ADMIT3))
+    assert st.phase is JobPhase.PENDING and st.reason == S.WAITING_FOR_INSTANCES
+    assert st.admitted_at == T0 and len(st.instances) == 3 and st.ready == "0/3"
+    assert "0 of 2 instances ready" in (st.message or "")
+
+
+@pytest.mark.parametrize(("decision", "reason"), [
+    (Decision(False, reason="Queued", message="waiting"), "Queued"),
+    (Decision(False, reason="PoolNotFound", message="ComputePool x does not exist"), "PoolNotFound"),
+], ids=["queued", "pool-not-found"])
+def test_not_admitted(decision: Decision, reason: str) -> None:
+    st = compute_job_status(job(), Observed(pods=[], now=T0, decision=decision))
+    assert (st.phase, st.reason, st.admitted_at) == (JobPhase.PENDING, reason, None)
+    cond = {c.type: c for c in st.conditions}
+    assert cond["Admitted"].status == "False" and cond["Admitted"].reason == reason
+
+
+@pytest.mark.parametrize(("pods", "t", "phase", "reason"), [
+    ([pod(0), pod(1, ready=False), pod(2, "Pending", False)], 1, JobPhase.PENDING, S.WAITING_FOR_INSTANCES),
+    ([pod(0), pod(1), pod(2, "Pending", False)], 1, JobPhase.RUNNING, S.INSTANCES_READY),
+    ([pod(0), pod(1, ready=False), pod(2, "Pending", False)], 31, JobPhase.FAILED, S.INSTANCES_UNAVAILABLE),
+    ([pod(0, "Succeeded", False), pod(1), pod(2)], 1, JobPhase.DONE, S.COMPLETED),
+    ([pod(0, "Failed", False, message="ZeroDivisionError: boom", exit_code=1), pod(1)], 1, JobPhase.FAILED, S.HEAD_FAILED),
+], ids=["gate-closed", "gate-open-min", "instances-timeout", "head-succeeded", "head-failed"])
+def test_admitted_job(pods: list, t: float, phase: JobPhase, reason: str) -> None:
+    j = admitted(job(targetInstances=3, minInstances=2, instancesTimeoutSeconds=30))
+    st = run(j, pods, t)
+    assert (st.phase, st.reason) == (phase, reason)
+    if reason == S.INSTANCES_UNAVAILABLE:
+        assert "1 of 2 required instances ready" in (st.message or "")
+    if reason == S.HEAD_FAILED:
+        assert st.message == "ZeroDivisionError: boom" and st.completion_time == at(t)
+
+
+def test_running_tolerates_losing_a_worker_above_min() -> None:
+    j = admitted(job(targetInstances=3, minInstances=2))
+    running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
+    assert running.status is not None and running.status.phase is JobPhase.RUNNING
+    st = run(running, [pod(0), pod(1), pod(2, "Failed", False)], 2)
+    assert (st.phase, st.ready) == (JobPhase.RUNNING, "2/3")
+    st = run(running, [pod(0), pod(1, "Failed", False), pod(2, "Failed", False)], 3)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+
+
+def test_released_workers_are_not_lost() -> None:
+    j = admitted(job(targetInstances=3))
+    running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
+    st = run(running, [pod(0), pod(1, "Succeeded", False), pod(2, "Succeeded", False)], 5)
+    assert st.phase is JobPhase.RUNNING
+
+
+def test_head_failure_retries_then_fails() -> None:
+    j = admitted(job(targetInstances=2, backoffLimit=1))
+    st = run(j, [pod(0, "Failed", False, message="oom"), pod(1)], 5)
+    assert (st.phase, st.reason, st.attempt, st.admitted_at) == (JobPhase.PENDING, S.RETRYING, 1, at(5))
+    assert [i.pod for i in st.instances] == ["train-homogeneouscluster-0-r1", "train-homogeneouscluster-1-r1"]
+    retried = with_status(j, st)
+    old = [pod(0, "Failed", False), pod(1)]
+    st2 = run(retried, [*old, pod(0, "Failed", False, attempt=1, message="oom again")], 9)
+    assert (st2.phase, st2.reason, st2.message) == (JobPhase.FAILED, S.HEAD_FAILED, "oom again")
+
+
+@pytest.mark.parametrize(("spec", "kw", "reason"), [
+    ({"suspend": True}, {}, S.SUSPENDED),
+    ({"backend": "kuberay"}, {"backend": Backend.KUBERAY}, S.KUBERAY_NOT_INSTALLED),
+    ({"backend": "kuberay"}, {"backend": Backend.KUBERAY, "kuberay_installed": True}, S.BACKEND_NOT_IMPLEMENTED),
+], ids=["suspend", "kuberay-missing", "kuberay-present"])
+def test_terminal_without_pods(spec: dict, kw: dict, reason: str) -> None:
+    st = compute_job_status(job(**spec), Observed(pods=[], now=T0, decision=ADMIT3, **kw))
+    assert st.phase in (JobPhase.CANCELLED, JobPhase.FAILED) and st.reason == reason
+    assert {c.type: c.status for c in st.conditions}["Failed"] == "True"
+
+
+def test_deadline() -> None:
+    j = admitted(job(targetInstances=1, activeDeadlineSeconds=10))
+    assert run(j, [pod(0)], 5).phase is JobPhase.RUNNING
+    st = run(j, [pod(0)], 10)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, S.DEADLINE_EXCEEDED)
+
+
+def test_finished_is_sticky_and_status_is_stable() -> None:
+    j = admitted(job(targetInstances=1))
+    done = with_status(j, run(j, [pod(0, "Succeeded", False)], 3))
+    again = run(done, [pod(0, "Succeeded", False)], 100)
+    assert again.phase is JobPhase.DONE and not S.status_changed(done.status, again)
+
+
+def test_condition_transition_time_kept() -> None:
+    j = admitted(job(targetInstances=2))
+    st1 = with_status(j, run(j, [pod(0), pod(1, ready=False)], 1))
+    st2 = run(st1, [pod(0), pod(1, ready=False)], 50)
+    assert {c.type: c.last_transition_time for c in st2.conditions}["Admitted"] == T0
+
+
+NODES = [
+    NodeView("cpu-node-1", True, {"kubepool.dev/node-pool": "cpu"}),
+    NodeView("cpu-node-2", False, {"kubepool.dev/node-pool": "cpu"}),
+    NodeView("gpu-node-1", True, {"kubepool.dev/node-pool": "gpu"}, (Taint("nvidia.com/gpu", "NoSchedule", "present"),)),
+]
+
+
+@pytest.mark.parametrize(("p", "claims", "phase", "ready", "in_use", "running", "queued"), [
+    (pool(nodeSelector={"kubepool.dev/node-pool": "cpu"}), [], PoolPhase.IDLE, 1, 0, 0, 0),
+    (pool(), [Claim("ns", "a", "t", ("cpu",) * 2, 2, 2), Claim("ns", "b", "t", ("cpu",), 1)], PoolPhase.ACTIVE, 1, 2, 1, 1),
+    (gpu_pool(), [], PoolPhase.IDLE, 1, 0, 0, 0),
+    (pool(suspend=True), [], PoolPhase.SUSPENDED, 1, 0, 0, 0),
+], ids=["idle-selector", "active-with-queue", "gpu-tolerates-taint", "suspended"])
+def test_pool_status(p, claims, phase, ready, in_use, running, queued) -> None:  # type: ignore[no-untyped-def]
+    st = compute_pool_status(p, NODES, claims, T0)
+    assert (st.phase, st.ready_nodes, st.instances_in_use, st.running_jobs, st.queued_jobs) == (
+        phase, ready, in_use, running, queued)
