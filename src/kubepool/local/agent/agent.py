@@ -42,9 +42,8 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         self.layout.pods.mkdir(parents=True, exist_ok=True)
         cert, key = logs_server.ensure_serving_cert(self.layout, self.node.ip, self.node.name)
-        server = await logs_server.serve(
-            self._locate, self.node.ip, logs_server.ssl_context(cert, key, self.layout.ca_cert)
-        )
+        tls = logs_server.ssl_context(cert, key, self.layout.ca_cert)
+        serving = asyncio.create_task(logs_server.serve(self._locate, self.node.ip, tls))
         keeper = NodeKeeper(self.client, self.node)
         tasks = [asyncio.create_task(keeper.run()), asyncio.create_task(self.services.run())]
         await keeper.registered.wait()
@@ -58,7 +57,9 @@ class Agent:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*(w.shutdown() for w in list(self.workers.values())))
-        await server.cleanup()
+        if serving.done() and not serving.cancelled() and serving.exception() is None:
+            await serving.result().cleanup()
+        serving.cancel()
         await self.client.close()
 
     def _mine(self, pod: Obj) -> bool:

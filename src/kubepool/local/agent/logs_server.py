@@ -6,6 +6,7 @@ issued from the cluster CA for the node IP."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections import deque
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from kubepool.local.agent.runner import Run
 # (namespace, pod, container, previous) → the run whose log to serve, None if there is no such container run.
 Locate = Callable[[str, str, str, bool], Run | None]
 FOLLOW_POLL_S = 0.2
+BIND_RETRY_S = 5.0
+log = logging.getLogger(__name__)
 CHUNK = 64 * 1024
 
 
@@ -110,7 +113,14 @@ def make_app(locate: Locate) -> web.Application:
 
 
 async def serve(locate: Locate, ip: str, ctx: ssl.SSLContext, port: int = KUBELET_PORT) -> web.AppRunner:
+    """Start serving; while the address is taken (a stale agent of the same node), keep trying: the node
+    and its pods work meanwhile, only `kubectl logs` does not."""
     app_runner = web.AppRunner(make_app(locate), access_log=None)
     await app_runner.setup()
-    await web.TCPSite(app_runner, ip, port, ssl_context=ctx).start()
-    return app_runner
+    while True:
+        try:
+            await web.TCPSite(app_runner, ip, port, ssl_context=ctx).start()
+            return app_runner
+        except OSError as e:
+            log.warning("kubelet API on %s:%d: %s; retrying", ip, port, e.strerror)
+            await asyncio.sleep(BIND_RETRY_S)

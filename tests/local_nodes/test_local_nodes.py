@@ -1,0 +1,281 @@
+"""Local nodes against the real control plane: pods run as processes on this machine. No API is mocked.
+
+Every pod selects the CPU pool (`kubepool.dev/node-pool: cpu`): fake kwok nodes of other tests must not
+receive them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubepool.local.agent.config import load_nodes
+
+Kubectl = Any  # tests/conftest.py's Kubectl
+Pod = dict[str, Any]
+CPU_POOL = {"kubepool.dev/node-pool": "cpu"}
+
+
+def apply(kubectl: Kubectl, ns: str, *docs: dict[str, Any]) -> None:
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs), check=True)
+
+
+def pod_manifest(name: str, script: str, **spec: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "kubepool/runtime:dev", "command": ["python", "-c", textwrap.dedent(script)]}  # fmt: skip
+    container.update(spec.pop("container", {}))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "nodeSelector": CPU_POOL, "containers": [container], **spec},
+    }
+
+
+def wait_pod(kubectl: Kubectl, ns: str, name: str, ok: Callable[[Pod], bool], timeout: float = 60) -> Pod:
+    deadline = time.monotonic() + timeout
+    pod: Pod = {}
+    while time.monotonic() < deadline:
+        proc = kubectl("get", "pod", name, "-n", ns, "-o", "json")
+        if proc.returncode == 0:
+            pod = json.loads(proc.stdout)
+            if ok(pod):
+                return pod
+        time.sleep(0.5)
+    raise AssertionError(
+        f"pod {ns}/{name} did not get there in {timeout}s: {json.dumps(pod.get('status'), indent=1)}"
+    )
+
+
+def phase_in(*phases: str) -> Callable[[Pod], bool]:
+    return lambda pod: pod.get("status", {}).get("phase") in phases
+
+
+def logs(kubectl: Kubectl, ns: str, name: str, *args: str) -> str:
+    return str(kubectl("logs", name, "-n", ns, *args, check=True).stdout)
+
+
+def test_local_nodes_are_ready_with_labels_and_capacity(cluster: Any, kubectl: Kubectl) -> None:
+    expected = load_nodes(cluster.state_dir / "nodes.yaml")
+    nodes = {n["metadata"]["name"]: n for n in kubectl.json("get", "nodes")["items"]}
+    for cfg in expected:
+        node = nodes[cfg.name]
+        assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+        assert node["metadata"]["labels"]["kubernetes.io/hostname"] == cfg.name
+        assert cfg.labels.items() <= node["metadata"]["labels"].items()
+        assert node["status"]["capacity"].items() >= cfg.capacity.items()
+        assert {"type": "InternalIP", "address": cfg.ip} in node["status"]["addresses"]
+
+
+def test_hello_succeeds_and_kubectl_logs_prints_it(kubectl: Kubectl, namespace: str) -> None:
+    apply(kubectl, namespace, pod_manifest("hello", "print('hello')"))
+    pod = wait_pod(kubectl, namespace, "hello", phase_in("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded"
+    status = pod["status"]["containerStatuses"][0]
+    assert status["state"]["terminated"]["exitCode"] == 0
+    assert pod["status"]["podIP"].startswith("127.") and pod["status"]["hostIP"].startswith("127.0.1.")
+    assert logs(kubectl, namespace, "hello").strip() == "hello"
+
+
+def test_missing_command_fails_with_a_reason(kubectl: Kubectl, namespace: str) -> None:
+    apply(kubectl, namespace, pod_manifest("nocmd", "", container={"command": ["kubepool-no-such-binary"]}))
+    pod = wait_pod(kubectl, namespace, "nocmd", phase_in("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Failed"
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["reason"] == "StartError" and "not found" in terminated["message"]
+
+
+def test_missing_configmap_waits_then_runs(kubectl: Kubectl, namespace: str) -> None:
+    env = [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "greeting"}}}]
+    apply(
+        kubectl,
+        namespace,
+        pod_manifest("cfg", "import os; print(os.environ['GREETING'])", container={"env": env}),
+    )
+
+    def config_error(pod: Pod) -> bool:
+        waiting = (
+            (pod.get("status", {}).get("containerStatuses") or [{}])[0].get("state", {}).get("waiting", {})
+        )
+        return bool(waiting.get("reason") == "CreateContainerConfigError")
+
+    wait_pod(kubectl, namespace, "cfg", config_error)
+    kubectl("create", "configmap", "later", "-n", namespace, "--from-literal=greeting=hi", check=True)
+    assert wait_pod(kubectl, namespace, "cfg", phase_in("Succeeded"))["status"]["phase"] == "Succeeded"
+    assert logs(kubectl, namespace, "cfg").strip() == "hi"
+
+
+LIST_CONFIGMAPS = """
+import json, os, ssl, urllib.error, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+print("contract", json.load(open("/etc/kubepool/contract.json")))
+url = f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}"
+url += f"/api/v1/namespaces/{open(sa + '/namespace').read()}/configmaps"
+req = urllib.request.Request(url, headers={"Authorization": "Bearer " + open(sa + "/token").read()})
+try:
+    with urllib.request.urlopen(req, context=ssl.create_default_context(cafile=sa + "/ca.crt")) as r:
+        print("status", r.status, sorted(i["metadata"]["name"] for i in json.load(r)["items"]))
+except urllib.error.HTTPError as e:
+    print("status", e.code)
+"""
+
+
+def test_configmap_volume_and_service_account_token_follow_rbac(kubectl: Kubectl, namespace: str) -> None:
+    kubectl(
+        "create",
+        "configmap",
+        "contract",
+        "-n",
+        namespace,
+        '--from-literal=contract.json={"job": "j"}',
+        check=True,
+    )
+    kubectl("create", "serviceaccount", "reader", "-n", namespace, check=True)
+    kubectl(
+        "create", "role", "cm-reader", "-n", namespace, "--verb=list", "--resource=configmaps", check=True
+    )
+    kubectl("create", "rolebinding", "cm-reader", "-n", namespace, "--role=cm-reader", f"--serviceaccount={namespace}:reader", check=True)  # fmt: skip
+    volume = {"volumes": [{"name": "contract", "configMap": {"name": "contract"}}]}
+    mount = {"volumeMounts": [{"name": "contract", "mountPath": "/etc/kubepool", "readOnly": True}]}
+    apply(
+        kubectl,
+        namespace,
+        pod_manifest("allowed", LIST_CONFIGMAPS, serviceAccountName="reader", container=mount, **volume),
+        pod_manifest("denied", LIST_CONFIGMAPS, container=mount, **volume),
+    )
+    for name in ("allowed", "denied"):
+        assert (
+            wait_pod(kubectl, namespace, name, phase_in("Succeeded", "Failed"))["status"]["phase"]
+            == "Succeeded"
+        )
+    allowed, denied = logs(kubectl, namespace, "allowed"), logs(kubectl, namespace, "denied")
+    assert "contract {'job': 'j'}" in allowed and "contract {'job': 'j'}" in denied
+    assert "status 200" in allowed and "contract" in allowed.split("status 200")[1]
+    assert "status 403" in denied
+
+
+SERVER = """
+import os, socket
+s = socket.create_server((os.environ["POD_IP"], 7000))
+conn, _ = s.accept()
+data = conn.recv(100)
+conn.sendall(data.upper() + b" from " + socket.gethostname().encode())
+print("served", data.decode())
+"""
+CLIENT = """
+import socket, time
+for name in ("algo-1", "algo-1.job-svc", "algo-1.job-svc.{ns}.svc.cluster.local"):
+    print(name, socket.gethostbyname(name))
+for attempt in range(100):
+    try:
+        c = socket.create_connection(("algo-1", 7000), timeout=5)
+        break
+    except OSError:
+        time.sleep(0.2)
+c.sendall(b"ping")
+print("reply", c.recv(100).decode())
+"""
+
+
+def test_pods_reach_each_other_by_hostname(kubectl: Kubectl, namespace: str) -> None:
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "job-svc"},
+               "spec": {"clusterIP": "None", "selector": {"job": "j"}, "ports": [{"port": 7000}]}}  # fmt: skip
+
+    def member(i: int, script: str) -> dict[str, Any]:
+        pod = pod_manifest(f"algo-{i}", script, hostname=f"algo-{i}", subdomain="job-svc",
+                           dnsConfig={"searches": [f"job-svc.{namespace}.svc.cluster.local"]},
+                           container={"env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]})  # fmt: skip
+        pod["metadata"]["labels"] = {"job": "j"}
+        return pod
+
+    apply(kubectl, namespace, service, member(1, SERVER), member(2, CLIENT.replace("{ns}", namespace)))
+    server = wait_pod(kubectl, namespace, "algo-1", phase_in("Succeeded", "Failed"))
+    client = wait_pod(kubectl, namespace, "algo-2", phase_in("Succeeded", "Failed"))
+    out = logs(kubectl, namespace, "algo-2")
+    assert client["status"]["phase"] == "Succeeded", out
+    assert server["status"]["phase"] == "Succeeded"
+    assert f"algo-1 {server['status']['podIP']}" in out
+    assert "reply PING from algo-1" in out
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_deletion_kills_the_whole_process_group(kubectl: Kubectl, namespace: str) -> None:
+    marker = f"kubepool-marker-{uuid.uuid4().hex[:8]}"
+    script = f"""
+import subprocess, time
+subprocess.Popen(["python", "-c", "import time; time.sleep(600)", "{marker}"])
+subprocess.Popen(["python", "-c", "import time; time.sleep(600)", "{marker}"], start_new_session=True)
+print("started", flush=True)
+time.sleep(600)
+"""
+    apply(kubectl, namespace, pod_manifest("sleeper", script, terminationGracePeriodSeconds=3))
+    wait_pod(kubectl, namespace, "sleeper", lambda p: "started" in logs(kubectl, namespace, "sleeper"))
+    assert len(_processes_with(marker)) == 3  # the script itself and its two children
+    started = time.monotonic()
+    kubectl("delete", "pod", "sleeper", "-n", namespace, "--wait=true", "--timeout=30s", check=True)
+    assert time.monotonic() - started < 15
+    deadline = time.monotonic() + 5
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker) == []
+
+
+def test_logs_follow_streams_until_the_container_ends(kubectl: Kubectl, namespace: str) -> None:
+    script = "import time\nfor i in range(8):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n"
+    apply(kubectl, namespace, pod_manifest("ticker", script))
+    wait_pod(kubectl, namespace, "ticker", phase_in("Running", "Succeeded"))
+    proc = subprocess.run(
+        [kubectl.binary, f"--kubeconfig={kubectl.kubeconfig}", "logs", "-f", "ticker", "-n", namespace],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split()[1] for line in proc.stdout.splitlines()] == [str(i) for i in range(8)]
+    assert logs(kubectl, namespace, "ticker", "--tail=2").split() == ["tick", "6", "tick", "7"]
+
+
+def test_on_failure_restarts_and_keeps_the_previous_log(kubectl: Kubectl, namespace: str) -> None:
+    script = """
+import os, sys
+first = not os.path.exists("/scratch/ran")
+open("/scratch/ran", "w").close()
+print("first" if first else "second")
+sys.exit(1 if first else 0)
+"""
+    manifest = pod_manifest("flaky", script, restartPolicy="OnFailure", volumes=[{"name": "scratch", "emptyDir": {}}],
+                            container={"volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]})  # fmt: skip
+    apply(kubectl, namespace, manifest)
+    pod = wait_pod(kubectl, namespace, "flaky", phase_in("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded"
+    status = pod["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 1 and status["lastState"]["terminated"]["exitCode"] == 1
+    assert logs(kubectl, namespace, "flaky").strip() == "second"
+    assert logs(kubectl, namespace, "flaky", "--previous").strip() == "first"
+
+
+@pytest.mark.parametrize("policy", ["File", "FallbackToLogsOnError"])
+def test_termination_message(kubectl: Kubectl, namespace: str, policy: str) -> None:
+    script = "import sys\nprint('last words')\nif sys.argv[-1] == 'File':\n    open('/dev/termination-log', 'w').write('written')\nsys.exit(2)"  # fmt: skip
+    manifest = pod_manifest("msg", script, container={"args": [policy], "terminationMessagePolicy": policy})
+    apply(kubectl, namespace, manifest)
+    pod = wait_pod(kubectl, namespace, "msg", phase_in("Failed", "Succeeded"))
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 2
+    assert terminated["message"].strip() == ("written" if policy == "File" else "last words")
