@@ -1,0 +1,152 @@
+"""The chart on the local cluster: `helm install`, the operator pod really runs `python -m kubepool.controller`
+under the chart's ServiceAccount (the local nodes run pods as processes), an example job ends DONE with only
+the chart's RBAC, and `helm uninstall` leaves the CRDs and users' MLJobs in place.
+
+One release per module (a unique name: ClusterRoles are cluster-wide); it handles only its own namespace, so
+other tests' jobs are not its business.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+from chartlib import CHART, EXAMPLES, run_helm
+
+pytestmark = pytest.mark.cluster
+
+OPERATOR_READY_TIMEOUT_S = 180
+JOB_TIMEOUT_S = 420
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str  # where the operator runs
+    jobs_namespace: str  # the only namespace it watches
+    pool: str
+    helm: tuple[str, ...]  # helm with --kubeconfig
+
+    @property
+    def service_account(self) -> str:
+        return f"{self.name}-kubepool"
+
+
+def _operator_pod(kubectl: Any, rel: Release) -> dict[str, Any] | None:
+    pods = kubectl.json("get", "pods", "-n", rel.namespace, "-l", f"app.kubernetes.io/instance={rel.name}")["items"]
+    return pods[0] if pods else None
+
+
+def _diagnostics(kubectl: Any, rel: Release) -> str:
+    out = []
+    for args in (["get", "pods", "-n", rel.namespace, "-o", "wide"], ["get", "mljobs,pods", "-n", rel.jobs_namespace, "-o", "wide"],
+                 ["get", "mljobs", "-n", rel.jobs_namespace, "-o", "jsonpath={.items[*].status}"],
+                 ["logs", "-n", rel.namespace, f"deployment/{rel.service_account}", "--tail=60"]):
+        proc = kubectl(*args)
+        out.append(f"$ kubectl {' '.join(args)}\n{proc.stdout}{proc.stderr}")
+    return "\n".join(out)
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Any, kubectl: Any, helm: str) -> Iterator[Release]:
+    suffix = uuid.uuid4().hex[:6]
+    rel = Release(name=f"kp-{suffix}", namespace=f"kp-system-{suffix}", jobs_namespace=f"kp-jobs-{suffix}",
+                  pool=f"e2e-cpu-{suffix}", helm=(helm, "--kubeconfig", str(cluster.kubeconfig)))
+    kubectl("create", "namespace", rel.jobs_namespace, check=True)
+    values = {
+        "image": {"tag": "dev", "pullPolicy": "Never"},
+        "operator": {"watchNamespaces": [rel.jobs_namespace]},
+        "pools": [{"name": rel.pool, "spec": {"instanceFamily": "CPU_X64_XS", "minNodes": 0, "maxNodes": 3,
+                                              "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}],
+    }
+    values_file = cluster.state_dir / f"{rel.name}-values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    proc = run_helm(*rel.helm, "install", rel.name, str(CHART), "--namespace", rel.namespace, "--create-namespace",
+                    "--values", str(values_file), timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    try:
+        yield rel
+    finally:
+        run_helm(*rel.helm, "uninstall", rel.name, "--namespace", rel.namespace, "--wait", timeout=180)
+        # No operator is left to remove kopf's finalizers; clear them so the namespace can go.
+        for name in kubectl("get", "mljobs", "-n", rel.jobs_namespace, "-o", "name").stdout.split():
+            kubectl("patch", "-n", rel.jobs_namespace, name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        kubectl("delete", "namespace", rel.jobs_namespace, rel.namespace, "--wait=false")
+        values_file.unlink(missing_ok=True)
+
+
+def test_notes_give_next_steps(release: Release) -> None:
+    proc = run_helm(*release.helm, "get", "notes", release.name, "--namespace", release.namespace)
+    assert proc.returncode == 0, proc.stderr
+    assert "kubectl get mljobs" in proc.stdout and "kubectl apply --server-side" in proc.stdout
+
+
+def test_operator_pod_runs_the_controller_under_the_charts_account(kubectl: Any, release: Release) -> None:
+    deadline = time.monotonic() + OPERATOR_READY_TIMEOUT_S
+    while True:
+        pod = _operator_pod(kubectl, release)
+        status = (pod or {}).get("status", {})
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+        if ready:
+            break
+        assert time.monotonic() < deadline, f"operator pod not Ready:\n{_diagnostics(kubectl, release)}"
+        time.sleep(2)
+    assert pod is not None
+    assert pod["spec"]["serviceAccountName"] == release.service_account
+    assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "kubepool.controller"]
+    # The pool created by the chart gets a status from the operator running in the pod.
+    deadline = time.monotonic() + 60
+    while not kubectl.json("get", "computepool", release.pool).get("status", {}).get("phase"):
+        assert time.monotonic() < deadline, f"pool {release.pool} has no status:\n{_diagnostics(kubectl, release)}"
+        time.sleep(2)
+
+
+@pytest.mark.parametrize(("verb", "resource", "allowed"), [
+    ("list", "secrets", False), ("watch", "secrets", False), ("create", "secrets", True),
+    ("create", "pods", True), ("patch", "mljobs.kubepool.dev", True), ("create", "mljobs.kubepool.dev", False),
+    ("delete", "deployments.apps", False),
+])
+def test_the_operator_account_has_least_privilege(kubectl: Any, release: Release, verb: str, resource: str, allowed: bool) -> None:
+    sa = f"system:serviceaccount:{release.namespace}:{release.service_account}"
+    proc = kubectl("auth", "can-i", verb, resource, "-n", release.jobs_namespace, "--as", sa)
+    assert proc.stdout.strip() == ("yes" if allowed else "no"), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*-job.yaml")), ids=lambda p: p.name)
+def test_examples_pass_the_api_servers_validation(kubectl: Any, release: Release, example: Any) -> None:
+    """Server-side dry run: the CEL rules of the CRDs run too, which the offline tests cannot do."""
+    proc = kubectl("apply", "--dry-run=server", "-n", release.jobs_namespace, "-f", str(example))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, release: Release) -> None:
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / "ray-tasks-job.yaml").read_text()) if d]
+    for d in docs:
+        if d["kind"] == "MLJob":
+            d["spec"]["computePool"] = release.pool
+    kubectl("apply", "-n", release.jobs_namespace, "-f", "-", input=yaml.safe_dump_all(docs), check=True)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    phase = None
+    while phase not in ("DONE", "FAILED", "CANCELLED"):
+        assert time.monotonic() < deadline, f"job not finished ({phase}):\n{_diagnostics(kubectl, release)}"
+        time.sleep(3)
+        phase = kubectl.json("get", "mljob", "ray-tasks", "-n", release.jobs_namespace).get("status", {}).get("phase")
+    assert phase == "DONE", _diagnostics(kubectl, release)
+    logs = kubectl("logs", "-n", release.jobs_namespace, "-l", "kubepool.dev/job=ray-tasks,kubepool.dev/role=head", "--tail=-1")
+    assert "score: pi~3.1" in logs.stdout, logs.stdout + logs.stderr
+
+    proc = run_helm(*release.helm, "uninstall", release.name, "--namespace", release.namespace, "--wait", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert _operator_pod(kubectl, release) is None or kubectl(
+        "wait", "--for=delete", "pod", "-n", release.namespace, "-l", f"app.kubernetes.io/instance={release.name}", "--timeout=60s"
+    ).returncode == 0
+    job = kubectl.json("get", "mljob", "ray-tasks", "-n", release.jobs_namespace)
+    assert job["status"]["phase"] == "DONE"
+    crds = json.loads(kubectl("get", "crd", "-o", "json", check=True).stdout)["items"]
+    assert {"mljobs.kubepool.dev", "computepools.kubepool.dev"} <= {c["metadata"]["name"] for c in crds}
