@@ -1,0 +1,28 @@
+"""kubepool's jobs SDK, with the names of Snowflake's `snowflake.ml.jobs`: submit a file, a directory or a
+function to a compute pool, then follow the job through its `MLJob` handle.
+
+    from kubepool.jobs import submit_file, remote, get_job, list_jobs
+
+    job = submit_file("train.py", "my-pool", target_instances=3)
+    job.wait()
+    print(job.get_logs(instance_id=1))
+"""
+
+from kubepool.jobs.job import JOB_STATUS, MLJob
+from kubepool.jobs.manager import (
+    JobSummary,
+    PoolNotFound,
+    delete_job,
+    get_job,
+    list_jobs,
+    submit_directory,
+    submit_file,
+)
+from kubepool.jobs.payload import PayloadTooLarge
+from kubepool.jobs.remote import remote
+from kubepool.jobs.results import RemoteError
+
+__all__ = [
+    "JOB_STATUS", "JobSummary", "MLJob", "PayloadTooLarge", "PoolNotFound", "RemoteError", "delete_job",
+    "get_job", "list_jobs", "remote", "submit_directory", "submit_file",
+]

@@ -1,0 +1,265 @@
+"""`MLJob`: the client-side handle of one submitted job (Snowflake's `snowflake.ml.jobs.MLJob`), backed by
+the MLJob resource: status from `.status.phase`, waiting through a watch, logs through the pod log
+endpoint, the result from the head's log."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+from lightkube.resources.core_v1 import Pod
+
+from kubepool import api, naming
+from kubepool.api import InstanceStatus, JobPhase
+from kubepool.jobs.results import find_result, is_result_line
+from kubepool.kube.errors import KubeError, NotFound
+from kubepool.kube.sync import Kube
+
+JOB_STATUS = Literal["PENDING", "RUNNING", "DONE", "FAILED", "CANCELLED", "DELETED"]
+TERMINAL = frozenset({"DONE", "FAILED", "CANCELLED", "DELETED"})
+# One watch request lasts at most this long; the server ends it and the handle re-watches from where it was.
+WATCH_WINDOW_S = 60
+POD_START_POLL_S = 1.0
+
+
+def parse_job_id(job_id: str, default_namespace: str) -> tuple[str, str]:
+    """`namespace/name` or a bare `name` (in `default_namespace`) → (namespace, name)."""
+    namespace, sep, name = job_id.rpartition("/")
+    if not name or (sep and not namespace):
+        raise ValueError(f"invalid job id {job_id!r}: use NAME or NAMESPACE/NAME")
+    return (namespace if sep else default_namespace), name
+
+
+def _phase(obj: api.MLJob) -> str:
+    phase = obj.status.phase if obj.status else None
+    return str(phase) if phase else JobPhase.PENDING.value
+
+
+class MLJob:
+    """A handle on one MLJob.
+
+    Args:
+        name: Job name.
+        namespace: Job namespace.
+        kube: Connection to use; by default one from the environment.
+    """
+
+    def __init__(self, name: str, namespace: str, *, kube: Kube | None = None) -> None:
+        self._name = name
+        self._namespace = namespace
+        self._kube = kube
+        self._obj: api.MLJob | None = None
+
+    def __repr__(self) -> str:
+        return f"MLJob(id={self.id!r})"
+
+    @property
+    def id(self) -> str:
+        """`namespace/name`."""
+        return f"{self._namespace}/{self._name}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def kube(self) -> Kube:
+        if self._kube is None:
+            self._kube = Kube(self._namespace)
+        return self._kube
+
+    def refresh(self) -> api.MLJob:
+        """Read the job from the API server (cached afterwards once it is terminal).
+
+        Raises:
+            NotFound: The job does not exist (any more).
+        """
+        if self._obj is None or _phase(self._obj) not in TERMINAL:
+            self._obj = self.kube.get_job(self._name, self._namespace)
+        return self._obj
+
+    @property
+    def status(self) -> JOB_STATUS:
+        """PENDING, RUNNING, DONE, FAILED or CANCELLED (DELETED once the job is gone after being seen)."""
+        try:
+            return _phase(self.refresh())  # type: ignore[return-value]
+        except NotFound:
+            if self._obj is None:
+                raise
+            return "DELETED"
+
+    @property
+    def message(self) -> str | None:
+        """Why the job is in its status (e.g. the failure), from `.status.message`."""
+        obj = self.refresh()
+        return obj.status.message if obj.status else None
+
+    @property
+    def target_instances(self) -> int:
+        obj = self.refresh()
+        return (obj.status.target_instances if obj.status else None) or obj.spec.resolved_target()
+
+    @property
+    def min_instances(self) -> int:
+        obj = self.refresh()
+        return (obj.status.min_instances if obj.status else None) or obj.spec.resolved_min()
+
+    @property
+    def instances(self) -> list[InstanceStatus]:
+        """One entry per instance (pod, node, phase, ready, exit code), as the operator reports them."""
+        obj = self.refresh()
+        return list(obj.status.instances) if obj.status else []
+
+    def wait(self, timeout: float = -1, *, on_update: Callable[[api.MLJob], None] | None = None) -> JOB_STATUS:
+        """Block until the job is DONE, FAILED or CANCELLED.
+
+        Args:
+            timeout: Seconds to wait; negative waits forever.
+            on_update: Called with the job each time it changes (e.g. to print progress).
+
+        Returns:
+            The final status.
+
+        Raises:
+            TimeoutError: The job did not finish within `timeout`.
+        """
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        obj = self.refresh()
+        if on_update:
+            on_update(obj)
+        while _phase(obj) not in TERMINAL:
+            remaining = WATCH_WINDOW_S if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"job {self.id} did not finish within {timeout:g}s (status {_phase(obj)})")
+            window = max(1, int(min(remaining, WATCH_WINDOW_S)))
+            try:
+                for kind, event in self.kube.watch_job(self._name, obj.metadata.get("resourceVersion"), window,
+                                                       self._namespace):
+                    if kind == "DELETED":
+                        self._obj = event
+                        return "DELETED"
+                    obj = self._obj = event
+                    if on_update:
+                        on_update(obj)
+                    if _phase(obj) in TERMINAL:
+                        break
+            except KubeError as err:
+                if err.status != 410:  # 410 Gone: our resourceVersion is too old; read afresh
+                    raise
+                obj = self.refresh()
+        return _phase(obj)  # type: ignore[return-value]
+
+    def result(self, timeout: float = -1) -> Any:
+        """Wait for the job and return its payload's result (an @remote function's return value).
+
+        Args:
+            timeout: Seconds to wait; negative waits forever.
+
+        Returns:
+            The return value; None for file and directory jobs.
+
+        Raises:
+            RuntimeError: The job failed (chained to the remote exception, or with the job's message), or was
+                cancelled.
+            TimeoutError: The job did not finish within `timeout`.
+        """
+        status = self.wait(timeout)
+        outcome = find_result(self._log_lines(0, limit=-1))
+        if outcome is not None:
+            return outcome.unwrap(self.id)
+        if status != "DONE":
+            raise RuntimeError(f"Job {self.id} ended {status}: {self.message or 'no result was reported'}")
+        return None
+
+    def _head_or(self, instance_id: int | None) -> int:
+        return 0 if instance_id is None else instance_id
+
+    def _pod(self, instance_id: int) -> Pod:
+        pods = self.kube.list_pods({naming.LABEL_JOB: self._name, naming.LABEL_INSTANCE: str(instance_id)},
+                                   self._namespace)
+        if not pods:
+            target = self.target_instances
+            if not 0 <= instance_id < target:
+                raise ValueError(f"job {self.id} has {target} instances: instance_id must be in 0..{target - 1}")
+            raise NotFound(f"job {self.id} has no pod for instance {instance_id} (status {self.status}); "
+                           "its logs are readable once the instance has started", 404)
+        # A retried job may briefly have an old and a new pod: the newest is the current attempt.
+        return max(pods, key=lambda p: str(p.metadata.creationTimestamp if p.metadata else ""))
+
+    @staticmethod
+    def _container(pod: Pod) -> str | None:
+        return pod.spec.containers[0].name if pod.spec and pod.spec.containers else None
+
+    def _log_lines(self, instance_id: int, limit: int, follow: bool = False) -> Iterator[str]:
+        pod = self._pod(instance_id)
+        assert pod.metadata is not None and pod.metadata.name is not None
+        return self.kube.pod_log(pod.metadata.name, container=self._container(pod),
+                                 tail_lines=limit if limit > 0 else None, follow=follow, namespace=self._namespace)
+
+    def get_logs(self, limit: int = -1, instance_id: int | None = None, *, as_list: bool = False,
+                 verbose: bool = False) -> str | list[str]:
+        """Logs of one instance, readable while it runs and after the job ended (until the job is deleted).
+
+        Args:
+            limit: Last lines to return; negative returns all.
+            instance_id: Instance whose logs to read; default the head (instance 0).
+            as_list: Return a list of lines instead of one string.
+            verbose: Keep the runtime's result line (base64 data) in the output.
+
+        Returns:
+            The log text, or its lines.
+
+        Raises:
+            ValueError: `instance_id` is not an instance of the job.
+            NotFound: The instance has no pod yet (or any more).
+        """
+        fetch = limit + 1 if limit > 0 else limit  # one spare: the result line is usually the last one
+        lines = [line for line in self._log_lines(self._head_or(instance_id), fetch)
+                 if verbose or not is_result_line(line)]
+        if limit > 0:
+            lines = lines[-limit:]
+        return lines if as_list else "\n".join(lines)
+
+    def show_logs(self, limit: int = -1, instance_id: int | None = None, *, verbose: bool = False) -> None:
+        """Print `get_logs(limit, instance_id)`."""
+        print(self.get_logs(limit, instance_id, verbose=verbose))
+
+    def follow_logs(self, instance_id: int | None = None, *, verbose: bool = False) -> Iterator[str]:
+        """Stream one instance's log lines as they are written, until its container exits.
+
+        Waits for the instance's pod to start first (logs exist only once its container runs).
+        """
+        iid = self._head_or(instance_id)
+        while True:
+            try:
+                pod = self._pod(iid)
+            except NotFound:
+                if self.status in TERMINAL:
+                    raise
+                time.sleep(POD_START_POLL_S)
+                continue
+            states = pod.status.containerStatuses if pod.status and pod.status.containerStatuses else []
+            if states and states[0].state and (states[0].state.running or states[0].state.terminated):
+                break
+            time.sleep(POD_START_POLL_S)
+        for line in self._log_lines(iid, limit=-1, follow=True):
+            if verbose or not is_result_line(line):
+                yield line
+
+    def cancel(self) -> None:
+        """Cancel the job (`spec.suspend: true`): its pods are removed and its status becomes CANCELLED."""
+        self._obj = self.kube.patch_job(self._name, {"spec": {"suspend": True}}, self._namespace)
+
+    def get_ray_dashboard_url(self) -> str:
+        """Address of the job's Ray dashboard inside the cluster (reach it from outside with
+        `kubectl port-forward -n <namespace> pod/<head pod> 8265`)."""
+        obj = self.refresh()
+        if obj.status and obj.status.ray_dashboard:
+            return obj.status.ray_dashboard
+        host = f"{naming.sagemaker_host(0)}.{naming.service_name(self._name)}.{self._namespace}.svc"
+        return f"http://{host}:{naming.RAY_DASHBOARD_PORT}"

@@ -1,0 +1,319 @@
+"""Submitting and managing jobs: `submit_file`, `submit_directory`, `get_job`, `list_jobs`, `delete_job`
+(Snowflake's `snowflake.ml.jobs` manager functions), on MLJob resources.
+
+Submission checks everything it can before touching the cluster (instance counts, name, payload size), then
+checks that the compute pool exists, creates the MLJob, and finally its payload ConfigMap owned by the MLJob
+(so deleting the job deletes its code). Until the ConfigMap exists the job's pods wait to mount it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kubepool import api
+from kubepool.api import Entrypoint
+from kubepool.contract import RunMode
+from kubepool.jobs.job import MLJob, parse_job_id
+from kubepool.jobs.payload import PayloadFile, directory_payload, file_payload, pack
+from kubepool.jobs.spec import build_mljob, check_instances, generate_name
+from kubepool.kube.errors import Forbidden, KubeError, NotFound
+from kubepool.kube.sync import Kube
+
+log = logging.getLogger(__name__)
+
+# Snowflake arguments that have no meaning here (the payload travels in a ConfigMap, not a stage).
+_IGNORED_SNOWFLAKE_ARGS = frozenset({
+    "stage_name", "session", "external_access_integrations", "query_warehouse", "database", "schema",
+    "enable_metrics", "spec_overrides",
+})
+
+
+class PoolNotFound(ValueError):
+    """The compute pool named by a submission does not exist."""
+
+
+def warn_unknown(kwargs: Mapping[str, Any]) -> None:
+    """Log arguments the SDK does not use (Snowflake also only warns about them)."""
+    for key in kwargs:
+        if key in _IGNORED_SNOWFLAKE_ARGS:
+            log.info("ignoring Snowflake argument %s: it has no meaning on kubepool", key)
+        else:
+            log.warning("ignoring unknown argument %s", key)
+
+
+def check_pool(kube: Kube, compute_pool: str, min_instances: int) -> None:
+    """Fail early when the pool is missing or can never hold `min_instances` (Snowflake checks `max_nodes`).
+
+    Raises:
+        PoolNotFound: No such ComputePool.
+        ValueError: `min_instances` exceeds the pool's `maxNodes`.
+    """
+    try:
+        pool = kube.get_pool(compute_pool)
+    except NotFound:
+        raise PoolNotFound(
+            f"compute pool {compute_pool!r} does not exist; `kubepool pools` lists the pools "
+            "(an admin creates one as a ComputePool resource)"
+        ) from None
+    except Forbidden:
+        log.debug("cannot read ComputePool %s; the operator will check it", compute_pool)
+        return
+    if min_instances > pool.spec.max_nodes:
+        raise ValueError(
+            f"min_instances ({min_instances}) exceeds the max_nodes ({pool.spec.max_nodes}) of compute pool "
+            f"{compute_pool!r}: the job could never start"
+        )
+
+
+def pool_needs(spec: api.MLJobSpec) -> dict[str, int]:
+    """Instances each compute pool must be able to hold for the job to start."""
+    if spec.compute_pool:
+        return {spec.compute_pool: spec.resolved_min()}
+    needs: dict[str, int] = {}
+    for g in spec.instance_groups or ():
+        needs[g.compute_pool] = needs.get(g.compute_pool, 0) + g.instance_count
+    return {pool: min(n, spec.resolved_min()) for pool, n in needs.items()}
+
+
+def submit(kube: Kube, job: api.MLJob, files: Sequence[PayloadFile]) -> MLJob:
+    """Create `job` and its payload ConfigMap (the shared last step of every submission).
+
+    Args:
+        kube: Connection to the cluster.
+        job: The MLJob object (from `spec.build_mljob`).
+        files: The payload; empty when the code is in the image.
+
+    Returns:
+        The handle of the created job.
+    """
+    payload = pack(files) if files else None  # PayloadTooLarge before any API call
+    for pool, need in pool_needs(job.spec).items():
+        check_pool(kube, pool, need)
+    name, namespace = job.metadata["name"], job.metadata["namespace"]
+    created = kube.create_job(job, namespace)
+    if payload is not None:
+        try:
+            kube.create_configmap(payload.configmap(name, namespace, created.metadata["uid"]), namespace)
+        except KubeError:
+            kube.delete_job(name, namespace)  # a job without its code could only fail
+            raise
+    return MLJob(name, namespace, kube=kube)
+
+
+def connect(namespace: str | None) -> Kube:
+    """A connection from the environment, defaulting to `namespace`."""
+    return Kube(namespace)
+
+
+def submit_file(
+    file_path: str | Path,
+    compute_pool: str,
+    *,
+    args: Sequence[Any] | None = None,
+    target_instances: int = 1,
+    min_instances: int | None = None,
+    env_vars: Mapping[str, Any] | None = None,
+    pip_requirements: Sequence[str] | None = None,
+    name: str | None = None,
+    namespace: str | None = None,
+    instances_timeout: int = 720,
+    image: str | None = None,
+    parallel: bool = False,
+    **kwargs: Any,
+) -> MLJob:
+    """Run a Python file on a compute pool (Snowflake's `submit_file`).
+
+    The file runs on the head of a Ray cluster of `target_instances` instances (or on every instance with
+    `parallel=True`); Ray is already initialised on the cluster (`ray.init(address="auto")`).
+
+    Args:
+        file_path: The local .py file; it is shipped in the job's payload ConfigMap.
+        compute_pool: Name of the ComputePool every instance runs on.
+        args: Command-line arguments of the script.
+        target_instances: Instances to start (head included).
+        min_instances: Instances that must be ready before the script starts (default `target_instances`).
+        env_vars: Environment variables of every instance.
+        pip_requirements: Packages installed on every instance before the script starts. Without internet
+            access the runtime installs them from the image's wheelhouse; missing ones fail the job.
+        name: Job name (DNS label, at most 40 characters); default `<file stem>-<8 hex>`.
+        namespace: Namespace; default the kubeconfig context's.
+        instances_timeout: Seconds to wait for `min_instances` before the job fails.
+        image: Runtime image (Snowflake's `runtime_environment`); default the operator's.
+        parallel: Run the script once on every instance instead of on the head.
+        **kwargs: Snowflake-only arguments (`stage_name`, `session`, ...) are accepted and ignored.
+
+    Returns:
+        The job's handle.
+
+    Raises:
+        ValueError: Invalid instance counts or name; `PoolNotFound` for an unknown pool; `PayloadTooLarge`
+            for a file over the ConfigMap limit.
+        kubepool.kube.errors.KubeError: The API call failed (`Forbidden`, `Unreachable`, `Invalid`, ...).
+    """
+    path = Path(file_path)
+    files = file_payload(path)
+    return _submit_payload(files, Entrypoint(file=path.name), compute_pool, stem=path.stem, args=args,
+                           target_instances=target_instances, min_instances=min_instances, env_vars=env_vars,
+                           pip_requirements=pip_requirements, name=name, namespace=namespace,
+                           instances_timeout=instances_timeout, image=image, parallel=parallel, kwargs=kwargs)
+
+
+def submit_directory(
+    dir_path: str | Path,
+    compute_pool: str,
+    *,
+    entrypoint: str | Sequence[str],
+    args: Sequence[Any] | None = None,
+    target_instances: int = 1,
+    min_instances: int | None = None,
+    env_vars: Mapping[str, Any] | None = None,
+    pip_requirements: Sequence[str] | None = None,
+    name: str | None = None,
+    namespace: str | None = None,
+    instances_timeout: int = 720,
+    image: str | None = None,
+    parallel: bool = False,
+    **kwargs: Any,
+) -> MLJob:
+    """Run a directory's entrypoint on a compute pool (Snowflake's `submit_directory`).
+
+    Args:
+        dir_path: The local directory; its files (minus caches and VCS metadata) are shipped.
+        compute_pool: Name of the ComputePool every instance runs on.
+        entrypoint: A .py file relative to `dir_path`, or a command as a list (e.g. `["bash", "run.sh"]`).
+        args, target_instances, min_instances, env_vars, pip_requirements, name, namespace,
+        instances_timeout, image, parallel, **kwargs: As in `submit_file`.
+
+    Returns:
+        The job's handle.
+
+    Raises:
+        ValueError: As in `submit_file`, or the entrypoint file is not in the directory.
+    """
+    root = Path(dir_path)
+    files = directory_payload(root)
+    if isinstance(entrypoint, str):
+        if entrypoint not in {f.path for f in files}:
+            raise ValueError(f"entrypoint {entrypoint!r} is not a file of {root}")
+        ep, stem = Entrypoint(file=entrypoint), Path(entrypoint).stem
+    else:
+        ep, stem = Entrypoint(command=list(entrypoint)), root.resolve().name
+    return _submit_payload(files, ep, compute_pool, stem=stem, args=args, target_instances=target_instances,
+                           min_instances=min_instances, env_vars=env_vars, pip_requirements=pip_requirements,
+                           name=name, namespace=namespace, instances_timeout=instances_timeout, image=image,
+                           parallel=parallel, kwargs=kwargs)
+
+
+def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_pool: str, *, stem: str,
+                    args: Sequence[Any] | None, target_instances: int, min_instances: int | None,
+                    env_vars: Mapping[str, Any] | None, pip_requirements: Sequence[str] | None, name: str | None,
+                    namespace: str | None, instances_timeout: int, image: str | None, parallel: bool,
+                    kwargs: Mapping[str, Any]) -> MLJob:
+    warn_unknown(kwargs)
+    check_instances(target_instances, min_instances)
+    kube = connect(namespace)
+    job = build_mljob(
+        name=name or generate_name(stem), namespace=kube.namespace, entrypoint=entrypoint,
+        compute_pool=compute_pool, target_instances=target_instances, min_instances=min_instances,
+        args=args or (), env_vars=env_vars, pip_requirements=pip_requirements,
+        instances_timeout=instances_timeout, image=image, mode=RunMode.PARALLEL if parallel else RunMode.HEAD,
+    )
+    return submit(kube, job, files)
+
+
+def get_job(job_id: str, *, namespace: str | None = None) -> MLJob:
+    """The handle of an existing job.
+
+    Args:
+        job_id: `namespace/name` (an `MLJob.id`) or a bare name.
+        namespace: Namespace of a bare name; default the kubeconfig context's.
+
+    Raises:
+        NotFound: No such job.
+    """
+    kube = connect(namespace)
+    ns, name = parse_job_id(job_id, kube.namespace)
+    job = MLJob(name, ns, kube=kube)
+    job.refresh()
+    return job
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One row of `list_jobs`."""
+
+    name: str
+    namespace: str
+    status: str
+    instances: str
+    pool: str
+    created: str
+    message: str
+
+    @classmethod
+    def of(cls, obj: api.MLJob) -> JobSummary:
+        st = obj.status
+        ready = st.ready_instances if st else 0
+        target = (st.target_instances if st else None) or obj.spec.resolved_target()
+        pools = (st.pools if st else None) or obj.spec.compute_pool or ",".join(
+            dict.fromkeys(g.compute_pool for g in obj.spec.instance_groups or ()))
+        return cls(
+            name=obj.metadata.get("name", ""),
+            namespace=obj.metadata.get("namespace", ""),
+            status=str(st.phase) if st and st.phase else "PENDING",
+            instances=f"{ready}/{target}",
+            pool=pools,
+            created=str(obj.metadata.get("creationTimestamp", "")),
+            message=(st.message if st else None) or "",
+        )
+
+
+def job_summaries(kube: Kube, *, limit: int = -1, namespace: str | None = None,
+                  all_namespaces: bool = False) -> list[JobSummary]:
+    """Jobs, newest first, as rows (the plain form of `list_jobs`)."""
+    rows = [JobSummary.of(o) for o in kube.list_jobs(namespace, all_namespaces)]
+    rows.sort(key=lambda r: r.created, reverse=True)
+    return rows[:limit] if limit > 0 else rows
+
+
+def list_jobs(limit: int = 10, *, namespace: str | None = None, all_namespaces: bool = False,
+              as_list: bool = False) -> Any:
+    """Recent jobs as a table with columns name, namespace, status, instances (ready/target), pool, created,
+    message — newest first.
+
+    Args:
+        limit: Most rows to return; non-positive returns all.
+        namespace: Namespace to list; default the kubeconfig context's.
+        all_namespaces: List every namespace.
+        as_list: Return a list of `JobSummary` instead of a pandas DataFrame.
+
+    Returns:
+        A pandas DataFrame, or a list of `JobSummary` when `as_list` is set or pandas is not installed.
+    """
+    rows = job_summaries(connect(namespace), limit=limit, namespace=namespace, all_namespaces=all_namespaces)
+    if as_list:
+        return rows
+    try:
+        import pandas as pd
+    except ImportError:
+        return rows
+    return pd.DataFrame([asdict(r) for r in rows], columns=list(JobSummary.__dataclass_fields__))
+
+
+def delete_job(job: MLJob | str, *, namespace: str | None = None) -> None:
+    """Delete a job with its pods, payload and logs.
+
+    Args:
+        job: The handle, or its id (`namespace/name` or a bare name).
+        namespace: Namespace of a bare name.
+    """
+    if isinstance(job, MLJob):
+        job.kube.delete_job(job.name, job.namespace)
+        return
+    kube = connect(namespace)
+    ns, name = parse_job_id(job, kube.namespace)
+    kube.delete_job(name, ns)

@@ -1,0 +1,171 @@
+"""The SDK's and CLI's side of the one place that talks to the Kubernetes API: a small synchronous facade
+over lightkube's `Client`.
+
+Configuration comes from the environment as kubectl finds it (in-cluster service account, then `KUBECONFIG`,
+then `~/.kube/config`). Every call returns kubepool's typed models (`kubepool.api.MLJob`,
+`kubepool.api.ComputePool`) or lightkube's core models, and every failure leaves as a
+`kubepool.kube.errors.KubeError` subclass, never as a raw client exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import httpx2
+from lightkube import ApiError, Client
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ConfigError
+from lightkube.core.generic_client import WatchDriver
+from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
+from lightkube.resources.core_v1 import ConfigMap, Pod
+from lightkube.types import CascadeType, PatchType
+
+from kubepool.api import ComputePool, MLJob
+from kubepool.kube.errors import Unreachable, translate
+from kubepool.kube.resources import ComputePoolResource, MLJobResource
+
+T = TypeVar("T")
+SDK_FIELD_MANAGER = "kubepool-sdk"
+# Transport errors that mean "the API server was not reached" (or went away mid-stream).
+_CLIENT_ERRORS = (ApiError, httpx2.HTTPError, OSError)
+
+
+def _call(what: str, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except _CLIENT_ERRORS as err:
+        raise translate(err, what) from None
+
+
+def _stream(what: str, lines: Iterator[T]) -> Iterator[T]:
+    """Translate errors raised while a streamed response (log, watch) is being read."""
+    try:
+        yield from lines
+    except _CLIENT_ERRORS as err:
+        raise translate(err, what) from None
+
+
+def _job(obj: GenericNamespacedResource) -> MLJob:
+    return MLJob.model_validate(obj.to_dict())
+
+
+def _pool(obj: GenericGlobalResource) -> ComputePool:
+    return ComputePool.model_validate(obj.to_dict())
+
+
+class Kube:
+    """A connection to one cluster, with kubepool's operations on it.
+
+    Args:
+        namespace: Default namespace of namespaced calls; defaults to the kubeconfig context's namespace.
+        client: An existing lightkube client (tests); by default one is built from the environment.
+
+    Raises:
+        Unreachable: No Kubernetes configuration was found.
+    """
+
+    def __init__(self, namespace: str | None = None, client: Client | None = None) -> None:
+        if client is None:
+            try:
+                config = KubeConfig.from_env()
+            except (ConfigError, OSError) as err:
+                raise Unreachable(
+                    f"no Kubernetes configuration ({err}); set KUBECONFIG or run `kubepool local up`"
+                ) from None
+            client = Client(config, field_manager=SDK_FIELD_MANAGER)
+        self.client = client
+        self.namespace: str = namespace or client.namespace or "default"
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.client.close()
+
+    def _ns(self, namespace: str | None) -> str:
+        return namespace or self.namespace
+
+    # --- MLJob ---------------------------------------------------------------------------------------
+    def get_job(self, name: str, namespace: str | None = None) -> MLJob:
+        ns = self._ns(namespace)
+        return _job(_call(f"MLJob {ns}/{name}", lambda: self.client.get(MLJobResource, name, namespace=ns)))
+
+    def list_jobs(self, namespace: str | None = None, all_namespaces: bool = False) -> list[MLJob]:
+        ns = "*" if all_namespaces else self._ns(namespace)
+        return _call("list MLJobs", lambda: [_job(o) for o in self.client.list(MLJobResource, namespace=ns)])
+
+    def create_job(self, job: MLJob, namespace: str | None = None) -> MLJob:
+        ns = self._ns(namespace)
+        body = MLJobResource(job.wire())
+        name = job.metadata.get("name", "")
+        return _job(_call(f"create MLJob {ns}/{name}", lambda: self.client.create(body, namespace=ns)))
+
+    def patch_job(self, name: str, patch: dict[str, Any], namespace: str | None = None) -> MLJob:
+        """Apply a JSON merge patch to the job (e.g. `{"spec": {"suspend": True}}`)."""
+        ns = self._ns(namespace)
+        return _job(_call(f"update MLJob {ns}/{name}", lambda: self.client.patch(
+            MLJobResource, name, patch, namespace=ns, patch_type=PatchType.MERGE)))
+
+    def delete_job(self, name: str, namespace: str | None = None) -> None:
+        """Delete the job; its pods, Service and ConfigMaps go with it (they are owned by it)."""
+        ns = self._ns(namespace)
+        _call(f"delete MLJob {ns}/{name}", lambda: self.client.delete(
+            MLJobResource, name, namespace=ns, cascade=CascadeType.BACKGROUND))
+
+    def watch_job(self, name: str, resource_version: str | None, seconds: int,
+                  namespace: str | None = None) -> Iterator[tuple[str, MLJob]]:
+        """Changes of one job for at most `seconds` (the server ends the watch), as (event type, job)."""
+        ns = self._ns(namespace)
+        events = self._watch_window(MLJobResource, ns, {"fieldSelector": f"metadata.name={name}"}, resource_version, seconds)
+        for kind, obj in _stream(f"watch MLJob {ns}/{name}", events):
+            yield kind, _job(obj)
+
+    def _watch_window(self, res: Any, namespace: str, params: dict[str, str], resource_version: str | None,
+                      seconds: int) -> Iterator[tuple[str, Any]]:
+        # lightkube's public `watch` reconnects forever without yielding, so a caller's deadline could not be
+        # kept with it; one request that the server closes after `seconds` can.
+        gc = self.client._client
+        br = gc.prepare_request("list", res=res, namespace=namespace, watch=True,
+                                params={**params, "timeoutSeconds": seconds, "resourceVersion": resource_version})
+        br.timeout = httpx2.Timeout(10.0, read=seconds + 10.0)
+        resp = gc.send(gc.build_adapter_request(br), stream=True)
+        try:
+            if resp.is_error:
+                resp.read()
+            gc.raise_for_status(resp)
+            driver = WatchDriver(br, gc.build_adapter_request)
+            for line in resp.iter_lines():
+                if line.strip():
+                    yield driver.process_one_line(line)
+        finally:
+            resp.close()
+
+    # --- ComputePool ---------------------------------------------------------------------------------
+    def get_pool(self, name: str) -> ComputePool:
+        return _pool(_call(f"ComputePool {name}", lambda: self.client.get(ComputePoolResource, name)))
+
+    def list_pools(self) -> list[ComputePool]:
+        return _call("list ComputePools", lambda: [_pool(o) for o in self.client.list(ComputePoolResource)])
+
+    # --- core objects ---------------------------------------------------------------------------------
+    def create_configmap(self, cm: ConfigMap, namespace: str | None = None) -> None:
+        ns = self._ns(namespace)
+        name = cm.metadata.name if cm.metadata else ""
+        _call(f"create ConfigMap {ns}/{name}", lambda: self.client.create(cm, namespace=ns))
+
+    def list_pods(self, labels: dict[str, str], namespace: str | None = None) -> list[Pod]:
+        ns = self._ns(namespace)
+        return _call(f"list pods in {ns}", lambda: list(self.client.list(Pod, namespace=ns, labels=labels)))
+
+    def get_pod(self, name: str, namespace: str | None = None) -> Pod:
+        ns = self._ns(namespace)
+        return _call(f"pod {ns}/{name}", lambda: self.client.get(Pod, name, namespace=ns))
+
+    def pod_log(self, name: str, *, container: str | None = None, tail_lines: int | None = None,
+                follow: bool = False, namespace: str | None = None) -> Iterator[str]:
+        """Lines (without newlines) of one container's log, through the API server's pod log endpoint."""
+        ns = self._ns(namespace)
+        what = f"logs of pod {ns}/{name}"
+        lines = _call(what, lambda: self.client.log(name, namespace=ns, container=container, tail_lines=tail_lines,
+                                                    follow=follow, newlines=False))
+        return _stream(what, lines)
+

@@ -1,0 +1,80 @@
+"""`TrainingInput` (SageMaker's `sagemaker.inputs.TrainingInput`): one input channel of a training job.
+
+`s3_data` is where the channel's files come from:
+
+* `s3://bucket/prefix` — an S3 (or S3-compatible, with `endpoint_url`) prefix, downloaded by the runtime;
+* `pvc://<claim>[/<sub/path>]` — a directory on a PersistentVolumeClaim in the job's namespace;
+* `configmap://<name>` — the keys of a ConfigMap in the job's namespace, as files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kubepool.api import Channel, ChannelSource
+from kubepool.api.mljob import ConfigMapSource, PvcSource, S3Source
+from kubepool.contract import Distribution
+
+_INPUT_MODES = {None, "File", "FastFile"}  # FastFile streams on SageMaker; here both download first
+
+
+@dataclass
+class TrainingInput:
+    """One input channel.
+
+    Args:
+        s3_data: Source of the channel (see the module docstring for the accepted forms).
+        distribution: FullyReplicated (every instance gets all files) or ShardedByS3Key (each instance a
+            disjoint share of the objects; S3 only).
+        instance_groups: Groups that receive the channel (heterogeneous jobs); default all. If one channel
+            names groups, every channel must.
+        content_type: MIME type recorded in inputdataconfig.json.
+        s3_data_type: Only `S3Prefix` is supported.
+        input_mode: `File` (default) or `FastFile`; `Pipe` is not supported.
+        endpoint_url: S3-compatible endpoint (kubepool extension).
+        credentials_secret: Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (kubepool extension).
+
+    Raises:
+        ValueError: An unsupported option or source form.
+    """
+
+    s3_data: str
+    distribution: str = "FullyReplicated"
+    instance_groups: Sequence[str] | None = None
+    content_type: str | None = None
+    s3_data_type: str = "S3Prefix"
+    input_mode: str | None = None
+    endpoint_url: str | None = None
+    credentials_secret: str | None = None
+    _source: ChannelSource = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.s3_data_type != "S3Prefix":
+            raise ValueError(f"s3_data_type {self.s3_data_type!r} is not supported; use 'S3Prefix'")
+        if self.input_mode not in _INPUT_MODES:
+            raise ValueError(f"input_mode {self.input_mode!r} is not supported; use 'File' or 'FastFile'")
+        if self.distribution not in {d.value for d in Distribution}:
+            raise ValueError(f"distribution must be 'FullyReplicated' or 'ShardedByS3Key', not {self.distribution!r}")
+        self._source = _source(self.s3_data, self.endpoint_url, self.credentials_secret)
+
+    def to_channel(self, name: str) -> Channel:
+        """The MLJob channel `name` fed by this input."""
+        return Channel(
+            name=name, source=self._source, distribution=Distribution(self.distribution),
+            instance_groups=list(self.instance_groups) if self.instance_groups else None,
+            content_type=self.content_type,
+        )
+
+
+def _source(uri: str, endpoint_url: str | None, credentials_secret: str | None) -> ChannelSource:
+    scheme, sep, rest = uri.partition("://")
+    if sep and scheme == "s3":
+        return ChannelSource(s3=S3Source(uri=uri, endpoint_url=endpoint_url, credentials_secret=credentials_secret))
+    if sep and scheme == "pvc" and rest:
+        claim, _, sub = rest.partition("/")
+        return ChannelSource(persistent_volume_claim=PvcSource(claim_name=claim, sub_path=sub or None))
+    if sep and scheme == "configmap" and rest:
+        return ChannelSource(config_map=ConfigMapSource(name=rest))
+    raise ValueError(f"unsupported channel source {uri!r}: use s3://bucket/prefix, pvc://claim[/path] or "
+                     "configmap://name")
