@@ -34,6 +34,7 @@ from kubepool.distributors.workers import (
     node_bundles,
     release,
     reserve,
+    ship_by_value,
 )
 
 __all__ = [
@@ -239,6 +240,7 @@ class PyTorchDistributor:
         keep_warm: bool = False,
     ) -> None:
         self.train_func = train_func
+        ship_by_value(train_func)
         self.scaling_config = scaling_config or PyTorchScalingConfig(1, 1, WorkerResourceConfig())
         self.keep_warm = keep_warm
         self._group: _WorkerGroup | None = None

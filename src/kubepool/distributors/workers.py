@@ -6,6 +6,8 @@ No framework code here (no torch, no xgboost): only Ray placement and the failur
 
 from __future__ import annotations
 
+import sys
+import sysconfig
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +39,22 @@ def guarded(rank: int, fn: Callable[[], T]) -> T | WorkerFailure:
         return fn()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the driver, SystemExit included
         return WorkerFailure(rank, ray.util.get_node_ip_address(), f"{type(e).__name__}: {e}", traceback.format_exc())
+
+
+def _installed(path: str) -> bool:
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return any(path.startswith(r) for r in roots) or "site-packages" in path or "dist-packages" in path
+
+
+def ship_by_value(fn: Callable[..., Any]) -> None:
+    """Pickle `fn`'s module by value when it is user code rather than an installed package: the payload
+    dir is on the driver's sys.path only, so workers on other nodes could not import it by name."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    if module is None or path is None or module.__name__ == "__main__" or module.__name__.startswith("kubepool"):
+        return  # __main__ is pickled by value anyway; kubepool is installed on every node
+    if not _installed(path):
+        ray.cloudpickle.register_pickle_by_value(module)
 
 
 def alive_nodes() -> list[dict[str, Any]]:

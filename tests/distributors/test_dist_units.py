@@ -1,0 +1,122 @@
+"""Pure helpers of the distributors: sharding, interface choice, scaling rules, context objects."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kubepool.distributors.context import ArtifactManager, MetricsReporter, get_context
+from kubepool.distributors.data import ShardSpec, list_files, load_shard, plan_shards, row_range
+from kubepool.distributors.netif import pick_interface
+from kubepool.distributors.workers import node_bundles
+from kubepool.distributors.xgboost import XGBScalingConfig, resolve_scaling, training_params
+
+
+@pytest.mark.parametrize("n_rows,count", [(10, 3), (3, 3), (2, 3), (1000, 7), (0, 2)])
+def test_row_ranges_are_disjoint_complete_and_balanced(n_rows: int, count: int) -> None:
+    parts = [row_range(n_rows, i, count) for i in range(count)]
+    assert parts[0][0] == 0 and parts[-1][1] == n_rows
+    assert all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False))
+    sizes = [b - a for a, b in parts]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def _write(tmp: Path, names: list[str], rows: int = 4) -> None:
+    for i, name in enumerate(names):
+        df = pd.DataFrame({"x": range(i * rows, (i + 1) * rows)})
+        p = tmp / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(p, index=False) if name.endswith(".csv") else df.to_parquet(p)
+
+
+def test_files_are_dealt_to_workers_and_each_reads_only_its_own(tmp_path: Path) -> None:
+    _write(tmp_path, ["a.parquet", "b.parquet", "sub/c.csv", "d.parquet"])
+    (tmp_path / "README.txt").write_text("not data")
+    specs = plan_shards(str(tmp_path), 2)
+    assert [s.kind for s in specs] == ["files", "files"]
+    assert sorted(sum((s.payload for s in specs), [])) == list_files(tmp_path)
+    rows = [load_shard(s)["x"].tolist() for s in specs]
+    assert sorted(rows[0] + rows[1]) == list(range(16))
+    assert not set(rows[0]) & set(rows[1])
+
+
+def test_fewer_files_than_workers_split_rows(tmp_path: Path) -> None:
+    _write(tmp_path, ["only.parquet"], rows=7)
+    specs = plan_shards([tmp_path / "only.parquet"], 3)
+    assert {s.kind for s in specs} == {"file_rows"}
+    assert sum((load_shard(s)["x"].tolist() for s in specs), []) == list(range(7))
+
+
+def test_missing_data_path_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        list_files(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError):
+        list_files(tmp_path)  # exists, but holds no data files
+
+
+def test_in_process_dataframe_shard_loads_as_is() -> None:
+    df = pd.DataFrame({"x": [1, 2]})
+    assert load_shard(ShardSpec("object", df)).equals(df)
+
+
+LO = ipaddress.IPv4Interface("127.0.0.1/8")
+ETH = ipaddress.IPv4Interface("10.1.2.3/24")
+
+
+@pytest.mark.parametrize(
+    "ip,expected",
+    [("127.0.6.3", "lo"), ("10.1.2.3", "eth0"), ("10.1.2.77", "eth0"), ("192.168.1.1", None)],
+)
+def test_gloo_interface_is_the_one_carrying_the_node_ip(ip: str, expected: str | None) -> None:
+    assert pick_interface(ip, {"lo": LO, "eth0": ETH}) == expected
+
+
+def test_one_bundle_per_node_spread_strictly() -> None:
+    bundles, strategy = node_bundles(3, {"CPU": 2, "GPU": 0})
+    assert bundles == [{"CPU": 2}] * 3 and strategy == "STRICT_SPREAD"
+    assert node_bundles(1, {"CPU": 0, "GPU": 0}) == ([{"CPU": 0.001}], "PACK")
+
+
+@pytest.mark.parametrize(
+    "cfg,cpus,gpu,expected",
+    [
+        (XGBScalingConfig(), [4, 2, 8], False, (3, 2, False)),
+        (XGBScalingConfig(num_workers=2, num_cpu_per_worker=1, use_gpu=False), [4], True, (2, 1, False)),
+        (XGBScalingConfig(use_gpu=None), [4, 4], True, (2, 4, True)),
+    ],
+)
+def test_xgb_auto_scaling(cfg: XGBScalingConfig, cpus: list[float], gpu: bool, expected: tuple[int, int, bool]) -> None:
+    assert resolve_scaling(cfg, cpus, gpu) == expected
+
+
+def test_xgb_params_follow_resources() -> None:
+    p = training_params({"eta": 0.1, "objective": "binary:logistic"}, "reg:squarederror", 3, gpu=True)
+    assert p == {"objective": "binary:logistic", "tree_method": "hist", "nthread": 3, "eta": 0.1, "device": "cuda"}
+    with pytest.raises(ValueError):
+        resolve_scaling(XGBScalingConfig(num_workers=0), [2], False)
+
+
+def test_metrics_reporter_keeps_history_and_latest() -> None:
+    m = MetricsReporter()
+    m.log_metrics({"loss": 2.0, "epoch": 0})
+    m.log_metrics({"loss": 1.0})
+    assert m.merged() == {"loss": 1.0, "epoch": 0} and len(m.history) == 2
+
+
+def test_artifact_manager_round_trip(tmp_path: Path) -> None:
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"w")
+    am = ArtifactManager(f"file://{tmp_path / 'stage'}")
+    am.upload(str(src), "epoch-1")
+    assert am.list() == ["epoch-1/w.bin"]
+    am.download("epoch-1", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "w.bin").read_bytes() == b"w"
+
+
+def test_get_context_outside_a_worker_fails() -> None:
+    with pytest.raises(RuntimeError, match="PyTorchDistributor"):
+        get_context()
