@@ -229,9 +229,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_pools(args: argparse.Namespace) -> int:
-    from kubepool.kube.sync import Kube
+    from kubepool.jobs.manager import connect
 
-    pools = sorted(Kube().list_pools(), key=lambda p: str(p.metadata.get("name", "")))
+    pools = sorted(connect(None).list_pools(), key=lambda p: str(p.metadata.get("name", "")))
     docs = []
     for p in pools:
         st, size = p.status, p.spec.instance_size()

@@ -48,6 +48,6 @@ def fake_kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKube]:
             kube.namespace = namespace
         return kube
 
-    for module in ("kubepool.jobs.manager", "kubepool.jobs.remote", "kubepool.sagemaker.estimator"):
+    for module in ("kubepool.jobs.manager", "kubepool.jobs.decorators", "kubepool.sagemaker.estimator"):
         monkeypatch.setattr(f"{module}.connect", connect)
     yield kube

@@ -8,6 +8,7 @@ function to a compute pool, then follow the job through its `MLJob` handle.
     print(job.get_logs(instance_id=1))
 """
 
+from kubepool.jobs.decorators import remote
 from kubepool.jobs.job import JOB_STATUS, MLJob
 from kubepool.jobs.manager import (
     JobSummary,
@@ -19,7 +20,6 @@ from kubepool.jobs.manager import (
     submit_file,
 )
 from kubepool.jobs.payload import PayloadTooLarge
-from kubepool.jobs.remote import remote
 from kubepool.jobs.results import RemoteError
 
 __all__ = [

@@ -9,7 +9,7 @@ then `~/.kube/config`). Every call returns kubepool's typed models (`kubepool.ap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import httpx2
@@ -95,7 +95,7 @@ class Kube:
 
     def create_job(self, job: MLJob, namespace: str | None = None) -> MLJob:
         ns = self._ns(namespace)
-        body = MLJobResource(job.wire())
+        body = MLJobResource.from_dict(job.wire())
         name = job.metadata.get("name", "")
         return _job(_call(f"create MLJob {ns}/{name}", lambda: self.client.create(body, namespace=ns)))
 
@@ -152,9 +152,9 @@ class Kube:
         name = cm.metadata.name if cm.metadata else ""
         _call(f"create ConfigMap {ns}/{name}", lambda: self.client.create(cm, namespace=ns))
 
-    def list_pods(self, labels: dict[str, str], namespace: str | None = None) -> list[Pod]:
+    def list_pods(self, labels: Mapping[str, str], namespace: str | None = None) -> list[Pod]:
         ns = self._ns(namespace)
-        return _call(f"list pods in {ns}", lambda: list(self.client.list(Pod, namespace=ns, labels=labels)))
+        return _call(f"list pods in {ns}", lambda: list(self.client.list(Pod, namespace=ns, labels=dict(labels))))
 
     def get_pod(self, name: str, namespace: str | None = None) -> Pod:
         ns = self._ns(namespace)

@@ -1,0 +1,104 @@
+"""The `kubepool` CLI: parsing, output formats and exit codes against an in-memory cluster (no cluster)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakes import FakeKube
+
+from kubepool import cli
+from kubepool.kube.errors import Forbidden, Invalid, NotFound, Unreachable
+
+
+def test_submit_arguments_after_double_dash() -> None:
+    args, script_args = cli.parse_args(["submit", "t.py", "--pool", "cpu", "--instances", "5", "--min-instances", "2",
+                                        "--env", "A=1", "--wait", "--", "--epochs", "3"])
+    assert (args.path, args.pool, args.instances, args.min_instances, args.wait) == ("t.py", "cpu", 5, 2, True)
+    assert script_args == ["--epochs", "3"]
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        cli.parse_args(["submit", "t.py"])
+    assert err.value.code == 2
+    with pytest.raises(SystemExit):
+        cli.parse_args(["list", "--", "x"])
+
+
+@pytest.mark.parametrize(("err", "code"), [
+    (NotFound("x", 404), 3), (Forbidden("x", 403), 4), (Unreachable("x"), 5), (Invalid("x", 422), 6),
+    (TimeoutError("x"), 124), (ValueError("x"), 2), (FileNotFoundError("x"), 2), (KeyboardInterrupt(), 130),
+])
+def test_exit_codes(err: BaseException, code: int) -> None:
+    assert cli.exit_code_for(err) == code
+
+
+def test_table() -> None:
+    assert cli.format_table(["A", "LONG"], [[1, None], ["xyz", "b"]]) == "A    LONG\n1\nxyz  b"
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    p = tmp_path / "job.py"
+    p.write_text("print(1)\n")
+    return p
+
+
+def test_submit_list_status_logs_cancel(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["submit", str(script), "--pool", "cpu", "--instances", "3", "--min-instances", "2",
+                     "--name", "j1", "--", "a"]) == 0
+    assert capsys.readouterr().out.strip() == "team/j1"
+    assert cli.main(["list", "--output", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["name"] == "j1" and rows[0]["instances"] == "0/3" and rows[0]["status"] == "PENDING"
+    fake_kube.set_phase("j1", "RUNNING", readyInstances=3, targetInstances=3, minInstances=2, instances=[
+        {"instanceId": i, "group": "homogeneousCluster", "rankInGroup": i, "host": f"algo-{i + 1}",
+         "pod": f"j1-homogeneouscluster-{i}", "ready": True, "phase": "Running"} for i in range(3)])
+    assert cli.main(["status", "j1"]) == 0
+    out = capsys.readouterr().out
+    assert "team/j1: RUNNING" in out and "3/3 ready, min 2" in out and "algo-3" in out
+    assert cli.main(["status", "team/j1", "-o", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["instances"]) == 3
+    fake_kube.logs = {0: ["head line"], 1: ["worker line"]}
+    assert cli.main(["logs", "j1", "--instance", "1"]) == 0
+    assert capsys.readouterr().out == "worker line\n"
+    assert cli.main(["cancel", "j1"]) == 0
+    assert fake_kube.jobs[("team", "j1")].spec.suspend is True
+
+
+def test_wait_exit_codes(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cli.main(["submit", str(script), "--pool", "cpu", "--name", "w"])
+    fake_kube.set_phase("w", "FAILED", message="HeadFailed: exit 1")
+    assert cli.main(["wait", "w"]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED" in captured.out and "HeadFailed" in captured.err
+    fake_kube.set_phase("w", "DONE")
+    assert cli.main(["wait", "w"]) == 0
+    cli.main(["submit", str(script), "--pool", "cpu", "--name", "p"])
+    assert cli.main(["wait", "p", "--timeout", "0.2"]) == 124
+
+
+def test_errors_are_one_line(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["submit", str(script), "--pool", "nope"]) == 3
+    assert cli.main(["submit", str(script), "--pool", "cpu", "--instances", "1", "--min-instances", "2"]) == 2
+    assert cli.main(["submit", str(script.parent), "--pool", "cpu"]) == 2
+    assert cli.main(["status", "missing"]) == 3
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 4 and all(e.startswith("kubepool: error: ") for e in errors)
+    assert "--entrypoint" in errors[2]
+
+
+def test_no_kubeconfig(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert cli.main(["list"]) == 5
+    assert "set KUBECONFIG" in capsys.readouterr().err
+
+
+def test_pools(fake_kube: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["pools", "-o", "json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert (doc["name"], doc["maxNodes"], doc["cpu"], doc["memory"]) == ("cpu", 4, "3", "13Gi")
+    assert cli.main(["pools"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["cpu", "CPU_X64_S", "-"]

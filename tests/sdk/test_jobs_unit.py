@@ -1,0 +1,168 @@
+"""Submission flow, the MLJob handle and list_jobs against an in-memory cluster (no cluster)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import cloudpickle
+import pandas as pd
+import pytest
+from fakes import FakeKube, pool
+
+from kubepool import jobs
+from kubepool.contract import RESULT_LOG_MARKER
+from kubepool.jobs.payload import MANIFEST_KEY
+from kubepool.kube.errors import Forbidden, NotFound
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "ray_tasks.py"
+    path.write_text("import ray\nray.init(address='auto')\n")
+    return path
+
+
+def result_line(doc: object) -> str:
+    return RESULT_LOG_MARKER + base64.b64encode(cloudpickle.dumps(doc)).decode()
+
+
+def test_submit_file_creates_job_then_owned_configmap(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", target_instances=3, args=["--n", 10], stage_name="ignored")
+    assert job.id.startswith("team/ray-tasks-") and job.target_instances == 3 and job.min_instances == 3
+    assert [c.split()[0] for c in fake_kube.calls] == ["get_pool", "create_job", "create_configmap"]
+    stored = fake_kube.jobs[("team", job.name)]
+    assert stored.spec.args == ["--n", "10"] and stored.spec.entrypoint.file == "ray_tasks.py"
+    cm = fake_kube.configmaps[("team", f"{job.name}-payload")]
+    assert cm.metadata.ownerReferences[0].uid == stored.metadata["uid"]  # type: ignore[index,union-attr]
+    assert json.loads(cm.data[MANIFEST_KEY])["files"]["ray_tasks.py"]["path"] == "ray_tasks.py"  # type: ignore[index]
+
+
+def test_unknown_pool_and_too_small_pool_are_refused_before_creating(fake_kube: FakeKube, script: Path) -> None:
+    with pytest.raises(jobs.PoolNotFound, match="'gpu' does not exist.*kubepool pools"):
+        jobs.submit_file(script, "gpu")
+    fake_kube.pools["small"] = pool("small", max_nodes=2)
+    with pytest.raises(ValueError, match=r"min_instances \(3\) exceeds the max_nodes \(2\)"):
+        jobs.submit_file(script, "small", target_instances=3)
+    assert fake_kube.jobs == {}
+
+
+def test_forbidden_pool_read_is_left_to_the_operator(fake_kube: FakeKube, script: Path, monkeypatch) -> None:
+    def forbidden(name: str) -> None:
+        raise Forbidden("no", 403)
+
+    monkeypatch.setattr(fake_kube, "get_pool", forbidden)
+    assert jobs.submit_file(script, "anything").name
+
+
+def test_min_over_target_fails_without_api_calls(fake_kube: FakeKube, script: Path) -> None:
+    with pytest.raises(ValueError, match="less than or equal"):
+        jobs.submit_file(script, "cpu", target_instances=2, min_instances=5)
+    assert fake_kube.calls == []
+
+
+def test_configmap_failure_rolls_the_job_back(fake_kube: FakeKube, script: Path) -> None:
+    fake_kube.configmap_error = Forbidden("cannot create configmaps", 403)
+    with pytest.raises(Forbidden):
+        jobs.submit_file(script, "cpu", name="j1")
+    assert fake_kube.calls[-1] == "delete_job j1" and fake_kube.jobs == {}
+
+
+def test_submit_directory(fake_kube: FakeKube, tmp_path: Path) -> None:
+    (tmp_path / "src" / "lib").mkdir(parents=True)
+    (tmp_path / "src" / "main.py").write_text("import lib.x\n")
+    (tmp_path / "src" / "lib" / "x.py").write_text("")
+    job = jobs.submit_directory(tmp_path / "src", "cpu", entrypoint="main.py", target_instances=5,
+                                min_instances=2, pip_requirements=["tqdm"], env_vars={"MODE": "fast"})
+    spec = fake_kube.jobs[("team", job.name)].spec
+    assert (spec.target_instances, spec.min_instances, spec.pip_requirements) == (5, 2, ["tqdm"])
+    with pytest.raises(ValueError, match="not a file of"):
+        jobs.submit_directory(tmp_path / "src", "cpu", entrypoint="missing.py")
+    cmd = jobs.submit_directory(tmp_path / "src", "cpu", entrypoint=["bash", "-c", "echo hi"])
+    assert fake_kube.jobs[("team", cmd.name)].spec.entrypoint.command == ["bash", "-c", "echo hi"]
+
+
+def test_remote_returns_a_handle_per_call(fake_kube: FakeKube) -> None:
+    @jobs.remote("cpu", target_instances=5, min_instances=2)
+    def train(x: int) -> int:
+        return x + 1
+
+    first, second = train(1), train(2)
+    assert first.name != second.name and first.name.startswith("train-")
+    spec = fake_kube.jobs[("team", first.name)].spec
+    assert spec.entrypoint.file == "kubepool_remote.py" and spec.entrypoint.function == "main"
+    assert (spec.target_instances, spec.min_instances) == (5, 2)
+    with pytest.raises(ValueError):
+        jobs.remote("cpu", target_instances=1, min_instances=2)
+
+
+def test_status_wait_and_result(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", name="j")
+    assert job.status == "PENDING"
+    running = fake_kube.set_phase("j", "RUNNING", readyInstances=1)
+    done = fake_kube.set_phase("j", "DONE")
+    fake_kube.jobs[("team", "j")] = fake_kube.set_phase("j", "PENDING")
+    fake_kube.watch_events = [("MODIFIED", running), ("MODIFIED", done)]
+    seen: list[str] = []
+    assert job.wait(30, on_update=lambda o: seen.append(str(o.status.phase if o.status else None))) == "DONE"
+    assert seen == ["PENDING", "RUNNING", "DONE"]
+    fake_kube.logs[0] = ["ML job started", result_line({"success": True, "value": 42})]
+    assert job.result() == 42
+    assert job.get_logs() == "ML job started"
+    assert RESULT_LOG_MARKER in job.get_logs(verbose=True)
+
+
+def test_wait_times_out(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", name="slow")
+    with pytest.raises(TimeoutError, match="did not finish within 0.5s"):
+        job.wait(0.5)
+    assert any(c.startswith("watch_job slow 1") for c in fake_kube.calls)
+
+
+def test_failed_job_without_result_raises_its_message(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", name="f")
+    fake_kube.set_phase("f", "FAILED", message="instances unavailable after 720s")
+    fake_kube.logs[0] = ["boom"]
+    with pytest.raises(RuntimeError, match="ended FAILED: instances unavailable"):
+        job.result()
+
+
+def test_logs_per_instance(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", name="l", target_instances=3)
+    fake_kube.logs = {0: ["head"], 1: ["w1 a", "w1 b"], 2: ["w2"]}
+    assert [job.get_logs(instance_id=k) for k in range(3)] == ["head", "w1 a\nw1 b", "w2"]
+    assert job.get_logs(limit=1, instance_id=1, as_list=True) == ["w1 b"]
+    with pytest.raises(ValueError, match="instance_id must be in 0..2"):
+        job.get_logs(instance_id=7)
+    del fake_kube.logs[2]
+    with pytest.raises(NotFound, match="no pod for instance 2"):
+        job.get_logs(instance_id=2)
+
+
+def test_cancel_list_get_delete(fake_kube: FakeKube, script: Path) -> None:
+    a = jobs.submit_file(script, "cpu", name="a")
+    jobs.submit_file(script, "cpu", name="b", target_instances=2)
+    a.cancel()
+    assert fake_kube.jobs[("team", "a")].spec.suspend is True
+    table = jobs.list_jobs()
+    assert isinstance(table, pd.DataFrame)
+    assert list(table["name"]) == ["b", "a"] and list(table["instances"]) == ["0/2", "0/1"]
+    assert list(table.columns[:6]) == ["name", "namespace", "status", "instances", "pool", "created"]
+    rows = jobs.list_jobs(limit=1, as_list=True)
+    assert [r.name for r in rows] == ["b"] and rows[0].pool == "cpu"
+    assert jobs.get_job("team/a").id == "team/a"
+    with pytest.raises(NotFound):
+        jobs.get_job("nope")
+    jobs.delete_job("a")
+    jobs.delete_job(jobs.get_job("b"))
+    assert fake_kube.jobs == {}
+    with pytest.raises(ValueError, match="invalid job id"):
+        jobs.get_job("/x")
+
+
+def test_dashboard_url(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", name="d")
+    assert job.get_ray_dashboard_url() == "http://algo-1.d-svc.team.svc:8265"
+    fake_kube.set_phase("d", "RUNNING", rayDashboard="http://10.0.0.5:8265")
+    assert job.get_ray_dashboard_url() == "http://10.0.0.5:8265"

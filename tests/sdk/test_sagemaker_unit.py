@@ -1,0 +1,121 @@
+"""SageMaker argument rules, the instance-type table and the heterogeneous MLJob (no cluster)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakes import FakeKube, pool
+
+from kubepool.api import InstanceFamily
+from kubepool.sagemaker import Estimator, InstanceGroup, TrainingInput
+from kubepool.sagemaker.estimator import distribution_groups, encode_hyperparameters
+from kubepool.sagemaker.instance_types import family_for
+
+G1, G2 = InstanceGroup("instance_group_1", "ml.c5.18xlarge", 2), InstanceGroup("instance_group_2", "ml.p3dn.24xlarge", 1)
+TORCH = {"torch_distributed": {"enabled": True}}
+
+
+@pytest.fixture
+def entry(tmp_path: Path) -> str:
+    (tmp_path / "train.py").write_text("print('train')\n")
+    return str(tmp_path / "train.py")
+
+
+def test_instance_arguments_are_mutually_exclusive(entry: str) -> None:
+    with pytest.raises(ValueError, match="instance_count and instance_type cannot be set when instance_groups is set"):
+        Estimator(entry, instance_type="cpu", instance_groups=[G1])
+    with pytest.raises(ValueError, match="instance_count and instance_type must be set if instance_groups is not set"):
+        Estimator(entry, instance_type="cpu")
+    with pytest.raises(ValueError, match="at most 5"):
+        Estimator(entry, instance_groups=[InstanceGroup(f"g{i}", "cpu", 1) for i in range(6)])
+
+
+def test_distribution_rules() -> None:
+    with pytest.raises(ValueError, match="Instance groups not specified in the estimator !"):
+        distribution_groups({**TORCH, "instance_groups": ["a"]}, [])
+    with pytest.raises(ValueError, match="oversubscribed"):
+        distribution_groups({**TORCH, "instance_groups": ["a", "b"]}, [G1])
+    with pytest.raises(ValueError, match="Distribution should only contain one instance group name !"):
+        distribution_groups(TORCH, [G1, G2])
+    with pytest.raises(ValueError, match="no distribution strategies enabled"):
+        distribution_groups({"instance_groups": [G2]}, [G1, G2])
+    assert distribution_groups({**TORCH, "instance_groups": [G2]}, [G1, G2]) == ["instance_group_2"]
+    assert distribution_groups(TORCH, [G1]) == ["instance_group_1"]
+    assert distribution_groups(TORCH, []) == [] and distribution_groups(None, [G1]) == []
+
+
+@pytest.mark.parametrize(("itype", "family"), [
+    ("ml.c5.18xlarge", "CPU_X64_L"), ("ml.m5.large", "CPU_X64_XS"), ("ml.m5.xlarge", "CPU_X64_S"),
+    ("ml.c5.4xlarge", "CPU_X64_M"), ("ml.r5.2xlarge", "HIGHMEM_X64_S"), ("ml.r5.24xlarge", "HIGHMEM_X64_L"),
+    ("ml.g5.xlarge", "GPU_NV_S"), ("ml.g5.12xlarge", "GPU_NV_M"), ("ml.p3dn.24xlarge", "GPU_NV_L"),
+    ("ml.p4d.24xlarge", "GPU_NV_L"),
+])
+def test_instance_type_table(itype: str, family: str) -> None:
+    assert family_for(itype) == InstanceFamily(family)
+
+
+def test_unknown_instance_type() -> None:
+    with pytest.raises(ValueError, match="pass a ComputePool name"):
+        family_for("ml.inf2.xlarge")
+
+
+def test_training_input_sources() -> None:
+    assert TrainingInput("s3://bucket-1/train").to_channel("train").wire()["source"] == {"s3": {"uri": "s3://bucket-1/train"}}
+    assert TrainingInput("pvc://data/a/b").to_channel("t").wire()["source"] == {
+        "persistentVolumeClaim": {"claimName": "data", "subPath": "a/b"}}
+    assert TrainingInput("configmap://cfg").to_channel("t").wire()["source"] == {"configMap": {"name": "cfg"}}
+    for bad in ("file:///tmp/x", "/tmp/x"):
+        with pytest.raises(ValueError, match="unsupported channel source"):
+            TrainingInput(bad)
+    with pytest.raises(ValueError, match="Pipe"):
+        TrainingInput("s3://bucket-1/x", input_mode="Pipe")
+    with pytest.raises(ValueError, match="ShardedByS3Key"):
+        TrainingInput("s3://bucket-1/x", distribution="Sharded")
+
+
+def test_hyperparameters_are_strings() -> None:
+    assert encode_hyperparameters({"lr": 0.1, "name": "x", "flag": True, "layers": [1, 2]}) == {
+        "lr": "0.1", "name": "x", "flag": "true", "layers": "[1, 2]"}
+
+
+def test_heterogeneous_job(fake_kube: FakeKube, entry: str) -> None:
+    fake_kube.pools = {"big-cpu": pool("big-cpu", 4, "CPU_X64_L"), "a-gpu": pool("a-gpu", 2, "GPU_NV_L"),
+                       "z-gpu": pool("z-gpu", 2, "GPU_NV_L")}
+    est = Estimator(entry, instance_groups=[G1, G2], hyperparameters={"epochs": 2},
+                    distribution={**TORCH, "instance_groups": ["instance_group_2"]}, framework_version="2.1")
+    with pytest.raises(ValueError, match=r"Some channels have assigned instance groups: \['train'\] while others not: \['x'\]"):
+        est.fit({"train": TrainingInput("s3://bucket-1/a", instance_groups=["instance_group_1"]), "x": "s3://bucket-1/b"},
+                wait=False)
+    job = est.fit({"training": TrainingInput("s3://bucket-1/a", instance_groups=["instance_group_1"]),
+                   "dummy-input-channel": TrainingInput("s3://bucket-1/b", instance_groups=["instance_group_2"])},
+                  wait=False)
+    assert est.latest_training_job is job
+    spec = fake_kube.jobs[("team", job.name)].wire()["spec"]
+    assert spec["mode"] == "sagemaker"
+    assert spec["instanceGroups"] == [
+        {"name": "instance_group_1", "computePool": "big-cpu", "instanceCount": 2},
+        {"name": "instance_group_2", "computePool": "a-gpu", "instanceCount": 1},
+    ]
+    assert spec["distributionInstanceGroups"] == ["instance_group_2"]
+    assert [c["instanceGroups"] for c in spec["channels"]] == [["instance_group_1"], ["instance_group_2"]]
+    hp = spec["hyperParameters"]
+    assert hp["epochs"] == "2" and hp["sagemaker_torch_distributed_enabled"] == "true"
+    assert json.loads(hp["sagemaker_distribution_instance_groups"]) == ["instance_group_2"]
+    assert [c.split()[0] for c in fake_kube.calls][-3:] == ["get_pool", "create_job", "create_configmap"]
+
+
+def test_homogeneous_job_with_pool_name_and_source_dir(fake_kube: FakeKube, tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("")
+    job = Estimator("train.py", source_dir=str(tmp_path / "code"), instance_type="cpu", instance_count=2,
+                    max_run=600).fit("s3://bucket-1/data", wait=False)
+    spec = fake_kube.jobs[("team", job.name)].wire()["spec"]
+    assert (spec["computePool"], spec["targetInstances"], spec["activeDeadlineSeconds"]) == ("cpu", 2, 600)
+    assert spec["channels"][0]["name"] == "training"
+
+
+def test_missing_family_pool(fake_kube: FakeKube, entry: str) -> None:
+    with pytest.raises(ValueError, match="no ComputePool of instance family GPU_NV_L"):
+        Estimator(entry, instance_type="ml.p4d.24xlarge", instance_count=1).fit(wait=False)
