@@ -279,3 +279,74 @@ def test_termination_message(kubectl: Kubectl, namespace: str, policy: str) -> N
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 2
     assert terminated["message"].strip() == ("written" if policy == "File" else "last words")
+
+
+FEATURES = """
+import os, pathlib
+print("ids", os.getuid(), os.getgid(), sorted(os.getgroups()))
+pathlib.Path(os.environ["HOME"], "note").write_text("home is writable")
+print("init wrote", open("/work/data/from-init").read())
+print("labels", open("/etc/podinfo/labels").read().replace(chr(10), ","))
+print("memory", os.environ["MEM_MI"], "node", os.environ["NODE"])
+open("/cache/x", "w").write("in memory")
+print("token readable", len(open("/var/run/secrets/kubernetes.io/serviceaccount/token").read()) > 0)
+"""
+
+
+def test_init_containers_users_and_volumes(kubectl: Kubectl, namespace: str) -> None:
+    mounts = [{"name": "work", "mountPath": "/work/data"}, {"name": "podinfo", "mountPath": "/etc/podinfo"},
+              {"name": "cache", "mountPath": "/cache"}]  # fmt: skip
+    env = [{"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+           {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]  # fmt: skip
+    init = {"name": "init", "image": "busybox", "command": ["sh", "-c", "echo hi > /work/data/from-init"],
+            "volumeMounts": mounts[:1]}  # fmt: skip
+    manifest = pod_manifest(
+        "features", FEATURES,
+        securityContext={"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000},
+        initContainers=[init],
+        volumes=[{"name": "work", "emptyDir": {}}, {"name": "cache", "emptyDir": {"medium": "Memory"}},
+                 {"name": "podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}],
+        container={"volumeMounts": mounts, "env": env, "resources": {"limits": {"memory": "256Mi"}}},
+    )  # fmt: skip
+    manifest["metadata"]["labels"] = {"app": "features"}
+    apply(kubectl, namespace, manifest)
+    pod = wait_pod(kubectl, namespace, "features", phase_in("Succeeded", "Failed"))
+    out = logs(kubectl, namespace, "features")
+    assert pod["status"]["phase"] == "Succeeded", out
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    assert "ids 1000 3000 [2000, 3000]" in out  # runAsGroup is a supplementary group too
+    assert "init wrote hi" in out and 'labels app="features"' in out
+    assert f"memory 256 node {pod['spec']['nodeName']}" in out and "token readable True" in out
+
+
+def test_host_path_and_pvc_volumes(kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "train.csv").write_text("a,b\n")
+    pv_name = f"pv-{namespace}"[:60]
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                   "hostPath": {"path": str(tmp_path / "pv"), "type": "DirectoryOrCreate"}}}  # fmt: skip
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "out"},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
+                    "resources": {"requests": {"storage": "1Gi"}}}}  # fmt: skip
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(pv), check=True)
+    try:
+        script = "import os\nprint(os.listdir('/opt/ml/input'))\nopen('/opt/ml/output/model.txt', 'w').write('trained')"
+        manifest = pod_manifest("volumes", script,
+                                volumes=[{"name": "in", "hostPath": {"path": str(tmp_path / "input")}},
+                                         {"name": "out", "persistentVolumeClaim": {"claimName": "out"}}],
+                                container={"volumeMounts": [{"name": "in", "mountPath": "/opt/ml/input", "readOnly": True},
+                                                            {"name": "out", "mountPath": "/opt/ml/output"}]})  # fmt: skip
+        apply(kubectl, namespace, pvc, manifest)
+        pod = wait_pod(kubectl, namespace, "volumes", phase_in("Succeeded", "Failed"), timeout=90)
+        assert pod["status"]["phase"] == "Succeeded", logs(kubectl, namespace, "volumes")
+        assert "['train.csv']" in logs(kubectl, namespace, "volumes")
+        assert (tmp_path / "pv" / "model.txt").read_text() == "trained"
+    finally:
+        kubectl("delete", "pv", pv_name, "--wait=false")
+
+
+def test_active_deadline_fails_the_pod(kubectl: Kubectl, namespace: str) -> None:
+    apply(kubectl, namespace, pod_manifest("late", "import time; time.sleep(120)", activeDeadlineSeconds=2))
+    pod = wait_pod(kubectl, namespace, "late", phase_in("Failed", "Succeeded"), timeout=30)
+    assert pod["status"]["phase"] == "Failed" and pod["status"]["reason"] == "DeadlineExceeded"

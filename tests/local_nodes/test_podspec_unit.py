@@ -130,7 +130,7 @@ def test_run_as_container_overrides_pod() -> None:
     p = pod(securityContext={"runAsUser": 1000, "fsGroup": 2000, "supplementalGroups": [3000]})
     assert run_as(p, {}) == run_as(p, {"securityContext": {}})
     user = run_as(p, {"securityContext": {"runAsUser": 1001, "runAsGroup": 1002}})
-    assert (user.uid, user.gid, user.groups) == (1001, 1002, (2000, 3000))
+    assert (user.uid, user.gid, user.groups) == (1001, 1002, (1002, 2000, 3000))
     assert run_as(pod(), {}).uid is None
 
 

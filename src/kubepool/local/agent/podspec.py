@@ -237,9 +237,10 @@ def run_as(pod: Obj, container: Obj) -> RunAs:
     csc = container.get("securityContext") or {}
     uid = csc.get("runAsUser", psc.get("runAsUser"))
     gid = csc.get("runAsGroup", psc.get("runAsGroup"))
-    groups = [g for g in [psc.get("fsGroup"), *(psc.get("supplementalGroups") or [])] if g is not None]
     if gid is None and uid is not None:
         gid = 0  # runtimes use the image's group for the user, which is root's for users unknown to the image
+    # Like container runtimes, the primary group is also a supplementary one.
+    groups = [g for g in [gid, psc.get("fsGroup"), *(psc.get("supplementalGroups") or [])] if g is not None]
     return RunAs(uid=uid, gid=gid, groups=tuple(dict.fromkeys(int(g) for g in groups)))
 
 

@@ -46,9 +46,9 @@ def _mount(source: str, target: str, flags: int) -> None:
 
 def _bind_all(mounts: list[dict[str, Any]]) -> None:
     # Open every source before mounting anything: a mount (of /tmp, say) may hide a later source.
-    fds = [os.open(m["source"], os.O_PATH) for m in mounts]
-    for m, fd in zip(mounts, fds, strict=True):
-        target, is_dir = m["target"], os.path.isdir(m["source"])
+    opened = [(os.open(m["source"], os.O_PATH), os.path.isdir(m["source"])) for m in mounts]
+    for m, (fd, is_dir) in zip(mounts, opened, strict=True):
+        target = m["target"]
         if is_dir:
             os.makedirs(target, exist_ok=True)
         elif not os.path.exists(target):
@@ -86,7 +86,34 @@ def _signal_all(sig: int) -> None:
             pass
 
 
-def _exec_child(spec: dict[str, Any], argv: list[str], env: dict[str, str]) -> None:
+def _expose(path: str) -> None:
+    """Make `path` reachable for an unprivileged container user: an ancestor directory others cannot
+    traverse (/root holding a pyenv Python, say) is covered, in this namespace only, by a tmpfs that holds
+    just the next component of the path, bind-mounted from the original."""
+    parts = [p for p in os.path.realpath(path).split("/") if p]
+    for i in range(len(parts) - 1):
+        parent = "/" + "/".join(parts[:i])
+        if os.stat(parent).st_mode & 0o001:
+            continue
+        child = os.path.join(parent, parts[i])
+        fd = os.open(child, os.O_PATH)
+        is_dir = os.path.isdir(child)
+        _mount_fs("tmpfs", parent, "mode=0755")
+        if is_dir:
+            os.mkdir(child)
+        else:
+            open(child, "a").close()
+        _mount(f"/proc/self/fd/{fd}", child, MS_BIND | MS_REC)
+        os.close(fd)
+
+
+def _mount_fs(fstype: str, target: str, options: str) -> None:
+    if _libc.mount(fstype.encode(), target.encode(), fstype.encode(), 0, options.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {fstype} on {target}: {os.strerror(err)}")
+
+
+def _exec_child(spec: dict[str, Any], argv: list[str], env: dict[str, str], report: int) -> None:
     try:
         if spec.get("groups") is not None or spec.get("gid") is not None:
             os.setgroups([int(g) for g in spec.get("groups") or []])
@@ -98,7 +125,8 @@ def _exec_child(spec: dict[str, Any], argv: list[str], env: dict[str, str]) -> N
             os.chdir(spec["cwd"])
         os.execvpe(argv[0], argv, env)
     except OSError as e:
-        _write_exit(spec["exitFile"], START_ERROR_CODE, "StartError", f"exec: {argv[0]!r}: {e.strerror}")
+        # The run dir may not be writable for the container user: the supervisor writes exit.json.
+        os.write(report, f"exec: {argv[0]!r}: {e.strerror}".encode())
     os._exit(START_ERROR_CODE)
 
 
@@ -107,6 +135,9 @@ def main(spec_path: str) -> int:
         spec: dict[str, Any] = json.load(f)
     argv, env, exit_file = spec["argv"], spec["env"], spec["exitFile"]
     try:
+        if spec.get("uid") not in (None, 0):
+            for path in (sys.executable, sys.base_prefix, sys.prefix):
+                _expose(path)
         if spec.get("hostname"):
             name = spec["hostname"].encode()
             if _libc.sethostname(name, len(name)) != 0:
@@ -127,11 +158,16 @@ def main(spec_path: str) -> int:
         _write_exit(exit_file, START_ERROR_CODE, "StartError", msg)
         return START_ERROR_CODE
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    report_r, report_w = os.pipe()  # close-on-exec: EOF without data means the exec worked
     child = os.fork()
     if child == 0:
-        _exec_child(spec, argv, env)
+        os.close(report_r)
+        _exec_child(spec, argv, env, report_w)
     signal.signal(signal.SIGTERM, lambda *_: _signal_all(signal.SIGTERM))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.close(report_w)
+    exec_error = os.read(report_r, 4096).decode("utf-8", "replace")
+    os.close(report_r)
     status = 0
     while True:
         try:
@@ -142,7 +178,8 @@ def main(spec_path: str) -> int:
             continue
         if pid == child:
             break
-    if os.path.exists(exit_file):  # the child failed to exec and said why
+    if exec_error:
+        _write_exit(exit_file, START_ERROR_CODE, "StartError", exec_error)
         return START_ERROR_CODE
     # What the main process left behind dies with the container.
     _signal_all(signal.SIGKILL)
