@@ -137,6 +137,10 @@ def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionRe
     try:
         if contract.mode is RunMode.HEAD:
             gate_instances(contract, env)
+    except gate.InstancesTimeoutError as e:
+        log(str(e))
+        return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}")
+    try:
         print(snowflake.LOG_START_MSG, flush=True)
         try:
             code, value = run_entrypoint(contract.entrypoint, payload_dir, extra)

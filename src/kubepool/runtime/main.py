@@ -38,6 +38,8 @@ from kubepool.runtime import channels, hosts, ray_node, sagemaker, shutdown, sno
 
 LEAVE_ACK_SECONDS = 15.0  # Snowflake's signal_workers --wait-time
 CHILD_STOP_SECONDS = 10.0
+# The head's own start is not part of the instances timeout: Snowflake's clock starts in the launcher.
+HEAD_START_SECONDS = 180.0
 EXIT_SIGTERM = 128 + signal.SIGTERM
 
 
@@ -86,15 +88,15 @@ def run_launcher(env: Mapping[str, str]) -> int:
                 proc.wait()
 
 
-def run_head(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpec, env: dict[str, str], deadline: float) -> int:
+def run_head(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpec, env: dict[str, str]) -> int:
     server = shutdown.ShutdownServer(spec.pod_ip, naming.SHUTDOWN_PORT)
     server.start()  # before Ray: a worker that reaches the GCS can always reach this too
     node: ray_node.RayNode | None = None
     try:
-        node = ray_node.start_node(contract, me, spec, env, deadline)
+        node = ray_node.start_node(contract, me, spec, env, time.monotonic() + HEAD_START_SECONDS)
         log(f"Ray head started on {spec.pod_ip}:{contract.ray.gcs_port}")
         code = run_launcher({**env, **snowflake.head_env(contract, me, spec.pod_ip)})
-        log(f"payload exited with code {code}")
+        log(f"the launcher exited with code {code}")
         return code
     finally:
         server.request_leave()
@@ -134,7 +136,9 @@ def run_ray_mode(contract: JobContract, me: InstanceIdentity, env: dict[str, str
         gpus=gpus,
     )
     ray_env = ray_node.ray_env(contract, env)
-    return (run_head if me.is_head else run_worker)(contract, me, spec, ray_env, deadline)
+    if me.is_head:
+        return run_head(contract, me, spec, ray_env)
+    return run_worker(contract, me, spec, ray_env, deadline)
 
 
 def run(env: dict[str, str]) -> int:
