@@ -1,8 +1,8 @@
 """Shared fixtures: the local Kubernetes cluster (`cluster`), `kubectl`, and a fresh `namespace` per test.
 
-`cluster` reuses a healthy cluster in `.kubepool/` or runs `kubepool local up` (progress goes to the terminal
-even without `-s`), waits for the local nodes when the node agent exists, and runs `down` at the end only if it
-started the cluster. Every test that uses `cluster` (directly or through `kubectl`/`namespace`) gets the
+`cluster` runs `kubepool local up` on `.kubepool/` (or $KUBEPOOL_STATE_DIR, see kubepool.local.cli), which
+reuses a healthy cluster; progress goes to the terminal even without `-s`. It waits for the local nodes when the
+node agent exists, and runs `down` at the end only if it started the cluster. Every test that uses `cluster` (directly or through `kubectl`/`namespace`) gets the
 `cluster` marker automatically, so `-m "not cluster"` selects the tests that need no cluster.
 """
 
@@ -115,7 +115,7 @@ def _wait_nodes_ready(cluster: Cluster, names: list[str], say: Callable[[str], N
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     say = _reporter(request.config)
-    state_dir = controlplane.DEFAULT_STATE_DIR
+    state_dir = controlplane.default_state_dir()
     before = Layout.load(state_dir)
     was_running = before is not None and any(controlplane.alive(before, c) for c in controlplane.CONTROL_PLANE)
     # `up` is idempotent: on a healthy cluster it only checks health and starts what is missing (e.g. agents).

@@ -46,14 +46,6 @@ def test_ports_shift_together(tmp_path: Path) -> None:
     assert _flags(kwok.args(lay))["server-address"] == "127.0.0.1:17280"
 
 
-def test_every_argv_names_the_state_dir(tmp_path: Path) -> None:
-    # `down` only signals processes whose command line names the state dir.
-    lay = _layout(tmp_path)
-    argvs = [c.argv for c in controlplane.control_plane(lay)] + [kwok.args(lay), controlplane.agent_args(lay, "n")]
-    for argv in argvs:
-        assert any(str(lay.state_dir) in a for a in argv), argv
-
-
 def test_controller_manager_and_scheduler_use_their_own_identities(tmp_path: Path) -> None:
     lay = _layout(tmp_path)
     kcm = _flags(controlplane.controller_manager_args(lay))

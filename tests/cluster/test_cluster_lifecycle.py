@@ -42,9 +42,11 @@ def _free_port_offset() -> int:
 
 
 def local(*args: str) -> subprocess.CompletedProcess[str]:
+    # The session's KUBEPOOL_* defaults (state dir, ports, nodes) must not leak into the spare cluster.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBEPOOL_")}
     proc = subprocess.run(
         [sys.executable, "-m", "kubepool.local.cli", *args],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True, text=True, timeout=180, env=env,
     )
     print(proc.stdout, proc.stderr)
     return proc

@@ -1,8 +1,13 @@
-"""`kubepool local up|down|status`: the command line of the local cluster (argument parsing only)."""
+"""`kubepool local up|down|status`: the command line of the local cluster (argument parsing only).
+
+Environment defaults, so that a second cluster (e.g. one test session's own) needs no flags:
+KUBEPOOL_STATE_DIR (--state-dir), KUBEPOOL_PORT_OFFSET (--port-offset), KUBEPOOL_NODES_CONFIG (--nodes-config).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -14,17 +19,17 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--state-dir", type=Path, default=controlplane.DEFAULT_STATE_DIR,
+        "--state-dir", type=Path, default=controlplane.default_state_dir(),
         help="where the cluster keeps its state (default: %(default)s)",
     )
     up = sub.add_parser("up", parents=[common], help="start the cluster, or reuse/repair a running one")
     up.add_argument("--fake-nodes", type=int, default=0, metavar="N", help="also create N kwok fake nodes")
     up.add_argument(
-        "--nodes-config", type=Path, default=None, metavar="FILE",
+        "--nodes-config", type=Path, default=os.environ.get("KUBEPOOL_NODES_CONFIG") or None, metavar="FILE",
         help=f"local node config (default: the running cluster's, else {controlplane.DEFAULT_NODES_CONFIG})",
     )
     up.add_argument(
-        "--port-offset", type=int, default=0, metavar="K",
+        "--port-offset", type=int, default=int(os.environ.get("KUBEPOOL_PORT_OFFSET") or 0), metavar="K",
         help="shift every port by K, to run a second cluster beside the default one",
     )
     sub.add_parser("down", parents=[common], help="stop every process the cluster started and remove its state")

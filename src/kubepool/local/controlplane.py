@@ -53,6 +53,11 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 Log = Callable[[str], None]
 
 
+def default_state_dir() -> Path:
+    """`$KUBEPOOL_STATE_DIR`, else `.kubepool/` at the repo root (the env lets a session run its own cluster)."""
+    return Path(os.environ.get("KUBEPOOL_STATE_DIR") or DEFAULT_STATE_DIR).resolve()
+
+
 class ClusterError(RuntimeError):
     """The cluster could not be brought to the requested state; the message says why (with a log tail)."""
 
@@ -328,29 +333,34 @@ def healthy(lay: Layout, comp: Component) -> bool:
     return r.status_code == 200
 
 
-def read_pid(lay: Layout, name: str) -> int | None:
+def _read_pid_file(lay: Layout, name: str) -> tuple[int, int] | None:
+    """(pid, start time in clock ticks) from `pids/<name>.pid`."""
     try:
-        return int(lay.pid(name).read_text().strip())
+        pid, ticks = lay.pid(name).read_text().split()
+        return int(pid), int(ticks)
     except (FileNotFoundError, ValueError):
         return None
 
 
-def _ours(lay: Layout, pid: int) -> bool:
-    """The pid runs a live process that this state dir started (every argv we build names the state dir
-    or a file under it), so a recycled pid is never signalled."""
+def read_pid(lay: Layout, name: str) -> int | None:
+    entry = _read_pid_file(lay, name)
+    return entry[0] if entry else None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time (/proc/<pid>/stat field 22), None when it is gone or a zombie."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return False
-    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):  # a zombie has already crashed
-        return False
-    return str(lay.state_dir) in cmdline
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def alive(lay: Layout, name: str) -> bool:
-    pid = read_pid(lay, name)
-    return pid is not None and _ours(lay, pid)
+    """The process `up` started for `name` still runs: pid and start time match, so a recycled pid never
+    counts (and is never signalled)."""
+    entry = _read_pid_file(lay, name)
+    return entry is not None and _start_ticks(entry[0]) == entry[1]
 
 
 def log_tail(lay: Layout, name: str, lines: int = 20) -> str:
@@ -361,7 +371,7 @@ def log_tail(lay: Layout, name: str, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def start(lay: Layout, comp: Component) -> int:
+def start(lay: Layout, comp: Component) -> subprocess.Popen[bytes]:
     lay.log(comp.name).parent.mkdir(parents=True, exist_ok=True)
     lay.pid(comp.name).parent.mkdir(parents=True, exist_ok=True)
     with lay.log(comp.name).open("ab") as log:
@@ -373,22 +383,26 @@ def start(lay: Layout, comp: Component) -> int:
             comp.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             cwd=lay.state_dir, start_new_session=True,
         )
-    lay.pid(comp.name).write_text(f"{proc.pid}\n")
-    return proc.pid
+    ticks = _start_ticks(proc.pid)
+    tmp = lay.pid(comp.name).with_suffix(".tmp")
+    tmp.write_text(f"{proc.pid} {ticks if ticks is not None else -1}\n")
+    tmp.replace(lay.pid(comp.name))  # atomic: a reader never sees an empty pid file
+    return proc
 
 
 def stop(lay: Layout, name: str, timeout: float = 10.0) -> bool:
-    """Stop the process group of `name` if it is ours; True when something was stopped."""
+    """Stop the process group of `name` if its process is still the one `up` started; True when it was."""
+    ours = alive(lay, name)
     pid = read_pid(lay, name)
     lay.pid(name).unlink(missing_ok=True)
-    if pid is None or not _ours(lay, pid):
+    if pid is None or not ours:
         return False
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _ours(lay, pid):
+    while time.monotonic() < deadline and _start_ticks(pid) is not None:
         time.sleep(0.1)
     try:
         os.killpg(pid, signal.SIGKILL)  # stragglers in the group, or a process that ignored SIGTERM
@@ -412,15 +426,23 @@ def wait_healthy(lay: Layout, comps: Iterable[Component]) -> list[Component]:
     return []
 
 
+def _exit_reason(proc: subprocess.Popen[bytes] | None) -> str:
+    code = None if proc is None else proc.poll()
+    if code is None:
+        return "still running"
+    return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+
 def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
     """Bring the components up together: reuse healthy ones, wait for starting ones, restart broken ones."""
+    procs: dict[str, subprocess.Popen[bytes]] = {}  # what this call started, to tell how it died
     for c in comps:
         if healthy(lay, c):
             say(f"  {c.name}: running (reused)")
         elif alive(lay, c.name):
             say(f"  {c.name}: running, waiting for it to become healthy")
         else:
-            start(lay, c)
+            procs[c.name] = start(lay, c)
             say(f"  {c.name}: started")
     for attempt in (1, 2):
         failed = wait_healthy(lay, comps)
@@ -428,11 +450,14 @@ def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
             return
         if attempt == 2:
             f = failed[0]
-            raise ClusterError(f"{f.name} did not become healthy; last log lines:\n{log_tail(lay, f.name)}")
+            raise ClusterError(
+                f"{f.name} did not become healthy ({_exit_reason(procs.get(f.name))}); "
+                f"last lines of {lay.log(f.name)}:\n{log_tail(lay, f.name)}"
+            )
         for c in failed:
-            say(f"  {c.name}: not healthy, restarting")
+            say(f"  {c.name}: not healthy ({_exit_reason(procs.get(c.name))}), restarting")
             stop(lay, c.name)
-            start(lay, c)
+            procs[c.name] = start(lay, c)
 
 
 # ---------------------------------------------------------------------------------------------------------
