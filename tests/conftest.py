@@ -2,12 +2,14 @@
 
 `cluster` runs `kubepool local up` on `.kubepool/` (or $KUBEPOOL_STATE_DIR, see kubepool.local.cli), which
 reuses a healthy cluster; progress goes to the terminal even without `-s`. It waits for the local nodes when the
-node agent exists, and runs `down` at the end only if it started the cluster. Every test that uses `cluster` (directly or through `kubectl`/`namespace`) gets the
+node agent exists, and runs `down` at the end only if it started the cluster and no other test session still
+uses it (each session holds a shared lock on `<state>/.sessions`). Every test that uses `cluster` (directly or through `kubectl`/`namespace`) gets the
 `cluster` marker automatically, so `-m "not cluster"` selects the tests that need no cluster.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -122,21 +124,31 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     _run_cli(["up"], say)
     layout = Layout.load(state_dir)
     assert layout is not None, f"no cluster.json in {state_dir} after `up`"
+    sessions = (state_dir / ".sessions").open("a")
+    fcntl.flock(sessions, fcntl.LOCK_SH)
     c = Cluster(layout, Kubectl(layout.bin("kubectl"), layout.kubeconfig), started_here=not was_running)
     old_kubeconfig = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(layout.kubeconfig)
-    nodes = controlplane.load_node_names(layout.nodes_yaml)
-    if nodes and controlplane.agent_available():
-        _wait_nodes_ready(c, nodes, say)
     try:
+        nodes = controlplane.load_node_names(layout.nodes_yaml)
+        if nodes and controlplane.agent_available():
+            _wait_nodes_ready(c, nodes, say)
         yield c
     finally:
         if old_kubeconfig is None:
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = old_kubeconfig
-        if c.started_here:
+        try:
+            fcntl.flock(sessions, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            last = True
+        except BlockingIOError:
+            last = False
+        sessions.close()
+        if c.started_here and last:
             _run_cli(["down"], say)
+        elif c.started_here:
+            say("another test session still uses the cluster: leaving it running")
 
 
 @pytest.fixture(scope="session")
