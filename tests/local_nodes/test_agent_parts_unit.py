@@ -15,6 +15,7 @@ from kubepool.local.agent.ipam import Ipam, next_free
 from kubepool.local.agent.logs_server import tail_offset
 from kubepool.local.agent.node import node_object
 from kubepool.local.agent.pods import termination_message
+from kubepool.local.agent.probes import ProbeTiming, resolve_port
 from kubepool.local.agent.volumes import (
     File,
     VolumeError,
@@ -125,3 +126,12 @@ def test_termination_message_file_then_log_fallback(tmp_path: Path) -> None:
     assert termination_message(tmp_path, "FallbackToLogsOnError", 0) == ""
     (tmp_path / runner.TERMINATION_LOG).write_text("boom")
     assert termination_message(tmp_path, "FallbackToLogsOnError", 1) == "boom"
+
+
+def test_probe_ports_and_timing() -> None:
+    container = {"ports": [{"name": "http", "containerPort": 8080}]}
+    assert resolve_port("http", container) == 8080 and resolve_port(9000, container) == 9000
+    with pytest.raises(ValueError):
+        resolve_port("grpc", container)
+    timing = ProbeTiming.of({"periodSeconds": 2})
+    assert (timing.period_s, timing.timeout_s, timing.failure_threshold) == (2.0, 1.0, 3)

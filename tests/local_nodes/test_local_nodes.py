@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import textwrap
 import time
 import uuid
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kubepool.local import controlplane
 from kubepool.local.agent.config import load_nodes
 
 Kubectl = Any  # tests/conftest.py's Kubectl
@@ -61,6 +64,11 @@ def phase_in(*phases: str) -> Callable[[Pod], bool]:
 
 def logs(kubectl: Kubectl, ns: str, name: str, *args: str) -> str:
     return str(kubectl("logs", name, "-n", ns, *args, check=True).stdout)
+
+
+def logged(kubectl: Kubectl, ns: str, name: str, text: str) -> Callable[[Pod], bool]:
+    """Pod predicate: its log (once the container started) contains `text`."""
+    return lambda _: text in str(kubectl("logs", name, "-n", ns).stdout)
 
 
 def test_local_nodes_are_ready_with_labels_and_capacity(cluster: Any, kubectl: Kubectl) -> None:
@@ -227,7 +235,7 @@ print("started", flush=True)
 time.sleep(600)
 """
     apply(kubectl, namespace, pod_manifest("sleeper", script, terminationGracePeriodSeconds=3))
-    wait_pod(kubectl, namespace, "sleeper", lambda p: "started" in logs(kubectl, namespace, "sleeper"))
+    wait_pod(kubectl, namespace, "sleeper", logged(kubectl, namespace, "sleeper", "started"))
     assert len(_processes_with(marker)) == 3  # the script itself and its two children
     started = time.monotonic()
     kubectl("delete", "pod", "sleeper", "-n", namespace, "--wait=true", "--timeout=30s", check=True)
@@ -350,3 +358,93 @@ def test_active_deadline_fails_the_pod(kubectl: Kubectl, namespace: str) -> None
     apply(kubectl, namespace, pod_manifest("late", "import time; time.sleep(120)", activeDeadlineSeconds=2))
     pod = wait_pod(kubectl, namespace, "late", phase_in("Failed", "Succeeded"), timeout=30)
     assert pod["status"]["phase"] == "Failed" and pod["status"]["reason"] == "DeadlineExceeded"
+
+
+RESTART_NODE = "cpu-node-3"
+
+
+def _stop_agent(cluster: Any, sig: signal.Signals) -> None:
+    pid = controlplane.read_pid(cluster.layout, f"agent-{RESTART_NODE}")
+    assert pid is not None
+    os.kill(pid, sig)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def _start_agents() -> None:
+    subprocess.run(
+        [sys.executable, "-m", "kubepool.local.cli", "up"], check=True, capture_output=True, timeout=120
+    )
+
+
+def test_restarted_agent_adopts_running_pods(cluster: Any, kubectl: Kubectl, namespace: str) -> None:
+    script = "import time\nprint('start', flush=True)\ntime.sleep(8)\nprint('end')"
+    apply(
+        kubectl,
+        namespace,
+        pod_manifest("survivor", script, nodeSelector={"kubernetes.io/hostname": RESTART_NODE}),
+    )
+    wait_pod(kubectl, namespace, "survivor", logged(kubectl, namespace, "survivor", "start"))
+    try:
+        _stop_agent(cluster, signal.SIGKILL)  # a crash: the pod's processes outlive the agent
+    finally:
+        _start_agents()
+    pod = wait_pod(kubectl, namespace, "survivor", phase_in("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded"
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert logs(kubectl, namespace, "survivor").split() == ["start", "end"]
+
+
+def test_stopped_agent_stops_its_pods_and_the_next_one_restarts_them(
+    cluster: Any, kubectl: Kubectl, namespace: str
+) -> None:
+    marker = f"kubepool-marker-{uuid.uuid4().hex[:8]}"
+    script = f"import time\nprint('{marker}', flush=True)\ntime.sleep(600)"
+    apply(
+        kubectl,
+        namespace,
+        pod_manifest("stopped", script, nodeSelector={"kubernetes.io/hostname": RESTART_NODE}),
+    )
+    wait_pod(kubectl, namespace, "stopped", logged(kubectl, namespace, "stopped", marker))
+    assert _processes_with(marker)
+    try:
+        _stop_agent(cluster, signal.SIGTERM)
+        assert _processes_with(marker) == []  # no orphans
+    finally:
+        _start_agents()
+    deadline = time.monotonic() + 30
+    while not _processes_with(marker):
+        assert time.monotonic() < deadline, "the restarted agent did not start the pod again"
+        time.sleep(0.2)
+    pod = wait_pod(kubectl, namespace, "stopped", phase_in("Running"))
+    assert pod["status"]["containerStatuses"][0]["state"].get("running")
+
+
+READY_LATER = """
+import http.server, os, threading, time
+time.sleep(2)
+server = http.server.HTTPServer((os.environ["POD_IP"], 8080), http.server.SimpleHTTPRequestHandler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+time.sleep(600)
+"""
+
+
+def test_readiness_probe_gates_ready(kubectl: Kubectl, namespace: str) -> None:
+    container = {
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"port": "http", "path": "/"}, "periodSeconds": 1},
+    }
+    apply(
+        kubectl,
+        namespace,
+        pod_manifest("web", READY_LATER, container=container, terminationGracePeriodSeconds=1),
+    )
+    running = wait_pod(kubectl, namespace, "web", phase_in("Running"))
+    assert running["status"]["containerStatuses"][0]["ready"] is False
+    ready = wait_pod(
+        kubectl, namespace, "web", lambda p: p["status"]["containerStatuses"][0]["ready"], timeout=30
+    )
+    assert {c["type"]: c["status"] for c in ready["status"]["conditions"]}["Ready"] == "True"

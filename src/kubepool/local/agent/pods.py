@@ -38,6 +38,7 @@ from kubepool.local.agent.podspec import (
     run_as,
     will_restart,
 )  # fmt: skip
+from kubepool.local.agent.probes import Prober
 from kubepool.local.agent.runner import Run
 from kubepool.local.agent.volumes import VolumeError, Volumes
 
@@ -236,9 +237,24 @@ class PodWorker:
             run = await runner.start(run_dir, sandbox)
         self.runs[state.name] = run
         state.state = {"running": {"startedAt": run.started_at}}
-        state.ready = True  # no readiness probes on local nodes: ready while running
+        probe = spec.get("readinessProbe")
+        state.ready = probe is None  # without a readiness probe a running container is ready
         self._mark()
-        info = await run.wait()
+        prober: asyncio.Task[None] | None = None
+        if probe is not None:
+            env = json.loads((run.dir / runner.SPEC).read_text())["env"]
+
+            def set_ready(ready: bool) -> None:
+                state.ready = ready and state.running
+                self._mark()
+
+            assert self.ip is not None
+            prober = self._spawn(Prober(probe, spec, self.ip, run.pid, env, set_ready).run())
+        try:
+            info = await run.wait()
+        finally:
+            if prober is not None:
+                prober.cancel()
         code = int(info["exitCode"])
         message = info.get("message") or termination_message(
             run.dir, spec.get("terminationMessagePolicy") or "File", code
