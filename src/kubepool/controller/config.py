@@ -31,7 +31,13 @@ class OperatorConfig(BaseModel):
     namespaces: tuple[str, ...] = Field((), description="Watched namespaces; empty means all.")
     runtime_account: RuntimeAccountPolicy = RuntimeAccountPolicy.PER_JOB
     python: str = Field("python", description="Interpreter that runs `-m kubepool.runtime` in the image.")
+    # The runtime's user; None keeps the image's own (non-root) user, for images (or local nodes) whose
+    # interpreter uid 1000 cannot reach. runAsNonRoot stays on either way.
+    run_as_user: int | None = Field(1000, ge=1)
     image_pull_policy: str = "IfNotPresent"
+    # Local clusters only, where every pod shares the host's network: instance N shifts its per-node Ray
+    # ports by N * stride (contract.ENV_RAY_PORT_OFFSET) so a job's instances never clash. 0 on real clusters.
+    ray_port_stride: int = Field(0, ge=0, le=3000)
     # Workers leave on their own once the head is done; this is how long they get before being deleted.
     worker_grace_seconds: int = Field(30, ge=0)
     # Deleting a pod gives it this long to exit on SIGTERM (Ray shuts down in a few seconds).
@@ -47,5 +53,8 @@ class OperatorConfig(BaseModel):
             raw = env.get(ENV_PREFIX + name.upper())
             if raw is None:
                 continue
-            values[name] = tuple(n for n in raw.replace(",", " ").split() if n) if name == "namespaces" else raw
+            if name == "namespaces":
+                values[name] = tuple(n for n in raw.replace(",", " ").split() if n)
+            else:
+                values[name] = None if raw == "" and name == "run_as_user" else raw
         return cls.model_validate(values)

@@ -25,7 +25,7 @@ from kubepool.controller.builders import (
     build_ray_token_secret,
     build_runtime_rbac,
 )
-from kubepool.controller.builders.common import pools_of
+from kubepool.controller.builders.common import local_port_shift, pools_of
 from kubepool.controller.config import RuntimeAccountPolicy
 from kubepool.controller.plan import Plan, plan_job
 from kubepool.controller.state import JobKey, OperatorState, claim_of
@@ -111,7 +111,9 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
             await op.api.apply(obj)
     if job.spec.ray.auth_mode == "token":
         await op.api.create_if_absent(build_ray_token_secret(ref, secrets.token_urlsafe(32)))
-    await op.api.apply(build_contract_configmap(ref, build_job_contract(job, pools, attempt=st.attempt)))
+    shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
+    doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift)
+    await op.api.apply(build_contract_configmap(ref, doc))
     await op.api.apply(build_headless_service(ref))
     await op.api.apply(build_network_policy(ref))
     op.children_ready.add((ref.uid, st.attempt))

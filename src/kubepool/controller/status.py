@@ -22,7 +22,7 @@ from kubepool.api import (
 )
 from kubepool.controller.admission import Claim, Decision, usage
 from kubepool.controller.builders.common import placement_of
-from kubepool.controller.observed import FAILED, SUCCEEDED, NodeView, PodView
+from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED, NodeView, PodView
 
 MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enough for `kubectl get -o yaml`
 
@@ -141,12 +141,17 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     st.instances = _instances(job, granted, obs.pods, st.attempt)
     ready = sum(1 for i in st.instances if i.ready)
     if st.phase is JobPhase.RUNNING:
-        # Workers that already left after the head released them are not lost.
-        alive = ready + sum(1 for p in current if not p.is_head and p.phase == SUCCEEDED)
-        if alive < minimum:
+        # A running pod that is briefly not Ready (its node agent restarting) is not lost; a failed, deleted or
+        # vanished one is. A worker exits 0 only when the head releases it: from then on the job is ending and
+        # the head's own exit decides the outcome.
+        releasing = any(not p.is_head and p.phase == SUCCEEDED for p in current)
+        alive = sum(1 for p in current if p.phase == RUNNING and not p.deleting)
+        if alive < minimum and not releasing:
+            seen = {p.instance_id for p in current}
             lost = [p.name for p in current if p.phase == FAILED or p.deleting]
+            lost += [i.pod for i in st.instances if i.instance_id not in seen]
             return _finish(st, JobPhase.FAILED, INSTANCES_LOST,
-                           f"only {alive} of {minimum} required instances remain (lost: {', '.join(lost) or 'unknown'})", now)
+                           f"only {alive} of {minimum} required instances remain (lost: {', '.join(lost) or 'none'})", now)
         st.reason, st.message = INSTANCES_READY, f"{ready} of {target} instances ready"
         return None
     if ready >= minimum:

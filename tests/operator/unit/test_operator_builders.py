@@ -18,6 +18,7 @@ from kubepool.controller.builders import (
     build_ray_token_secret,
     build_runtime_rbac,
 )
+from kubepool.controller.builders.common import local_port_shift
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
 
 CFG = OperatorConfig(default_image="img:1")
@@ -60,7 +61,8 @@ def test_pod_shape_cpu() -> None:
     assert spec["restartPolicy"] == "Never" and spec["subdomain"] == "train-svc"
     assert spec["dnsConfig"] == {"searches": ["train-svc.ns.svc.cluster.local"]}
     anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert anti == {"labelSelector": {"matchLabels": {naming.LABEL_POOL: "cpu"}}, "topologyKey": "kubernetes.io/hostname"}
+    assert anti == {"labelSelector": {"matchLabels": {naming.LABEL_POOL: "cpu"}}, "namespaceSelector": {},
+                    "topologyKey": "kubernetes.io/hostname"}
     assert "tolerations" not in spec and "nodeSelector" not in spec
     env = _env(p)
     assert env[contract.ENV_INSTANCE_ID]["value"] == "1"
@@ -161,3 +163,14 @@ def test_network_policy_only_job_pods() -> None:
     np = build_network_policy(JobRef("train", "ns", "u1"))
     own = {"matchLabels": {naming.LABEL_JOB_UID: "u1"}}
     assert np["spec"] == {"podSelector": own, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": own}]}]}
+
+
+def test_ray_port_offset_only_on_local_clusters() -> None:
+    j = job(targetInstances=2)
+    plain = build_instance_pods(j, POOLS, granted=2, attempt=0, cfg=CFG)
+    assert all(contract.ENV_RAY_PORT_OFFSET not in _env(p) for p in plain)
+    local = build_instance_pods(j, POOLS, granted=2, attempt=0, cfg=OperatorConfig(ray_port_stride=3000))
+    shift = local_port_shift("uid-train", 3000)
+    assert shift % 100 == 0 and 0 <= shift < 800 and local_port_shift("uid-train", 0) == 0
+    assert [_env(p)[contract.ENV_RAY_PORT_OFFSET]["value"] for p in local] == [str(shift), str(shift + 3000)]
+    assert build_job_contract(j, POOLS, port_shift=shift).ray.gcs_port == naming.RAY_GCS_PORT + shift

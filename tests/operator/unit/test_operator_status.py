@@ -69,11 +69,22 @@ def test_running_tolerates_losing_a_worker_above_min() -> None:
     assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
 
 
+def test_not_ready_running_pod_is_not_lost_but_vanished_one_is() -> None:
+    j = admitted(job(targetInstances=2))
+    running = with_status(j, run(j, [pod(0), pod(1)]))
+    assert run(running, [pod(0), pod(1, ready=False)], 2).phase is JobPhase.RUNNING
+    st = run(running, [pod(0)], 3)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+    assert "train-homogeneouscluster-1" in (st.message or "")
+
+
 def test_released_workers_are_not_lost() -> None:
     j = admitted(job(targetInstances=3))
     running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
     st = run(running, [pod(0), pod(1, "Succeeded", False), pod(2, "Succeeded", False)], 5)
     assert st.phase is JobPhase.RUNNING
+    st = run(running, [pod(0), pod(1, "Succeeded", False), pod(2, "Failed", False)], 6)
+    assert st.phase is JobPhase.RUNNING  # released: the head's exit decides
 
 
 def test_head_failure_retries_then_fails() -> None:

@@ -43,8 +43,10 @@ def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
     return out
 
 
-def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: int = 0) -> contract.JobContract:
-    """The contract of `attempt`: instance pods carry that attempt's names.
+def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: int = 0,
+                       port_shift: int = 0) -> contract.JobContract:
+    """The contract of `attempt`: instance pods carry that attempt's names. `port_shift` moves the head's
+    Ray ports (local clusters, see `local_port_shift`).
 
     Raises:
         ValueError: a pool of the job is not in `pools`.
@@ -67,7 +69,9 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
         ),
         mode=spec.mode,
         distribution_instance_groups=list(spec.distribution_instance_groups or []),
-        ray=contract.RaySettings(auth_mode=spec.ray.auth_mode),
+        ray=contract.RaySettings(auth_mode=spec.ray.auth_mode, gcs_port=naming.RAY_GCS_PORT + port_shift,
+                                 dashboard_port=naming.RAY_DASHBOARD_PORT + port_shift,
+                                 client_port=naming.RAY_CLIENT_PORT + port_shift),
     )
     if not attempt:
         return doc

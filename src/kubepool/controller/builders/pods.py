@@ -12,6 +12,7 @@ from kubepool.controller.builders.common import (
     JobRef,
     Obj,
     Placement,
+    local_port_shift,
     placement_of,
     pool_named,
 )
@@ -21,7 +22,6 @@ from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
 CONTAINER = "runtime"
 TMP_DIR = "/tmp"
 SHM_DIR = "/dev/shm"
-RUNTIME_UID = 1000
 
 
 def _resources(pool: ComputePool) -> Obj:
@@ -34,12 +34,13 @@ def _resources(pool: ComputePool) -> Obj:
 
 
 def _affinity(pool_name: str) -> Obj:
-    # One instance of a pool per node, across all the pool's jobs: the pool's unit is a node.
-    term = {"labelSelector": {"matchLabels": {naming.LABEL_POOL: pool_name}}, "topologyKey": "kubernetes.io/hostname"}
+    # One instance of a pool per node, across all the pool's jobs in every namespace: the pool's unit is a node.
+    term = {"labelSelector": {"matchLabels": {naming.LABEL_POOL: pool_name}}, "namespaceSelector": {},
+            "topologyKey": "kubernetes.io/hostname"}
     return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
-def _env(job: MLJob, inst: Placement, ref: JobRef) -> list[Obj]:
+def _env(job: MLJob, inst: Placement, ref: JobRef, cfg: OperatorConfig) -> list[Obj]:
     spec = job.spec
     env: list[Obj] = [
         {"name": contract.ENV_CONTRACT_FILE, "value": contract.CONTRACT_PATH},
@@ -55,6 +56,9 @@ def _env(job: MLJob, inst: Placement, ref: JobRef) -> list[Obj]:
     if spec.ray.auth_mode == "token":
         env.append({"name": contract.ENV_RAY_AUTH_TOKEN, "valueFrom": {"secretKeyRef": {
             "name": naming.ray_token_secret_name(ref.name), "key": RAY_TOKEN_KEY}}})
+    if cfg.ray_port_stride:
+        offset = local_port_shift(ref.uid, cfg.ray_port_stride) + inst.instance_id * cfg.ray_port_stride
+        env.append({"name": contract.ENV_RAY_PORT_OFFSET, "value": str(offset)})
     ours = {e["name"] for e in env}
     # User env cannot override the contract's variables: the runtime would read a lie.
     env.extend({"name": e.name, "value": e.value} for e in spec.env if e.name not in ours)
@@ -109,9 +113,10 @@ def _env_from(job: MLJob) -> list[Obj]:
     return [{"secretRef": {"name": s}} for s in secrets]
 
 
-def _security() -> tuple[Obj, Obj]:
-    pod = {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_UID, "fsGroup": RUNTIME_UID,
-           "seccompProfile": {"type": "RuntimeDefault"}}
+def _security(uid: int | None) -> tuple[Obj, Obj]:
+    pod: Obj = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if uid is not None:
+        pod.update(runAsUser=uid, runAsGroup=uid, fsGroup=uid)
     container = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
                  "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
     return pod, container
@@ -122,13 +127,13 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     ref = JobRef.of(job)
     svc = naming.service_name(ref.name)
     volumes, mounts = _volumes(job, inst, ref)
-    pod_sc, container_sc = _security()
+    pod_sc, container_sc = _security(cfg.run_as_user)
     container: Obj = {
         "name": CONTAINER,
         "image": job.spec.image or cfg.default_image,
         "imagePullPolicy": cfg.image_pull_policy,
         "command": [cfg.python, "-m", "kubepool.runtime"],
-        "env": _env(job, inst, ref),
+        "env": _env(job, inst, ref, cfg),
         "resources": _resources(pool),
         "volumeMounts": mounts,
         "securityContext": container_sc,
