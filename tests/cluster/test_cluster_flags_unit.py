@@ -30,6 +30,7 @@ def test_apiserver_flags(tmp_path: Path) -> None:
     assert f["etcd-servers"] == "http://127.0.0.1:12379"
     assert f["kubelet-preferred-address-types"] == "InternalIP"
     assert f["kubelet-client-certificate"].endswith("pki/kubelet-client.crt")
+    assert f["kubelet-certificate-authority"] == str(lay.pki.ca_cert)
     assert f["service-account-signing-key-file"].endswith("pki/sa.key")
     assert f["service-account-issuer"] == "https://kubernetes.default.svc.cluster.local"
     assert f["service-cluster-ip-range"] == "10.96.0.0/16"

@@ -213,6 +213,8 @@ def apiserver_args(lay: Layout) -> list[str]:
         f"--kubelet-client-certificate={p.cert('kubelet-client')}",
         f"--kubelet-client-key={p.key('kubelet-client')}",
         "--kubelet-preferred-address-types=InternalIP",
+        # Node agents serve certs from the same CA with their InternalIP as SAN: verify them for real.
+        f"--kubelet-certificate-authority={p.ca_cert}",
         f"--cert-dir={lay.state_dir / 'pki' / 'generated'}",
         # Room for scale tests (1000 pods from 100 fake nodes) on top of the defaults (400/200).
         "--max-requests-inflight=1000",
