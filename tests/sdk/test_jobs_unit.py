@@ -166,3 +166,10 @@ def test_dashboard_url(fake_kube: FakeKube, script: Path) -> None:
     assert job.get_ray_dashboard_url() == "http://algo-1.d-svc.team.svc:8265"
     fake_kube.set_phase("d", "RUNNING", rayDashboard="http://10.0.0.5:8265")
     assert job.get_ray_dashboard_url() == "http://10.0.0.5:8265"
+
+
+def test_failed_job_without_pods_raises_its_message(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", name="gone")
+    fake_kube.set_phase("gone", "FAILED", message="InstancesUnavailable")
+    with pytest.raises(RuntimeError, match="ended FAILED: InstancesUnavailable"):
+        job.result()

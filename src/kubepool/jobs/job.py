@@ -169,7 +169,12 @@ class MLJob:
             TimeoutError: The job did not finish within `timeout`.
         """
         status = self.wait(timeout)
-        outcome = find_result(self._log_lines(0, limit=-1))
+        try:
+            outcome = find_result(self._log_lines(0, limit=-1))
+        except NotFound:
+            if status == "DONE":
+                raise
+            outcome = None  # the head never ran, or is gone: the job's own message says why
         if outcome is not None:
             return outcome.unwrap(self.id)
         if status != "DONE":
@@ -186,8 +191,10 @@ class MLJob:
             target = self.target_instances
             if not 0 <= instance_id < target:
                 raise ValueError(f"job {self.id} has {target} instances: instance_id must be in 0..{target - 1}")
-            raise NotFound(f"job {self.id} has no pod for instance {instance_id} (status {self.status}); "
-                           "its logs are readable once the instance has started", 404)
+            status = self.status
+            when = ("its pod was removed when the job ended" if status in TERMINAL
+                    else "its logs are readable once the instance has started")
+            raise NotFound(f"job {self.id} has no pod for instance {instance_id} (status {status}): {when}", 404)
         # A retried job may briefly have an old and a new pod: the newest is the current attempt.
         return max(pods, key=lambda p: str(p.metadata.creationTimestamp if p.metadata else ""))
 
