@@ -102,3 +102,17 @@ def test_pools(fake_kube: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
     assert (doc["name"], doc["maxNodes"], doc["cpu"], doc["memory"]) == ("cpu", 4, "3", "13Gi")
     assert cli.main(["pools"]) == 0
     assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["cpu", "CPU_X64_S", "-"]
+
+
+def test_unreachable_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    assert cli.main(["list"]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("kubepool: error: list MLJobs: cannot reach the Kubernetes API") and err.count("\n") == 1
