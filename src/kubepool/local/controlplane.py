@@ -294,6 +294,9 @@ class Component:
     argv: list[str]
     health_url: str | None  # None: alive is healthy (its readiness shows elsewhere, e.g. Node Ready)
     startup_timeout: float = 60.0
+    # A running process whose command line differs (new flags or binaries) is restarted by `up`. Not for
+    # agents: restarting one restarts its pods, which only the agent's owner should decide.
+    restart_on_change: bool = True
 
 
 def control_plane(lay: Layout) -> list[Component]:
@@ -363,6 +366,15 @@ def alive(lay: Layout, name: str) -> bool:
     counts (and is never signalled)."""
     entry = _read_pid_file(lay, name)
     return entry is not None and _start_ticks(entry[0]) == entry[1]
+
+
+def running_argv(lay: Layout, name: str) -> list[str] | None:
+    pid = read_pid(lay, name)
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes() if pid is not None else b""
+    except OSError:
+        return None
+    return raw.decode(errors="replace").split("\0")[:-1] or None
 
 
 def log_tail(lay: Layout, name: str, lines: int = 20) -> str:
@@ -440,7 +452,12 @@ def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
     procs: dict[str, subprocess.Popen[bytes]] = {}  # what this call started, to tell how it died
     for c in comps:
         if healthy(lay, c):
-            say(f"  {c.name}: running (reused)")
+            if c.restart_on_change and running_argv(lay, c.name) not in (None, c.argv):
+                say(f"  {c.name}: command line changed, restarting")
+                stop(lay, c.name)
+                procs[c.name] = start(lay, c)
+            else:
+                say(f"  {c.name}: running (reused)")
         elif alive(lay, c.name):
             say(f"  {c.name}: running, waiting for it to become healthy")
         else:
@@ -580,7 +597,7 @@ def _up_locked(
     if not nodes:
         say("node agents: none configured")
     elif agent_available():
-        ensure(lay, [Component(f"agent-{n}", agent_args(lay, n), None) for n in nodes], say)
+        ensure(lay, [Component(f"agent-{n}", agent_args(lay, n), None, restart_on_change=False) for n in nodes], say)
     else:
         say(f"node agents: {AGENT_MODULE} is not importable yet, skipping {len(nodes)} local node(s)")
 
