@@ -59,7 +59,7 @@ def operator_rules(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]
 
 def operator_config(container: dict[str, Any]) -> OperatorConfig:
     """What the operator reads from the container's env: every variable must be one of its settings."""
-    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith(ENV_PREFIX)}
     unknown = {n for n in env if n.removeprefix(ENV_PREFIX).lower() not in OperatorConfig.model_fields}
     assert not unknown, f"the operator does not read {unknown}"
     return OperatorConfig.from_env(env)
@@ -95,6 +95,7 @@ def test_deployment(render: Any) -> None:
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert c["args"] == ["--standalone"]
+    assert {"name": "USER", "value": "kubepool"} in c["env"]  # kopf's getpass.getuser() for any uid
     cfg = operator_config(c)
     assert cfg.default_image == "kubepool/runtime:0.1.0"
     assert cfg.default_backend == "pods" and cfg.namespaces == ()
