@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,8 +48,9 @@ class Kubectl:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc
 
-    def json(self, *args: str) -> dict[str, object]:
-        out: dict[str, object] = json.loads(self(*args, "-o", "json", check=True).stdout)
+    def json(self, *args: str) -> dict[str, Any]:
+        """`kubectl <args> -o json`, parsed; fails the test when kubectl fails."""
+        out: dict[str, Any] = json.loads(self(*args, "-o", "json", check=True).stdout)
         return out
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import Cluster, Kubectl
-from kubepool.local import kwok
+from kubepool.local import controlplane, kwok
 
 pytestmark = pytest.mark.cluster
 
@@ -25,7 +25,8 @@ def _eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def test_apiserver_reports_the_pinned_version(kubectl: Kubectl) -> None:
-    out = json.loads(kubectl("version", "-o", "json", check=True).stdout)
+    out = kubectl.json("version")
+    assert controlplane.kube_version() == "v1.36.3"
     assert out["serverVersion"]["gitVersion"] == "v1.36.3"
     assert out["clientVersion"]["gitVersion"] == "v1.36.3"
 

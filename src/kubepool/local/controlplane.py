@@ -5,9 +5,12 @@ Owns the state dir (`.kubepool/` at the repo root by default) and every process 
     kubeconfig              admin kubeconfig (certs embedded)
     kubeconfigs/<c>.conf    the controller-manager's and scheduler's own identities
     pki/                    see `kubepool.local.pki`
-    logs/<component>.log    pids/<component>.pid (each process leads its own process group)
-    cluster.json            apiServer, ports, serviceCIDR, clusterDomain, binDir, caCert, caKey, kubeconfig
+    logs/<component>.log    one per process, appended across restarts
+    pids/<component>.pid    "<pid> <start time in ticks>"; each process leads its own process group
+    cluster.json            apiServer, kubernetesVersion, ports, serviceCIDR, clusterDomain, stateDir, binDir,
+                            kubeconfig, caCert, caKey
     nodes.yaml              the local node config the node agents read
+    etcd/, kwok.yaml, kube-scheduler.yaml
 
 Flag builders are pure functions of a `Layout` so they can be unit-tested; `up`/`down`/`status` drive processes.
 Node agents (`kubepool.local.agent`, one process per node) and kwok (`kubepool.local.kwok`) are started here too
@@ -43,7 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_STATE_DIR = REPO_ROOT / ".kubepool"
 BUILD_SCRIPT = REPO_ROOT / "hack" / "k8s-bin" / "build.sh"
 DEFAULT_NODES_CONFIG = Path(__file__).with_name("nodes.yaml")
-KUBE_VERSION = "v1.36.3"
+VERSIONS_ENV = REPO_ROOT / "hack" / "k8s-bin" / "versions.env"
 SERVICE_CIDR = "10.96.0.0/16"
 CLUSTER_DOMAIN = "cluster.local"
 AGENT_MODULE = "kubepool.local.agent"
@@ -56,6 +59,14 @@ Log = Callable[[str], None]
 def default_state_dir() -> Path:
     """`$KUBEPOOL_STATE_DIR`, else `.kubepool/` at the repo root (the env lets a session run its own cluster)."""
     return Path(os.environ.get("KUBEPOOL_STATE_DIR") or DEFAULT_STATE_DIR).resolve()
+
+
+def kube_version() -> str:
+    """The pinned Kubernetes version (hack/k8s-bin/versions.env, the build's single source of truth)."""
+    for line in VERSIONS_ENV.read_text().splitlines():
+        if line.startswith("KUBE_VERSION="):
+            return line.split("=", 1)[1].strip()
+    raise ValueError(f"no KUBE_VERSION in {VERSIONS_ENV}")
 
 
 class ClusterError(RuntimeError):
@@ -140,7 +151,7 @@ class Layout:
     def to_json(self) -> dict[str, Any]:
         return {
             "apiServer": self.apiserver_url,
-            "kubernetesVersion": KUBE_VERSION,
+            "kubernetesVersion": kube_version(),
             "ports": asdict(self.ports),
             "serviceCIDR": self.service_cidr,
             "clusterDomain": self.cluster_domain,

@@ -99,6 +99,3 @@ def ensure_fake_nodes(lay: Layout, count: int) -> int:
         lay.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": todo}))
     return len(todo)
 
-
-def delete_fake_nodes(lay: Layout) -> None:
-    lay.kubectl("delete", "nodes", "-l", "type=kwok", "--wait=false")
