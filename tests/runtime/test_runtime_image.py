@@ -1,0 +1,37 @@
+"""The runtime image's Dockerfile and pins, checked structurally (no Docker on CI machines)."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+IMAGE = Path(__file__).resolve().parents[2] / "runtime-image"
+
+
+def instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", (IMAGE / "Dockerfile").read_text())
+    return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1]) for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_multi_stage_pinned_non_root_with_cuda_switch() -> None:
+    ins = instructions()
+    froms = [arg for op, arg in ins if op == "FROM"]
+    assert froms == ["${PYTHON_IMAGE} AS builder", "${BASE_IMAGE}"]
+    args = dict(arg.split("=", 1) for op, arg in ins if op == "ARG" and "=" in arg)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", args["PYTHON_IMAGE"])
+    assert args["BASE_IMAGE"] == "${PYTHON_IMAGE}"
+    assert [arg for op, arg in ins if op == "USER"] == ["1000:1000"]
+    assert ins[-1] == ("ENTRYPOINT", '["/usr/bin/tini", "--", "python", "-m", "kubepool.runtime"]')
+
+
+def test_requirements_are_pinned_and_match_the_tested_versions() -> None:
+    pins = {}
+    for line in (IMAGE / "requirements.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, ver = line.partition("==")
+            assert ver, f"not pinned: {line}"
+            pins[re.sub(r"\[.*\]", "", name)] = ver
+    assert {"ray", "torch", "xgboost", "boto3", "cloudpickle", "pydantic"} <= set(pins)
+    for name in ("ray", "xgboost", "cloudpickle"):
+        assert version(name) == pins[name]
