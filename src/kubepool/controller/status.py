@@ -22,7 +22,7 @@ from kubepool.api import (
 )
 from kubepool.controller.admission import Claim, Decision, usage
 from kubepool.controller.builders.common import placement_of
-from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED, NodeView, PodView
+from kubepool.controller.observed import FAILED, SUCCEEDED, NodeView, PodView
 
 MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enough for `kubectl get -o yaml`
 
@@ -141,11 +141,11 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     st.instances = _instances(job, granted, obs.pods, st.attempt)
     ready = sum(1 for i in st.instances if i.ready)
     if st.phase is JobPhase.RUNNING:
-        # A running pod that is briefly not Ready (its node agent restarting) is not lost; a failed, deleted or
-        # vanished one is. A worker exits 0 only when the head releases it: from then on the job is ending and
-        # the head's own exit decides the outcome.
+        # Only definite losses count: a failed, deleted or vanished pod. A scheduled pod that is briefly not
+        # Ready or not Running (its node agent restarting) is not lost; a never-scheduled one is not alive. A
+        # worker exits 0 only when the head releases it: from then on the head's own exit decides the outcome.
         releasing = any(not p.is_head and p.phase == SUCCEEDED for p in current)
-        alive = sum(1 for p in current if p.phase == RUNNING and not p.deleting)
+        alive = sum(1 for p in current if p.phase != FAILED and not p.deleting and p.node)
         if alive < minimum and not releasing:
             seen = {p.instance_id for p in current}
             lost = [p.name for p in current if p.phase == FAILED or p.deleting]

@@ -49,4 +49,4 @@ def pod(instance_id: int, phase: str = "Running", ready: bool = True, attempt: i
     group = naming.DEFAULT_GROUP
     return PodView(name=naming.pod_name(job_name, group, instance_id, attempt), instance_id=instance_id,
                    attempt=attempt, job_uid=f"uid-{job_name}", phase=phase, ready=ready, message=message,
-                   exit_code=exit_code)
+                   exit_code=exit_code, node=None if phase == "Pending" else f"node-{instance_id}")

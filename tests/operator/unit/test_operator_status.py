@@ -59,6 +59,13 @@ def test_admitted_job(pods: list, t: float, phase: JobPhase, reason: str) -> Non
         assert st.message == "ZeroDivisionError: boom" and st.completion_time == at(t)
 
 
+def test_unscheduled_pods_are_not_alive() -> None:
+    j = admitted(job(targetInstances=3, minInstances=2))
+    running = with_status(j, run(j, [pod(0), pod(1), pod(2, "Pending", False)]))
+    st = run(running, [pod(0), pod(1, "Failed", False), pod(2, "Pending", False)], 2)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+
+
 def test_running_tolerates_losing_a_worker_above_min() -> None:
     j = admitted(job(targetInstances=3, minInstances=2))
     running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
@@ -73,6 +80,7 @@ def test_not_ready_running_pod_is_not_lost_but_vanished_one_is() -> None:
     j = admitted(job(targetInstances=2))
     running = with_status(j, run(j, [pod(0), pod(1)]))
     assert run(running, [pod(0), pod(1, ready=False)], 2).phase is JobPhase.RUNNING
+    assert run(running, [pod(0), pod(1, "Unknown", False)], 2).phase is JobPhase.RUNNING
     st = run(running, [pod(0)], 3)
     assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
     assert "train-homogeneouscluster-1" in (st.message or "")
