@@ -95,6 +95,6 @@ def pool_named(pools: dict[str, ComputePool], name: str) -> ComputePool:
 
 
 def local_port_shift(uid: str, stride: int) -> int:
-    """Local clusters only (stride > 0): a per-job shift of every Ray port, a multiple of 100 below 800 so two
-    jobs' heads rarely share a port on the one host; 0 on real clusters."""
-    return (zlib.crc32(uid.encode()) % 8) * 100 if stride else 0
+    """Local clusters only (stride > 0): a per-job shift of every Ray port, 100..700, so two jobs' heads rarely
+    share a port on the one host and never take Ray's default ports; 0 on real clusters."""
+    return (zlib.crc32(uid.encode()) % 7 + 1) * 100 if stride else 0

@@ -1,0 +1,120 @@
+"""Helpers of the operator's cluster tests: the operator as a subprocess against the local cluster (watching
+only the test's namespace, so tests never see each other's jobs), manifests, and waiting for a job's phase."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 60.0
+# Short on purpose: the suite's wall time is dominated by these waits.
+OPERATOR_ENV = {
+    "KUBEPOOL_OPERATOR_METRICS_PORT": "0",
+    "KUBEPOOL_OPERATOR_LIVENESS_PORT": "0",
+    "KUBEPOOL_OPERATOR_WORKER_GRACE_SECONDS": "5",
+    "KUBEPOOL_OPERATOR_POD_TERMINATION_GRACE_SECONDS": "3",
+    # Local nodes share the host's network: shift each instance's Ray ports (see OperatorConfig).
+    "KUBEPOOL_OPERATOR_RAY_PORT_STRIDE": "3000",
+}
+
+
+def _interpreter_reachable_by_others() -> bool:
+    """Local pods exec this venv's interpreter as the pod's user: uid 1000 needs o+x on every directory."""
+    path = Path(os.path.realpath(sys.executable))
+    return all(os.stat(d).st_mode & 0o001 for d in path.parents)
+
+
+def operator_env() -> dict[str, str]:
+    env = dict(OPERATOR_ENV)
+    if not _interpreter_reachable_by_others():
+        env["KUBEPOOL_OPERATOR_RUN_AS_USER"] = ""  # keep the (local) image's user: root's private venv
+    return env
+
+
+@dataclass
+class Operator:
+    """The operator running as `python -m kubepool.controller --namespace NS` in a subprocess."""
+
+    kubeconfig: Path
+    namespace: str
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = field(default=0)
+
+    def start(self) -> None:
+        assert self.proc is None, "the operator is already running"
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator_env()}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kubepool.controller", "--namespace", self.namespace, "--standalone", "--verbose"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )
+        self.starts += 1
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        # Objects created before the watches start are handled when they do: "configured" is enough.
+        while self.logs().count("kubepool operator configured") < self.starts:
+            assert self.proc.poll() is None, f"the operator exited:\n{self.logs()[-4000:]}"
+            assert time.monotonic() < deadline, f"the operator did not start:\n{self.logs()[-4000:]}"
+            time.sleep(0.3)
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def mljob(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": name}, "spec": spec}
+
+
+def get_json(kubectl: Any, namespace: str, *what: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(kubectl("get", *what, "-n", namespace, "-o", "json", check=True).stdout)
+    return out
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def wait_phase(kubectl: Any, namespace: str, job: str, phases: set[str], timeout: float,
+               op: Operator | None = None) -> dict[str, Any]:
+    """Waits until the job's phase is one of `phases`; returns its status."""
+    def status() -> dict[str, Any] | None:
+        st = get_json(kubectl, namespace, "mljob", job).get("status") or {}
+        return st if st.get("phase") in phases else None
+
+    try:
+        result: dict[str, Any] = wait_for(status, timeout, f"MLJob {job} in {sorted(phases)}")
+        return result
+    except AssertionError as e:
+        current = get_json(kubectl, namespace, "mljob", job).get("status")
+        pods = kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout
+        tail = op.logs()[-3000:] if op else ""
+        raise AssertionError(f"{e}\nstatus: {json.dumps(current, indent=1)}\npods:\n{pods}\noperator:\n{tail}") from None

@@ -1,0 +1,210 @@
+"""The operator end to end on the local cluster: real pods running the real runtime (Ray), capacity and
+queueing, the min-instances gate and its timeout, head failure, deletion, and an operator restart mid-job.
+Each test has its own namespace and pools; the operator watches only that namespace."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+
+from kubepool import contract, naming
+
+JOB_TIMEOUT_S = 240.0  # a Ray cluster of 3 on a loaded 2-core machine
+PAYLOAD = {
+    "ok.py": "import socket\nprint('hello from', socket.gethostname())\n__return__ = 42\n",
+    "sleep.py": "import sys, time\ntime.sleep(float(sys.argv[1]))\nprint('slept')\n",
+    "fail.py": "raise ValueError('boom-42 from the head')\n",
+}
+
+
+@pytest.fixture
+def payload(kubectl: Any, namespace: str) -> str:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": PAYLOAD}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
+    return "payload"
+
+
+def spec(pool: str, file: str = "ok.py", *args: str, **extra: Any) -> dict[str, Any]:
+    return {"computePool": pool, "entrypoint": {"file": file}, "args": list(args), "code": {"configMap": "payload"},
+            "instancesTimeoutSeconds": 180, **extra}
+
+
+def pods_of(kubectl: Any, namespace: str, job: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(kubectl, namespace, "pods", "-l", f"{naming.LABEL_JOB}={job}")["items"]
+    return items
+
+
+def events_of(kubectl: Any, namespace: str, job: str) -> list[str]:
+    out = get_json(kubectl, namespace, "events", "--field-selector", f"involvedObject.name={job}")
+    return [e["reason"] for e in out["items"]]
+
+
+def blocker(apply: Callable[[dict[str, Any]], None], pool: str, n: int) -> dict[str, Any]:
+    """A tiny pod labelled as an instance of `pool`: the pool's anti-affinity keeps instances off its node."""
+    term = {"labelSelector": {"matchLabels": {naming.LABEL_POOL: pool}}, "namespaceSelector": {},
+            "topologyKey": "kubernetes.io/hostname"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"blocker-{n}", "labels": {naming.LABEL_POOL: pool}},
+            "spec": {"nodeSelector": {"kubepool.dev/node-pool": "cpu"}, "restartPolicy": "Never",
+                     "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+                     "containers": [{"name": "sleep", "image": "local", "command": ["python", "-c", "import time; time.sleep(900)"],
+                                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
+
+
+def run_blockers(kubectl: Any, apply: Callable[[dict[str, Any]], None], namespace: str, pool: str, count: int) -> None:
+    for i in range(count):
+        apply(blocker(apply, pool, i))
+    for i in range(count):
+        kubectl("wait", "-n", namespace, f"pod/blocker-{i}", "--for=jsonpath={.status.phase}=Running", "--timeout=90s", check=True)
+
+
+def test_three_instances_on_three_nodes_done(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,
+                                             apply: Any, payload: str) -> None:
+    pool = compute_pool("cpu", max_nodes=3)
+    apply(mljob("three", **spec(pool, targetInstances=3)))
+    st = wait_phase(kubectl, namespace, "three", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    pods = pods_of(kubectl, namespace, "three")
+    assert sorted(p["metadata"]["labels"][naming.LABEL_ROLE] for p in pods) == ["head", "worker", "worker"]
+    assert len({p["spec"]["nodeName"] for p in pods}) == 3, "one instance per node"
+    head = next(p for p in pods if p["metadata"]["labels"][naming.LABEL_ROLE] == "head")
+    assert head["status"]["phase"] == "Succeeded"
+    logs = kubectl("logs", "-n", namespace, head["metadata"]["name"]).stdout
+    assert contract.RESULT_LOG_MARKER.strip() in logs
+    assert {"WaitingForInstances", "InstancesReady", "Completed"} <= set(events_of(kubectl, namespace, "three"))
+    # The job's children exist and are owned by it (GC removes them with the job).
+    for kind, name in [("service", "three-svc"), ("configmap", "three-contract"), ("secret", "three-ray-token"),
+                       ("serviceaccount", "three-runtime"), ("role", "three-runtime"), ("rolebinding", "three-runtime"),
+                       ("networkpolicy", "three-ray")]:
+        obj = get_json(kubectl, namespace, kind, name)
+        assert obj["metadata"]["ownerReferences"][0]["name"] == "three", kind
+    pool_status = json.loads(kubectl("get", "computepool", pool, "-o", "json", check=True).stdout)["status"]
+    assert pool_status["readyNodes"] >= 3 and pool_status["phase"] in ("IDLE", "ACTIVE")
+
+
+def test_two_groups_pods_and_contract_then_delete_leaves_nothing(kubectl: Any, namespace: str, operator: Operator,
+                                                                   compute_pool: Any, apply: Any, payload: str) -> None:
+    cpu, gpu = compute_pool("cpu", max_nodes=2), compute_pool("gpu", max_nodes=2)
+    groups = [{"name": "instance_group_1", "computePool": cpu, "instanceCount": 2},
+              {"name": "gpu_group", "computePool": gpu, "instanceCount": 1}]
+    apply(mljob("hetero", entrypoint={"file": "sleep.py"}, args=["60"], code={"configMap": "payload"},
+                instanceGroups=groups, distributionInstanceGroups=["gpu_group"], instancesTimeoutSeconds=180))
+    pods = wait_for(lambda: (p := pods_of(kubectl, namespace, "hetero")) and len(p) == 3 and p, 60, "3 pods")
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for p in pods:
+        by_group.setdefault(p["metadata"]["labels"][naming.LABEL_GROUP], []).append(p)
+    assert sorted((g, len(ps)) for g, ps in by_group.items()) == [("gpu-group", 1), ("instance-group-1", 2)]
+    gpu_pod = by_group["gpu-group"][0]
+    assert gpu_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert gpu_pod["spec"]["nodeSelector"] == {"kubepool.dev/node-pool": "gpu"}
+    cm = get_json(kubectl, namespace, "configmap", "hetero-contract")
+    doc = contract.parse_contract(cm["data"][contract.CONTRACT_FILENAME])
+    assert [(g.name, g.count, g.gpus) for g in doc.groups] == [("instance_group_1", 2, 0), ("gpu_group", 1, 1)]
+    for p in pods:
+        env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
+        me = doc.identity(int(env[contract.ENV_INSTANCE_ID]))
+        assert naming.dns_label(me.group) == p["metadata"]["labels"][naming.LABEL_GROUP]
+        assert me.host == p["spec"]["hostname"] and doc.instances[me.instance_id].pod == p["metadata"]["name"]
+    assert doc.distribution_instance_groups == ["gpu_group"]
+    # Deleting the job removes every pod (owner references + background GC), running or not.
+    kubectl("delete", "mljob", "hetero", "-n", namespace, "--wait=true", check=True)
+    wait_for(lambda: not pods_of(kubectl, namespace, "hetero"), 90, "no pods left after deleting the job")
+
+
+def test_min_of_target_runs_with_two_free_nodes(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,
+                                                apply: Any, payload: str) -> None:
+    pool = compute_pool("cpu", max_nodes=3)
+    run_blockers(kubectl, apply, namespace, pool, 1)
+    apply(mljob("minjob", **spec(pool, "sleep.py", "5", targetInstances=3, minInstances=2)))
+    st = wait_phase(kubectl, namespace, "minjob", {"RUNNING", "DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] in ("RUNNING", "DONE"), json.dumps(st, indent=1)
+    st = wait_phase(kubectl, namespace, "minjob", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "DONE" and st["readyInstances"] <= 2, json.dumps(st, indent=1)
+    pending = [p for p in pods_of(kubectl, namespace, "minjob") if p["status"].get("phase") == "Pending"]
+    assert len(pending) <= 1
+
+
+def test_min_not_reached_fails_instances_unavailable(kubectl: Any, namespace: str, operator: Operator,
+                                                     compute_pool: Any, apply: Any, payload: str) -> None:
+    pool = compute_pool("cpu", max_nodes=3)
+    run_blockers(kubectl, apply, namespace, pool, 2)
+    apply(mljob("starved", **spec(pool, targetInstances=3, minInstances=2, instancesTimeoutSeconds=10)))
+    st = wait_phase(kubectl, namespace, "starved", {"FAILED", "RUNNING", "DONE"}, 90, operator)
+    assert (st["phase"], st["reason"]) == ("FAILED", "InstancesUnavailable"), json.dumps(st, indent=1)
+    assert "of 2 required instances ready" in st["message"]
+    wait_for(lambda: all(p["status"].get("phase") in ("Succeeded", "Failed") or p["metadata"].get("deletionTimestamp")
+                         for p in pods_of(kubectl, namespace, "starved")) or not pods_of(kubectl, namespace, "starved"),
+             60, "the starved job's pods removed")
+
+
+def test_full_pool_queues_next_job(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, apply: Any,
+                                   payload: str) -> None:
+    pool = compute_pool("cpu", max_nodes=1)
+    apply(mljob("first", **spec(pool, "sleep.py", "8")))
+    wait_phase(kubectl, namespace, "first", {"PENDING", "RUNNING"}, 30, operator)
+    apply(mljob("second", **spec(pool)))
+    st = wait_phase(kubectl, namespace, "second", {"PENDING"}, 30, operator)
+    assert st["reason"] == "Queued" and not pods_of(kubectl, namespace, "second")
+    first = wait_phase(kubectl, namespace, "first", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert first["phase"] == "DONE"
+    second = wait_phase(kubectl, namespace, "second", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert second["phase"] == "DONE" and second["admittedAt"] >= first["completionTime"]
+
+
+def test_operator_restart_mid_job(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, apply: Any,
+                                  payload: str) -> None:
+    pool = compute_pool("cpu", max_nodes=2)
+    apply(mljob("restart", **spec(pool, "sleep.py", "10", targetInstances=2)))
+    wait_for(lambda: len(pods_of(kubectl, namespace, "restart")) == 2, 60, "2 pods")
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(kubectl, namespace, "restart")}
+    operator.stop(kill=True)
+    operator.start()
+    st = wait_phase(kubectl, namespace, "restart", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(kubectl, namespace, "restart")}
+    assert after == before, "no duplicate or replaced pods"
+
+
+def test_head_failure_fails_with_its_message(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,
+                                             apply: Any, payload: str) -> None:
+    pool = compute_pool("cpu", max_nodes=1)
+    apply(mljob("broken", **spec(pool, "fail.py")))
+    st = wait_phase(kubectl, namespace, "broken", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert (st["phase"], st["reason"]) == ("FAILED", "HeadFailed")
+    assert "boom-42 from the head" in st["message"]
+    assert "HeadFailed" in events_of(kubectl, namespace, "broken")
+
+
+def test_pool_appears_later_then_suspend_cancels(kubectl: Any, namespace: str, operator: Operator, apply: Any,
+                                                 compute_pool: Any, payload: str) -> None:
+    apply(mljob("waiting", **spec("op-later-pool", "sleep.py", "60")))
+    st = wait_phase(kubectl, namespace, "waiting", {"PENDING"}, 30, operator)
+    assert st["reason"] == "PoolNotFound"
+    wait_for(lambda: "PoolNotFound" in events_of(kubectl, namespace, "waiting"), 20, "a PoolNotFound event")
+    later = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": "op-later-pool"},
+             "spec": {"instanceFamily": "CPU_X64_S", "minNodes": 0, "maxNodes": 1,
+                      "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(later), check=True)
+    try:
+        wait_for(lambda: pods_of(kubectl, namespace, "waiting"), 30, "the job admitted once its pool exists")
+        kubectl("patch", "mljob", "waiting", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}', check=True)
+        st = wait_phase(kubectl, namespace, "waiting", {"CANCELLED"}, 30, operator)
+        assert st["reason"] == "Suspended"
+        wait_for(lambda: all(p["metadata"].get("deletionTimestamp") for p in pods_of(kubectl, namespace, "waiting")),
+                 30, "pods terminating")
+    finally:
+        kubectl("delete", "computepool", "op-later-pool", "--wait=false")
+
+
+def test_kuberay_backend_without_crd_fails(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,
+                                           apply: Any) -> None:
+    pool = compute_pool("cpu", max_nodes=1)
+    apply(mljob("ray", **spec(pool, backend="kuberay")))
+    st = wait_phase(kubectl, namespace, "ray", {"FAILED"}, 30, operator)
+    installed = kubectl("get", "crd", "rayclusters.ray.io").returncode == 0
+    assert st["reason"] == ("BackendNotImplemented" if installed else "KubeRayNotInstalled")
+    assert not pods_of(kubectl, namespace, "ray")
