@@ -24,6 +24,8 @@ def _operator_fixtures() -> dict[str, Any]:
         return {}
     spec = importlib.util.spec_from_file_location("kubepool_tests_operator_conftest", _OPERATOR_CONFTEST)
     assert spec is not None and spec.loader is not None
+    if str(_OPERATOR_CONFTEST.parent) not in sys.path:  # its helpers sit next to it, as pytest would find them
+        sys.path.append(str(_OPERATOR_CONFTEST.parent))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)

@@ -1,0 +1,112 @@
+"""The seed flows end to end through the SDK and CLI, with the operator running the jobs on the local
+nodes: a Ray-tasks file on 3 instances, `@remote` returning a value with min_instances 2 of 5, a
+heterogeneous `Estimator.fit`, per-instance logs during and after the run, `kubepool logs -f` and
+`kubepool list --output json`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubepool import cli, jobs
+from kubepool.sagemaker import Estimator, InstanceGroup
+
+pytestmark = [pytest.mark.cluster, pytest.mark.ray]
+JOB_TIMEOUT_S = 420
+
+RAY_TASKS = """\
+import time
+import ray
+
+ray.init(address="auto", ignore_reinit_error=True)
+print(f"Available nodes: {len(ray.nodes())}", flush=True)
+
+
+@ray.remote
+def process_chunk(chunk):
+    return sum(chunk)
+
+
+chunks = [list(range(i, i + 10)) for i in range(0, 100, 10)]
+print("total", sum(ray.get([process_chunk.remote(c) for c in chunks])), flush=True)
+time.sleep(8)  # keeps the workers up long enough to read their logs while the job runs
+"""
+
+
+def _logs_while_running(job: jobs.MLJob, instances: int, deadline: float) -> dict[int, str]:
+    """Each instance's log, read while the job is RUNNING."""
+    seen: dict[int, str] = {}
+    while len(seen) < instances:
+        assert time.monotonic() < deadline, f"logs of instances {sorted(set(range(instances)) - set(seen))} never readable"
+        assert job.status in ("PENDING", "RUNNING"), f"job ended {job.status} before every log was read: {job.message}"
+        for k in set(range(instances)) - set(seen):
+            try:
+                seen[k] = job.get_logs(instance_id=k)  # type: ignore[assignment]
+            except Exception:  # noqa: BLE001 - not started yet: retry
+                continue
+        time.sleep(1)
+    return seen
+
+
+def test_ray_tasks_file_on_three_instances(operator: Any, compute_pool: Any, namespace: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    pool = compute_pool("cpu", max_nodes=3)
+    script = tmp_path / "ray_tasks.py"
+    script.write_text(RAY_TASKS)
+    job = jobs.submit_file(script, pool, target_instances=3, namespace=namespace)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    during = _logs_while_running(job, 3, deadline)
+    assert all(during[k] for k in range(3))
+    assert cli.main(["logs", job.id, "-f"]) == 0  # follows the head until it exits
+    followed = capsys.readouterr().out
+    assert "total 4950" in followed and "KUBEPOOL_RESULT" not in followed
+    assert job.wait(JOB_TIMEOUT_S) == "DONE", job.message
+    assert job.result() is None
+    assert "Available nodes: 3" in job.get_logs()  # type: ignore[operator]
+    for k in range(3):
+        assert job.get_logs(instance_id=k), f"instance {k} has no log after the end"
+    rows = json.loads(_out(capsys, ["list", "-n", namespace, "--output", "json"]))
+    assert [(r["name"], r["status"]) for r in rows] == [(job.name, "DONE")]
+    status = json.loads(_out(capsys, ["status", job.id, "--output", "json"]))
+    assert len(status["instances"]) == 3
+
+
+def _out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert cli.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_remote_returns_a_value_with_min_instances(operator: Any, compute_pool: Any, namespace: str) -> None:
+    pool = compute_pool("cpu", max_nodes=3)
+
+    @jobs.remote(pool, target_instances=5, min_instances=2, namespace=namespace, instances_timeout=120)
+    def flexible(scale: int) -> dict[str, int]:
+        import ray
+
+        ray.init(address="auto", ignore_reinit_error=True)
+        return {"nodes": len([n for n in ray.nodes() if n["Alive"]]), "value": scale * 7}
+
+    job = flexible(6)
+    out = job.result(timeout=JOB_TIMEOUT_S)
+    assert out["value"] == 42 and 2 <= out["nodes"] <= 5
+    assert job.status == "DONE"
+
+
+def test_heterogeneous_estimator(operator: Any, compute_pool: Any, namespace: str, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # The local GPU nodes have 4 CPUs, less than GPU_NV_S's 6: size the instances to fit them.
+    cpu, gpu = compute_pool("cpu", max_nodes=3), compute_pool("gpu", max_nodes=2, resources={"cpu": "2", "memory": "4Gi"})
+    script = tmp_path / "train.py"
+    script.write_text("import os\nprint('group', os.environ.get('SM_CURRENT_INSTANCE_GROUP'), "
+                      "os.environ.get('SM_CURRENT_HOST'), flush=True)\n")
+    est = Estimator(str(script), instance_groups=[InstanceGroup("instance_group_1", cpu, 2),
+                                                  InstanceGroup("instance_group_2", gpu, 1)],
+                    hyperparameters={"epochs": 1}, namespace=namespace)
+    job = est.fit(wait=True, logs=True)
+    assert job.status == "DONE"
+    assert "group instance_group_1 algo-1" in capsys.readouterr().out
+    assert "instance_group_2" in job.get_logs(instance_id=2)  # type: ignore[operator]
