@@ -3,8 +3,9 @@
 `cluster` runs `kubepool local up` on `.kubepool/` (or $KUBEPOOL_STATE_DIR, see kubepool.local.cli), which
 reuses a healthy cluster; progress goes to the terminal even without `-s`. It waits for the local nodes when the
 node agent exists, and runs `down` at the end only if it started the cluster and no other test session still
-uses it (each session holds a shared lock on `<state>/.sessions`). Every test that uses `cluster` (directly or through `kubectl`/`namespace`) gets the
-`cluster` marker automatically, so `-m "not cluster"` selects the tests that need no cluster.
+uses it (each session holds a shared lock on `<state>/.sessions`). `KUBECONFIG` points at the cluster for the
+whole session. Every test that uses `cluster` (directly or through `kubectl`/`namespace`) gets the `cluster`
+marker automatically, so `-m "not cluster"` selects the tests that need no cluster.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Kubectl:
 
 @dataclass(frozen=True)
 class Cluster:
+    """The running local cluster: its layout (paths, ports, PKI), a kubectl for it, and who started it."""
+
     layout: Layout
     kubectl: Kubectl
     started_here: bool
