@@ -172,7 +172,7 @@ def test_configmap_volume_and_service_account_token_follow_rbac(kubectl: Kubectl
 
 SERVER = """
 import os, socket
-s = socket.create_server((os.environ["POD_IP"], 7000))
+s = socket.create_server((os.environ["POD_IP"], 47000))
 conn, _ = s.accept()
 data = conn.recv(100)
 conn.sendall(data.upper() + b" from " + socket.gethostname().encode())
@@ -184,7 +184,7 @@ for name in ("algo-1", "algo-1.job-svc", "algo-1.job-svc.{ns}.svc.cluster.local"
     print(name, socket.gethostbyname(name))
 for attempt in range(100):
     try:
-        c = socket.create_connection(("algo-1", 7000), timeout=5)
+        c = socket.create_connection(("algo-1", 47000), timeout=5)
         break
     except OSError:
         time.sleep(0.2)
@@ -195,7 +195,7 @@ print("reply", c.recv(100).decode())
 
 def test_pods_reach_each_other_by_hostname(kubectl: Kubectl, namespace: str) -> None:
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "job-svc"},
-               "spec": {"clusterIP": "None", "selector": {"job": "j"}, "ports": [{"port": 7000}]}}  # fmt: skip
+               "spec": {"clusterIP": "None", "selector": {"job": "j"}, "ports": [{"port": 47000}]}}  # fmt: skip
 
     def member(i: int, script: str) -> dict[str, Any]:
         pod = pod_manifest(f"algo-{i}", script, hostname=f"algo-{i}", subdomain="job-svc",
@@ -424,8 +424,8 @@ def test_stopped_agent_stops_its_pods_and_the_next_one_restarts_them(
 
 READY_LATER = """
 import http.server, os, threading, time
-time.sleep(2)
-server = http.server.HTTPServer((os.environ["POD_IP"], 8080), http.server.SimpleHTTPRequestHandler)
+time.sleep(8)  # not ready for a while
+server = http.server.HTTPServer((os.environ["POD_IP"], 38080), http.server.SimpleHTTPRequestHandler)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 time.sleep(600)
 """
@@ -434,7 +434,7 @@ time.sleep(600)
 def test_readiness_probe_gates_ready(kubectl: Kubectl, namespace: str) -> None:
     container = {
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-        "ports": [{"name": "http", "containerPort": 8080}],
+        "ports": [{"name": "http", "containerPort": 38080}],
         "readinessProbe": {"httpGet": {"port": "http", "path": "/"}, "periodSeconds": 1},
     }
     apply(

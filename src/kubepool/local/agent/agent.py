@@ -34,7 +34,7 @@ class Agent:
         self.cluster = ClusterInfo.load(layout.state_dir)
         self.client = AsyncClient(KubeConfig.from_file(layout.kubeconfig), field_manager=FIELD_MANAGER)
         self.ctx = NodeContext(client=self.client, layout=layout, node=self.node, cluster=self.cluster,
-                               ipam=Ipam(self.node.pod_cidr, layout.pods), allocatable=self.node.capacity)  # fmt: skip
+                               ipam=Ipam(self.node.pod_cidr, layout.pods), allocatable=self.node.capacity, hosts=self._hosts)  # fmt: skip
         self.workers: dict[str, PodWorker] = {}
         self.pods = Informer(self.client, Pod, self._on_pod)
         self.services = Informer(self.client, Service, self._on_service)
@@ -89,18 +89,15 @@ class Agent:
             self._refresh_hosts(worker.ns)
 
     def _refresh_hosts(self, ns: str) -> None:
-        local = [w for w in self.workers.values() if w.ns == ns and w.ip is not None]
-        if not local:
-            return
-        peers = [p for pod in self.pods.in_namespace(ns) if (p := peer_of(pod)) is not None]
+        for w in self.workers.values():
+            if w.ns == ns and w.ip is not None:
+                w.write_hosts(self._hosts(w.pod, w.ip))
+
+    def _hosts(self, pod: Obj, ip: str) -> str:
+        ns = pod["metadata"]["namespace"]
+        peers = [p for other in self.pods.in_namespace(ns) if (p := peer_of(other)) is not None]
         headless = {s["metadata"]["name"] for s in self.services.in_namespace(ns) if (s.get("spec") or {}).get("clusterIP") == "None"}  # fmt: skip
-        for w in local:
-            assert w.ip is not None
-            w.write_hosts(
-                hosts_file(
-                    w.pod, w.ip, peers, headless, self.cluster.cluster_domain, self.cluster.apiserver_host
-                )
-            )
+        return hosts_file(pod, ip, peers, headless, self.cluster.cluster_domain, self.cluster.apiserver_host)
 
     def _locate(self, ns: str, name: str, container: str, previous: bool) -> runner.Run | None:
         worker = next((w for w in self.workers.values() if w.ns == ns and w.name == name), None)

@@ -110,6 +110,14 @@ class NodeKeeper:
             assert created.metadata is not None
             return str(created.metadata.uid)
         assert existing.metadata is not None
+        if not self.registered.is_set():
+            # A Node left by an earlier agent: bring labels and taints in line with nodes.yaml.
+            wanted = node_object(self.node, _now())
+            patch = {
+                "metadata": {"labels": wanted["metadata"]["labels"]},
+                "spec": {"taints": wanted["spec"]["taints"]},
+            }
+            await self.client.patch(Node, self.node.name, patch, patch_type=PatchType.MERGE)
         return str(existing.metadata.uid)
 
     async def _renew_lease(self, node_uid: str) -> None:

@@ -62,6 +62,7 @@ class NodeContext:
     cluster: ClusterInfo
     ipam: Ipam
     allocatable: Mapping[str, str]
+    hosts: Callable[[Obj, str], str]  # (pod, its IP) → its /etc/hosts as the namespace stands now
 
 
 def termination_message(run_dir: Path, policy: str, exit_code: int) -> str:
@@ -173,7 +174,8 @@ class PodWorker:
         uid = run_as(self.pod, {}).uid
         if uid is not None:
             os.chown(self.dir / "home", uid, -1)
-        (self.dir / "etc-hosts").touch()
+        # Names must resolve from the first instruction on, before any watch event refreshes the file.
+        self.write_hosts(self.ctx.hosts(self.pod, self.ip))
         self._mark()
         self.volume_sources = await self._until_ok(
             self.volumes.materialize, [*self.init_states, *self.states]
@@ -304,10 +306,12 @@ class PodWorker:
         mounts = [Mount(str(self.dir / "tmp"), "/tmp"), Mount(str(self.dir / "etc-hosts"), "/etc/hosts")]
         mounts += plan_mounts(spec, self.volume_sources)
         msg_path = spec.get("terminationMessagePath") or "/dev/termination-log"
-        mounts.append(Mount(str(run_dir / runner.TERMINATION_LOG), msg_path))  # created by runner.start
+        mounts.append(
+            Mount(str(run_dir / runner.TERMINATION_LOG), msg_path, optional=True)
+        )  # made by runner.start
         return {
             "argv": argv, "env": env, "cwd": spec.get("workingDir"), "hostname": hostname,
-            "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in mounts],
+            "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only, "optional": m.optional} for m in mounts],
             "uid": user.uid, "gid": user.gid, "groups": list(user.groups) if user.uid is not None else None,
         }  # fmt: skip
 

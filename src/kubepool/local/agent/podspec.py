@@ -250,6 +250,7 @@ class Mount:
     source: str
     target: str
     read_only: bool = False
+    optional: bool = False  # skipped where the mount point cannot be created (an unprivileged agent)
 
 
 def plan_mounts(container: Obj, volume_sources: Mapping[str, str]) -> list[Mount]:

@@ -6,7 +6,7 @@ exists, forks the container process (dropping to runAsUser/runAsGroup/groups), b
 daemons the container leaves behind stay its descendants, forwards SIGTERM to them all, and when the main
 process exits kills what is left (as a container's exit does) and writes `exit.json`:
 {"exitCode", "reason", "message", "finishedAt"}. The spec (written by the runner):
-{"argv", "env", "cwd", "hostname", "mounts": [{"source", "target", "readOnly"}], "uid", "gid", "groups", "exitFile"}.
+{"argv", "env", "cwd", "hostname", "mounts": [{"source", "target", "readOnly", "optional"}], "uid", "gid", "groups", "exitFile"}.
 """
 
 from __future__ import annotations
@@ -49,11 +49,17 @@ def _bind_all(mounts: list[dict[str, Any]]) -> None:
     opened = [(os.open(m["source"], os.O_PATH), os.path.isdir(m["source"])) for m in mounts]
     for m, (fd, is_dir) in zip(mounts, opened, strict=True):
         target = m["target"]
-        if is_dir:
-            os.makedirs(target, exist_ok=True)
-        elif not os.path.exists(target):
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            open(target, "a").close()
+        try:
+            if is_dir:
+                os.makedirs(target, exist_ok=True)
+            elif not os.path.exists(target):
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                open(target, "a").close()
+        except PermissionError:
+            if m.get("optional"):  # an unprivileged agent cannot create /dev/termination-log: do without
+                os.close(fd)
+                continue
+            raise
         _mount(f"/proc/self/fd/{fd}", target, MS_BIND | MS_REC)
         if m.get("readOnly"):
             _mount("", target, MS_BIND | MS_REMOUNT | MS_RDONLY)
