@@ -107,7 +107,7 @@ class Instances:
             ENV_TERMINATION_LOG: str(self.root / f"termination-{iid}"),
             ENV_RAY_TEMP_DIR: str(self.ray_root / f"n{iid}"),  # short: Ray's socket paths are length-limited
             ENV_RAY_PORT_OFFSET: str(PORT_OFFSETS[iid]),
-            ENV_HEAD_LOST_TIMEOUT: "20",
+            ENV_HEAD_LOST_TIMEOUT: "8",
             "RAY_AUTH_TOKEN": self.token,
             "MLRS_INSTANCES_CHECK_INTERVAL": "1",
             "PYTHONUNBUFFERED": "1",
@@ -284,31 +284,59 @@ def test_parallel_mode_runs_everywhere(instances: Instances) -> None:
 
 
 SLEEPER = "import time\nprint('SLEEPING', flush=True)\ntime.sleep(600)\n"
+TWO = [Group(name="g", instance_type="cpu", count=2)]
+
+
+def wait_for_line(instances: Instances, iid: int, text: str) -> None:
+    deadline = time.monotonic() + 240  # Ray starts slowly on a loaded 2-core machine
+    while text not in instances.log(iid):
+        assert time.monotonic() < deadline and instances.procs[iid].poll() is None, instances.log(iid)[-3000:]
+        time.sleep(0.5)
 
 
 @pytest.mark.ray
 @pytest.mark.parametrize(
-    "instances",
-    [(job(RunMode.HEAD, [Group(name="g", instance_type="cpu", count=1)], Entrypoint(path="main.py"), target=1, minimum=1), SLEEPER)],
-    indirect=True,
+    "instances", [(job(RunMode.HEAD, TWO, Entrypoint(path="main.py"), target=2, minimum=2), SLEEPER)], indirect=True
 )
-def test_sigterm_stops_payload_and_ray(instances: Instances) -> None:
-    instances.start(0)
-    deadline = time.monotonic() + 120
-    while "SLEEPING" not in instances.log(0):
-        assert time.monotonic() < deadline and instances.procs[0].poll() is None, instances.log(0)[-3000:]
-        time.sleep(0.5)
+def test_sigterm_on_the_head_stops_payload_and_ray_and_releases_workers(instances: Instances) -> None:
+    instances.start(0, 1)
+    wait_for_line(instances, 0, "SLEEPING")
     instances.procs[0].send_signal(signal.SIGTERM)
     assert instances.wait(0, 60) == 143
     assert "SIGTERM: stopped the payload and Ray" in instances.log(0)
-    assert not ray_processes(instances.ray_root)
+    assert instances.wait(1, 60) == 0
+    assert_no_processes_left(instances.ray_root)
+
+
+def assert_no_processes_left(marker: Path) -> None:
+    deadline = time.monotonic() + 10  # Ray's own workers exit shortly after their raylet
+    while (left := ray_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize(
+    "instances", [(job(RunMode.HEAD, TWO, Entrypoint(path="main.py"), target=2, minimum=2), SLEEPER)], indirect=True
+)
+def test_worker_fails_when_the_head_vanishes(instances: Instances) -> None:
+    instances.start(0, 1)
+    wait_for_line(instances, 0, "SLEEPING")
+    instances.procs[0].kill()  # no word to the workers: SIGKILL, then everything the head started
+    instances.procs[0].wait()
+    kill_leftovers(instances.ray_root / "n0")
+    assert instances.wait(1, 90) == 1
+    assert "leaving without the head's word: head-lost" in instances.log(1)
 
 
 def ray_processes(marker: Path) -> list[int]:
+    """Processes of this test's instances: their env or command line names the instance's Ray temp dir."""
     found = []
     for pid_dir in Path("/proc").iterdir():
         try:
-            if pid_dir.name.isdigit() and str(marker).encode() in (pid_dir / "cmdline").read_bytes():
+            if pid_dir.name.isdigit() and any(
+                str(marker).encode() in (pid_dir / f).read_bytes() for f in ("cmdline", "environ")
+            ):
                 found.append(int(pid_dir.name))
         except OSError:
             continue
