@@ -8,10 +8,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+import ray
 import xgboost as xgb
 
 from kubepool.distributors.loopback import LoopbackRayCluster
-from kubepool.distributors.pytorch import PyTorchDistributor, PyTorchScalingConfig, WorkerResourceConfig, get_context
+from kubepool.distributors.pytorch import (
+    PyTorchDistributor,
+    PyTorchScalingConfig,
+    WorkerResourceConfig,
+    get_context,
+)
 from kubepool.distributors.xgboost import XGBEstimator, XGBScalingConfig
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -115,14 +121,15 @@ def test_xgb_regression_matches_single_process(ray_cluster: LoopbackRayCluster) 
     train, test = df.iloc[:2400], df.iloc[2400:]
     params = {"max_depth": 4, "eta": 0.3}
     model = XGBEstimator(n_estimators=20, params=params, scaling_config=XGBScalingConfig(3, 1)).fit(
-        train, input_cols=[f"f{i}" for i in range(6)], label_col="y", eval_set=[(test, "test")]
+        train, input_cols=[f"f{i}" for i in range(6)], label_col="y", eval_set=[(ray.data.from_pandas(test), "test")]
     )
     ref = _single_process({**params, "objective": "reg:squarederror"}, train, test, 20)
     rmse = float(np.sqrt(np.mean((model.predict(test) - test["y"]) ** 2)))
     ref_rmse = float(np.sqrt(np.mean((ref.predict(xgb.DMatrix(test.drop(columns="y"))) - test["y"]) ** 2)))
     assert model.num_boosted_rounds() == ref.num_boosted_rounds() == 20
     assert rmse == pytest.approx(ref_rmse, rel=0.01)
-    assert model.evals_result["test"]["rmse"][-1] == pytest.approx(rmse, rel=1e-4)  # eval over all test rows
+    # the Ray Dataset eval set was split by rows across the workers; the allreduced metric covers all of them
+    assert model.evals_result["test"]["rmse"][-1] == pytest.approx(rmse, rel=1e-4)
 
 
 def test_xgb_classification_from_parquet_files_one_worker_per_node(
@@ -144,3 +151,10 @@ def test_xgb_classification_from_parquet_files_one_worker_per_node(
     out = tmp_path / "model.ubj"
     model.save_model(out)
     assert xgb.Booster(model_file=str(out)).num_boosted_rounds() == 20
+
+
+def test_xgb_failing_worker_surfaces_its_traceback(ray_cluster: LoopbackRayCluster) -> None:
+    df = _tabular(300, 3, classify=False)
+    with pytest.raises(RuntimeError) as err:
+        XGBEstimator(n_estimators=2, scaling_config=XGBScalingConfig(3, 1)).fit(df, input_cols=["f0", "nope"], label_col="y")
+    assert "XGBEstimator: rank" in str(err.value) and "KeyError" in str(err.value) and "Traceback" in str(err.value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ import ray
 from kubepool.contract import shard
 
 DATA_SUFFIXES = (".parquet", ".pq", ".csv")
-Shardable = pd.DataFrame | ray.data.Dataset | str | Path | Sequence[str | Path]
+Shardable: TypeAlias = pd.DataFrame | ray.data.Dataset | str | Path | Sequence[str | Path]
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,16 @@ def row_range(n_rows: int, index: int, count: int) -> tuple[int, int]:
     return int(bounds[index]), int(bounds[index + 1])
 
 
-def plan_shards(data: Shardable, count: int, locality_hints: Sequence[Any] | None = None) -> list[ShardSpec]:
+def plan_shards(data: Shardable, count: int) -> list[ShardSpec]:
     """One ShardSpec per worker rank (driver side)."""
     if isinstance(data, pd.DataFrame):
         parts = [data.iloc[slice(*row_range(len(data), i, count))] for i in range(count)]
         return [ShardSpec("object", ray.put(p), i, count) for i, p in enumerate(parts)]
     if isinstance(data, ray.data.Dataset):
-        # locality hints put each split's blocks on its worker's node when Ray can.
-        splits = data.split(count, equal=False, locality_hints=list(locality_hints) if locality_hints else None)
+        # Split by row count, not by block: a one-block dataset would otherwise leave workers empty.
+        n = data.count()
+        cuts = [row_range(n, i, count)[1] for i in range(count - 1)]
+        splits = data.split_at_indices(cuts) if cuts else [data.materialize()]
         return [ShardSpec("dataset", s, i, count) for i, s in enumerate(splits)]
     files = list_files(data)
     if len(files) >= count:

@@ -201,7 +201,7 @@ class _WorkerGroup:
         per_node = {"CPU": res.num_cpus * cfg.num_workers_per_node, "GPU": res.num_gpus * cfg.num_workers_per_node}
         self.pg = reserve(*node_bundles(cfg.num_nodes, per_node), what="PyTorchDistributor")
         actor = ray.remote(_TorchWorker)
-        self.actors = []
+        self.actors: list[Any] = []  # Ray actor handles
         for node in range(cfg.num_nodes):
             for local in range(cfg.num_workers_per_node):
                 rank = node * cfg.num_workers_per_node + local
@@ -266,7 +266,7 @@ class PyTorchDistributor:
         try:
             world = self.scaling_config.world_size
             datasets: dict[str, Any] = {
-                name: plan_shards(data, world, group.actors) if is_shardable(data) else [data] * world
+                name: plan_shards(data, world) if is_shardable(data) else [data] * world
                 for name, data in (dataset_map or {}).items()
             }
             addr, port = group.rendezvous()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import sysconfig
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -64,7 +64,7 @@ def alive_nodes() -> list[dict[str, Any]]:
     return sorted(nodes, key=lambda n: (n["NodeManagerAddress"] != head_ip, n["NodeManagerAddress"]))
 
 
-def node_bundles(num_nodes: int, per_node: dict[str, float]) -> tuple[list[dict[str, float]], str]:
+def node_bundles(num_nodes: int, per_node: Mapping[str, float]) -> tuple[list[dict[str, float]], str]:
     """One bundle per node, placed STRICT_SPREAD so every bundle lands on a different node."""
     bundle = {k: v for k, v in per_node.items() if v > 0} or {"CPU": 0.001}  # Ray rejects empty bundles
     return [dict(bundle) for _ in range(num_nodes)], "STRICT_SPREAD" if num_nodes > 1 else "PACK"

@@ -166,15 +166,15 @@ class XGBEstimator:
         strategy = "STRICT_SPREAD" if 1 < workers <= len(alive_nodes()) else "SPREAD"
         pg = reserve([dict(bundle) for _ in range(workers)], strategy, "XGBEstimator")
         actor = ray.remote(_XGBWorker)
-        actors = [
+        actors: list[Any] = [
             actor.options(num_cpus=cpus, num_gpus=1 if gpu else 0, scheduling_strategy=in_bundle(pg, r)).remote(r)
             for r in range(workers)
         ]
         tracker: RabitTracker | None = None
         try:
             evals = list(eval_set.items()) if isinstance(eval_set, dict) else [(d, n) for d, n in eval_set or []]
-            eval_specs = [(name, plan_shards(d, workers, actors)) for d, name in evals] if evals else []
-            train_specs = plan_shards(data, workers, actors)
+            eval_specs = [(name, plan_shards(d, workers)) for d, name in evals] if evals else []
+            train_specs = plan_shards(data, workers)
             cols = input_cols or _columns_of(data, label_col)
             # The tracker binds the driver's node IP, which every worker can reach (in a pod: the pod IP).
             tracker = RabitTracker(
