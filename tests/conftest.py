@@ -11,7 +11,6 @@ marker automatically, so `-m "not cluster"` selects the tests that need no clust
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import subprocess
@@ -19,57 +18,14 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kubepool.local import controlplane
 from kubepool.local.controlplane import Layout
+from kubetest import Cluster, Kubectl
 
 NODE_READY_TIMEOUT_S = 180.0
-
-
-@dataclass(frozen=True)
-class Kubectl:
-    """Runs the cached kubectl against one cluster; returns the CompletedProcess (text)."""
-
-    binary: str
-    kubeconfig: Path
-
-    def __call__(
-        self, *args: str, input: str | None = None, check: bool = False, timeout: float = 120.0
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
-        return proc
-
-    def json(self, *args: str) -> dict[str, Any]:
-        """`kubectl <args> -o json`, parsed; fails the test when kubectl fails."""
-        out: dict[str, Any] = json.loads(self(*args, "-o", "json", check=True).stdout)
-        return out
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """The running local cluster: its layout (paths, ports, PKI), a kubectl for it, and who started it."""
-
-    layout: Layout
-    kubectl: Kubectl
-    started_here: bool
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.layout.kubeconfig
-
-    @property
-    def state_dir(self) -> Path:
-        return self.layout.state_dir
 
 
 def _reporter(config: pytest.Config) -> Callable[[str], None]:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from conftest import Cluster, Kubectl
+from kubetest import Cluster, Kubectl
 from kubepool.local import controlplane, kwok
 
 pytestmark = pytest.mark.cluster

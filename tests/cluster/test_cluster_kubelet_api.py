@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cluster, Kubectl
+from kubetest import Cluster, Kubectl
 from kubepool.local.pki import create_ca, issue_cert
 
 pytestmark = pytest.mark.cluster

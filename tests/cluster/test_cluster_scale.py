@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import Cluster, Kubectl
+from kubetest import Cluster, Kubectl
 from kubepool.local import cli, kwok
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

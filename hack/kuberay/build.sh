@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# v1.5.0 is the newest ray-operator module the Go proxy serves here (v1.7.0 answers 403).
+# Builds the KubeRay operator (the Go peer kubepool is benchmarked against, and the optional backend) from
+# its Go module into the cache outside the repo, and copies its CRDs beside it. Prints the cache dir.
+set -euo pipefail
+KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
+command -v go >/dev/null || { echo "error: Go >= 1.26 is required to build the KubeRay operator" >&2; exit 2; }
+export GOTOOLCHAIN=local CGO_ENABLED=0
+dir=${KUBEPOOL_CACHE:-$HOME/.cache/kubepool}/kuberay/$KUBERAY_VERSION
+if [ ! -x "$dir/bin/ray-operator" ]; then
+  echo "[kuberay] building ray-operator $KUBERAY_VERSION (a few minutes on 2 cores)" >&2
+  mkdir -p "$dir/bin"
+  GOBIN=$dir/bin go install -trimpath -ldflags '-s -w' "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}"
+fi
+if [ ! -d "$dir/crds" ]; then
+  src=$(go mod download -json "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$dir/crds" && cp "$src"/config/crd/bases/*.yaml "$dir/crds/" && chmod -R u+w "$dir/crds"
+fi
+echo "$dir"
