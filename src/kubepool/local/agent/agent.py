@@ -1,6 +1,6 @@
-"""Wiring of one local node: the API client, Node keeper, pod and service caches, one `PodWorker` per pod
-bound to the node, the pods' /etc/hosts, the kubelet HTTPS server, cleanup of pods the node no longer has,
-and an orderly stop on SIGTERM."""
+"""Wiring of one local node: the API client, Node keeper, the cache of the node's pods, one `PodWorker` per
+pod, per-namespace pod/service caches feeding the pods' /etc/hosts, the kubelet HTTPS server, cleanup of
+pods the node no longer has, and an orderly stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import logging
 import shutil
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
@@ -36,8 +37,10 @@ class Agent:
         self.ctx = NodeContext(client=self.client, layout=layout, node=self.node, cluster=self.cluster,
                                ipam=Ipam(self.node.pod_cidr, layout.pods), allocatable=self.node.capacity, hosts=self._hosts)  # fmt: skip
         self.workers: dict[str, PodWorker] = {}
-        self.pods = Informer(self.client, Pod, self._on_pod)
-        self.services = Informer(self.client, Service, self._on_service)
+        # This node's pods; the names of other pods come from per-namespace watches (`Names`) that exist
+        # only while the node runs pods in that namespace.
+        self.pods = Informer(self.client, Pod, self._on_pod, fields={"spec.nodeName": self.node.name})
+        self.names: dict[str, Names] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         self.layout.pods.mkdir(parents=True, exist_ok=True)
@@ -45,9 +48,8 @@ class Agent:
         tls = logs_server.ssl_context(cert, key, self.layout.ca_cert)
         serving = asyncio.create_task(logs_server.serve(self._locate, self.node.ip, tls))
         keeper = NodeKeeper(self.client, self.node)
-        tasks = [asyncio.create_task(keeper.run()), asyncio.create_task(self.services.run())]
+        tasks = [asyncio.create_task(keeper.run())]
         await keeper.registered.wait()
-        await self.services.synced.wait()
         tasks.append(asyncio.create_task(self.pods.run()))
         await self.pods.synced.wait()
         await self._clean_orphans()
@@ -56,37 +58,37 @@ class Agent:
         log.info("node %s stopping", self.node.name)
         for task in tasks:
             task.cancel()
+        for names in self.names.values():
+            names.stop()
         await asyncio.gather(*(w.shutdown() for w in list(self.workers.values())))
         if serving.done() and not serving.cancelled() and serving.exception() is None:
             await serving.result().cleanup()
         serving.cancel()
         await self.client.close()
 
-    def _mine(self, pod: Obj) -> bool:
-        return bool((pod.get("spec") or {}).get("nodeName") == self.node.name)
-
     def _on_pod(self, event: str, pod: Obj) -> None:
-        if self._mine(pod):
-            uid = pod["metadata"]["uid"]
-            worker = self.workers.get(uid)
-            if event == "DELETED":
-                if worker is not None:
-                    worker.gone()
-            elif worker is not None:
-                worker.update(pod)
-            else:
-                worker = PodWorker(self.ctx, pod, self._forget)
-                self.workers[uid] = worker
-                worker.start()
-        self._refresh_hosts(pod["metadata"]["namespace"])
-
-    def _on_service(self, _event: str, svc: Obj) -> None:
-        self._refresh_hosts(svc["metadata"]["namespace"])
+        uid, ns = pod["metadata"]["uid"], pod["metadata"]["namespace"]
+        worker = self.workers.get(uid)
+        if event == "DELETED":
+            if worker is not None:
+                worker.gone()
+        elif worker is not None:
+            worker.update(pod)
+        else:
+            if ns not in self.names and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                self.names[ns] = Names(self.client, ns, lambda: self._refresh_hosts(ns))
+            worker = PodWorker(self.ctx, pod, self._forget)
+            self.workers[uid] = worker
+            worker.start()
 
     def _forget(self, uid: str) -> None:
         worker = self.workers.pop(uid, None)
-        if worker is not None:
-            self._refresh_hosts(worker.ns)
+        if (
+            worker is not None
+            and worker.ns in self.names
+            and not any(w.ns == worker.ns for w in self.workers.values())
+        ):
+            self.names.pop(worker.ns).stop()
 
     def _refresh_hosts(self, ns: str) -> None:
         for w in self.workers.values():
@@ -94,9 +96,9 @@ class Agent:
                 w.write_hosts(self._hosts(w.pod, w.ip))
 
     def _hosts(self, pod: Obj, ip: str) -> str:
-        ns = pod["metadata"]["namespace"]
-        peers = [p for other in self.pods.in_namespace(ns) if (p := peer_of(other)) is not None]
-        headless = {s["metadata"]["name"] for s in self.services.in_namespace(ns) if (s.get("spec") or {}).get("clusterIP") == "None"}  # fmt: skip
+        names = self.names[pod["metadata"]["namespace"]]
+        peers = [p for other in names.pods.items.values() if (p := peer_of(other)) is not None]
+        headless = {s["metadata"]["name"] for s in names.services.items.values() if (s.get("spec") or {}).get("clusterIP") == "None"}  # fmt: skip
         return hosts_file(pod, ip, peers, headless, self.cluster.cluster_domain, self.cluster.apiserver_host)
 
     def _locate(self, ns: str, name: str, container: str, previous: bool) -> runner.Run | None:
@@ -113,6 +115,19 @@ class Agent:
             log.info("removing pod dir %s (%s)", pod_dir.name, _describe(pod_dir))
             shutil.rmtree(pod_dir, ignore_errors=True)
             shutil.rmtree(f"/dev/shm/kubepool/{pod_dir.name}", ignore_errors=True)
+
+
+class Names:
+    """Pods and Services of one namespace, watched while this node runs pods there: the /etc/hosts input."""
+
+    def __init__(self, client: AsyncClient, ns: str, on_change: Callable[[], None]) -> None:
+        self.pods = Informer(client, Pod, lambda _e, _o: on_change(), namespace=ns)
+        self.services = Informer(client, Service, lambda _e, _o: on_change(), namespace=ns)
+        self.tasks = [asyncio.create_task(self.pods.run()), asyncio.create_task(self.services.run())]
+
+    def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
 
 
 def _describe(pod_dir: Any) -> str:

@@ -1,4 +1,5 @@
-"""List+watch caches of API objects (pods, services), kept as plain dicts, with a callback per change.
+"""List+watch caches of API objects (pods, services; all namespaces or one, optionally by field selector),
+kept as plain dicts, with a callback per change.
 A watch that ends or fails (410 Gone, connection loss) relists, and objects gone meanwhile are reported
 as DELETED, so the callback sees every deletion."""
 
@@ -22,20 +23,26 @@ def key_of(obj: Obj) -> Key:
 
 
 class Informer:
-    def __init__(self, client: AsyncClient, kind: Any, on_event: Callable[[str, Obj], None]) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        kind: Any,
+        on_event: Callable[[str, Obj], None],
+        namespace: str = ALL_NS,
+        fields: dict[str, Any] | None = None,
+    ) -> None:
         self.client = client
         self.kind = kind
         self.on_event = on_event
+        self.namespace = namespace
+        self.fields = fields
         self.items: dict[Key, Obj] = {}
         self.synced = asyncio.Event()
-
-    def in_namespace(self, ns: str) -> list[Obj]:
-        return [o for (n, _), o in self.items.items() if n == ns]
 
     async def run(self) -> None:
         while True:
             try:
-                listing = self.client.list(self.kind, namespace=ALL_NS)
+                listing = self.client.list(self.kind, namespace=self.namespace, fields=self.fields)
                 fresh = {key_of(d): d async for d in _dicts(listing)}
                 for key in set(self.items) - set(fresh):
                     self.on_event("DELETED", self.items.pop(key))
@@ -45,7 +52,10 @@ class Informer:
                     self.on_event(kind, obj)
                 self.synced.set()
                 async for event, res in self.client.watch(
-                    self.kind, namespace=ALL_NS, resource_version=listing.resourceVersion
+                    self.kind,
+                    namespace=self.namespace,
+                    fields=self.fields,
+                    resource_version=listing.resourceVersion,
                 ):
                     obj = res.to_dict()
                     if event == "DELETED":

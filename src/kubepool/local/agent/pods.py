@@ -94,6 +94,7 @@ class PodWorker:
         self.initialized = not self.init_states
         self.init_failed = False
         self.failure: tuple[str, str] | None = None  # pod-level (reason, message), e.g. DeadlineExceeded
+        self.stopping = False  # being deleted: nothing restarts, so the phase becomes terminal
         self.start_time: str | None = (pod.get("status") or {}).get("startTime")
         self.volumes = Volumes(ctx.client, pod, self.dir, ctx.allocatable)
         self.volume_sources: dict[str, str] = {}
@@ -334,7 +335,7 @@ class PodWorker:
 
     async def _deadline(self, seconds: float) -> None:
         started = datetime.datetime.strptime(self.start_time or runner.now(), "%Y-%m-%dT%H:%M:%SZ")
-        elapsed = (datetime.datetime.utcnow() - started).total_seconds()
+        elapsed = (datetime.datetime.now(datetime.UTC) - started.replace(tzinfo=datetime.UTC)).total_seconds()
         await asyncio.sleep(max(seconds - elapsed, 0))
         self.failure = ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
         if self.lifecycle is not None:
@@ -354,6 +355,7 @@ class PodWorker:
         self._mark()
 
     async def _terminate(self, grace: float, delete: bool) -> None:
+        self.stopping = True
         if self.lifecycle is not None:
             self.lifecycle.cancel()
         await asyncio.gather(*(r.stop(grace) for r in self.runs.values()))
@@ -377,7 +379,7 @@ class PodWorker:
         self.dirty.set()
 
     def status(self) -> Obj:
-        phase = pod_phase(self.policy, self.init_failed, self.states)
+        phase = pod_phase("Never" if self.stopping else self.policy, self.init_failed, self.states)
         if not self.initialized and not self.init_failed:
             phase = "Pending"
         if self.failure is not None:
