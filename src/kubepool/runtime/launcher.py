@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import runpy
 import subprocess
@@ -111,7 +112,7 @@ def gate_instances(contract: JobContract, env: Mapping[str, str]) -> int:
     payload's own `ray.init(address="auto")` starts clean."""
     import ray
 
-    ray.init(address=env["RAY_ADDRESS"], logging_level="WARNING", log_to_driver=False)
+    ray.init(address=env["RAY_ADDRESS"], logging_level=logging.WARNING, log_to_driver=False)
     try:
         spec = gate.GateSpec(
             target=contract.target_instances,
@@ -140,6 +141,9 @@ def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionRe
     except gate.InstancesTimeoutError as e:
         log(str(e))
         return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 - this cluster cannot be reached: the job fails with the reason
+        log(f"cannot wait for instances: {e}")
+        return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
     try:
         print(snowflake.LOG_START_MSG, flush=True)
         try:
