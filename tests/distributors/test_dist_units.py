@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from kubepool.distributors.context import ArtifactManager, MetricsReporter, get_context
-from kubepool.distributors.data import ShardSpec, list_files, load_shard, plan_shards, row_range
+from kubepool.distributors.data import ChannelData, ShardSpec, list_files, load_shard, plan_shards, row_range
 from kubepool.distributors.netif import pick_interface
 from kubepool.distributors.workers import node_bundles
 from kubepool.distributors.xgboost import XGBScalingConfig, resolve_scaling, training_params
@@ -120,3 +120,40 @@ def test_artifact_manager_round_trip(tmp_path: Path) -> None:
 def test_get_context_outside_a_worker_fails() -> None:
     with pytest.raises(RuntimeError, match="PyTorchDistributor"):
         get_context()
+
+
+def test_replicated_channel_is_a_directory_dealt_by_file(tmp_path: Path) -> None:
+    _write(tmp_path / "input" / "data" / "train", ["a.parquet", "b.parquet"])
+    ch = ChannelData("train", sharded=False, base_dir=str(tmp_path))
+    assert ch.path == str(tmp_path / "input" / "data" / "train")
+    specs = plan_shards(ch, 2)
+    assert [len(s.payload) for s in specs] == [1, 1]
+
+
+def test_sharded_channel_workers_split_their_nodes_files(tmp_path: Path) -> None:
+    _write(tmp_path, ["a.parquet", "b.parquet", "c.parquet"])
+    rows = [load_shard(ShardSpec("node_dir", str(tmp_path), i, 2))["x"].tolist() for i in range(2)]
+    assert sorted(rows[0] + rows[1]) == list(range(12)) and not set(rows[0]) & set(rows[1])
+
+
+@pytest.mark.parametrize("distribution,sharded", [("ShardedByS3Key", True), ("FullyReplicated", False)])
+def test_channel_distribution_comes_from_the_contract(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, distribution: str, sharded: bool
+) -> None:
+    from kubepool import contract
+
+    doc = contract.build_contract(
+        job_name="j",
+        namespace="ns",
+        job_uid="u",
+        groups=[contract.Group(name="g", instance_type="cpu", count=2)],
+        target_instances=2,
+        min_instances=2,
+        channels=[contract.Channel(name="train", distribution=distribution, source={"s3Uri": "s3://b/p"})],
+    )
+    (tmp_path / "c.json").write_text(doc.dumps())
+    monkeypatch.setenv(contract.ENV_CONTRACT_FILE, str(tmp_path / "c.json"))
+    monkeypatch.setenv(contract.ENV_INSTANCE_ID, "0")
+    assert ChannelData("train").is_sharded() is sharded
+    with pytest.raises(KeyError):
+        ChannelData("other").is_sharded()

@@ -1,13 +1,16 @@
 """Splitting training data across workers so each worker loads only its own shard.
 
-The driver turns what the user passed (a pandas DataFrame, a `ray.data.Dataset`, parquet/CSV files, or a
-directory such as a channel dir) into one small `ShardSpec` per worker; the worker turns its spec into a
+The driver turns what the user passed (a pandas DataFrame, a `ray.data.Dataset`, parquet/CSV files, a
+directory, or a job input channel) into one small `ShardSpec` per worker; the worker turns its spec into a
 pandas DataFrame with `load_shard`. Files are dealt to workers by name (`kubepool.contract.shard`), so a
 worker reads only its files; with fewer files than workers every worker reads them and keeps its row range.
+A ShardedByS3Key channel already holds a different share on every node, so its workers read their own
+node's copy of the channel directory, split among the workers of that node.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,24 +20,51 @@ import numpy as np
 import pandas as pd
 import ray
 
-from kubepool.contract import shard
+from kubepool.contract import DEFAULT_BASE_DIR, ENV_BASE_DIR, Distribution, load_contract, shard
 
 DATA_SUFFIXES = (".parquet", ".pq", ".csv")
-Shardable: TypeAlias = pd.DataFrame | ray.data.Dataset | str | Path | Sequence[str | Path]
+
+
+@dataclass(frozen=True)
+class ChannelData:
+    """The job's input channel `name` as training data, at `<base>/input/data/<name>` on every node.
+
+    `sharded=None` reads the channel's distribution from the runtime contract."""
+
+    name: str
+    sharded: bool | None = None
+    base_dir: str | None = None
+
+    @property
+    def path(self) -> str:
+        return str(Path(self.base_dir or os.environ.get(ENV_BASE_DIR, DEFAULT_BASE_DIR)) / "input" / "data" / self.name)
+
+    def is_sharded(self) -> bool:
+        if self.sharded is not None:
+            return self.sharded
+        contract, _ = load_contract()
+        channel = next((c for c in contract.channels if c.name == self.name), None)
+        if channel is None:
+            raise KeyError(f"job {contract.job_name} has no channel {self.name!r}")
+        return channel.distribution == Distribution.SHARDED_BY_S3_KEY
+
+
+Shardable: TypeAlias = pd.DataFrame | ray.data.Dataset | ChannelData | str | Path | Sequence[str | Path]
 
 
 @dataclass(frozen=True)
 class ShardSpec:
-    """Where one worker's rows come from; small enough to ship with the actor call."""
+    """Where one worker's rows come from; small enough to ship with the actor call. For `node_dir`,
+    index/count are the worker's position among the workers of its node."""
 
-    kind: Literal["object", "dataset", "files", "file_rows"]
-    payload: Any  # ObjectRef of a DataFrame | MaterializedDataset | list of file paths
+    kind: Literal["object", "dataset", "files", "file_rows", "node_dir"]
+    payload: Any  # ObjectRef of a DataFrame | MaterializedDataset | list of file paths | directory
     index: int = 0
     count: int = 1
 
 
 def is_shardable(value: object) -> bool:
-    if isinstance(value, pd.DataFrame | ray.data.Dataset | str | Path):
+    if isinstance(value, pd.DataFrame | ray.data.Dataset | ChannelData | str | Path):
         return True
     return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, str | Path) for v in value)
 
@@ -61,8 +91,21 @@ def row_range(n_rows: int, index: int, count: int) -> tuple[int, int]:
     return int(bounds[index]), int(bounds[index + 1])
 
 
-def plan_shards(data: Shardable, count: int) -> list[ShardSpec]:
-    """One ShardSpec per worker rank (driver side)."""
+def plan_shards(data: Shardable, count: int, per_node: int | None = None) -> list[ShardSpec]:
+    """One ShardSpec per worker rank (driver side). `per_node`: workers per node when ranks are laid out
+    node by node (needed for sharded channels; None when the layout is not fixed).
+
+    Raises:
+        ValueError: a sharded channel without workers on every node in a fixed per-node layout.
+    """
+    if isinstance(data, ChannelData):
+        if not data.is_sharded():
+            return plan_shards(data.path, count)  # replicated: every node, the driver's included, has it all
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        if per_node is None or count != per_node * nodes:
+            # every node holds a different part: a node without workers would leave its rows out
+            raise ValueError(f"sharded channel {data.name!r} needs the same number of workers on each of the {nodes} nodes")
+        return [ShardSpec("node_dir", data.path, rank % per_node, per_node) for rank in range(count)]
     if isinstance(data, pd.DataFrame):
         parts = [data.iloc[slice(*row_range(len(data), i, count))] for i in range(count)]
         return [ShardSpec("object", ray.put(p), i, count) for i, p in enumerate(parts)]
@@ -91,5 +134,7 @@ def load_shard(spec: ShardSpec) -> pd.DataFrame:
         return spec.payload.to_pandas()
     if spec.kind == "files":
         return read_files(spec.payload).reset_index(drop=True)
+    if spec.kind == "node_dir":  # this node's share of a sharded channel, split among its workers
+        return load_shard(plan_shards(spec.payload, spec.count)[spec.index])
     df = read_files(spec.payload)
     return df.iloc[slice(*row_range(len(df), spec.index, spec.count))].reset_index(drop=True)

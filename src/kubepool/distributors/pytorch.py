@@ -266,7 +266,9 @@ class PyTorchDistributor:
         try:
             world = self.scaling_config.world_size
             datasets: dict[str, Any] = {
-                name: plan_shards(data, world) if is_shardable(data) else [data] * world
+                name: plan_shards(data, world, self.scaling_config.num_workers_per_node)
+                if is_shardable(data)
+                else [data] * world
                 for name, data in (dataset_map or {}).items()
             }
             addr, port = group.rendezvous()

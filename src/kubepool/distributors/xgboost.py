@@ -22,7 +22,7 @@ import xgboost as xgb
 from xgboost import collective
 from xgboost.tracker import RabitTracker
 
-from kubepool.distributors.data import Shardable, ShardSpec, load_shard, plan_shards
+from kubepool.distributors.data import ChannelData, Shardable, ShardSpec, list_files, load_shard, plan_shards
 from kubepool.distributors.workers import alive_nodes, gather, guarded, in_bundle, release, reserve
 
 __all__ = ["XGBEstimator", "XGBModel", "XGBScalingConfig"]
@@ -163,7 +163,8 @@ class XGBEstimator:
             self.scaling_config, [n["Resources"].get("CPU", 0) for n in alive_nodes()], gpu_total
         )
         bundle = {"CPU": float(cpus), **({"GPU": 1.0} if gpu else {})}
-        strategy = "STRICT_SPREAD" if 1 < workers <= len(alive_nodes()) else "SPREAD"
+        one_per_node = workers <= len(alive_nodes())
+        strategy = "STRICT_SPREAD" if one_per_node and workers > 1 else "SPREAD"
         pg = reserve([dict(bundle) for _ in range(workers)], strategy, "XGBEstimator")
         actor = ray.remote(_XGBWorker)
         actors: list[Any] = [
@@ -173,8 +174,9 @@ class XGBEstimator:
         tracker: RabitTracker | None = None
         try:
             evals = list(eval_set.items()) if isinstance(eval_set, dict) else [(d, n) for d, n in eval_set or []]
-            eval_specs = [(name, plan_shards(d, workers)) for d, name in evals] if evals else []
-            train_specs = plan_shards(data, workers)
+            per_node = 1 if one_per_node else None
+            eval_specs = [(name, plan_shards(d, workers, per_node)) for d, name in evals]
+            train_specs = plan_shards(data, workers, per_node)
             cols = input_cols or _columns_of(data, label_col)
             # The tracker binds the driver's node IP, which every worker can reach (in a pod: the pod IP).
             tracker = RabitTracker(
@@ -202,13 +204,13 @@ class XGBEstimator:
 
 def _columns_of(data: Shardable, label_col: str) -> list[str]:
     """Every column but the label, read from the data's schema (no rows are loaded on the driver)."""
+    if isinstance(data, ChannelData):
+        return _columns_of(data.path, label_col)
     if isinstance(data, pd.DataFrame):
         names = list(data.columns)
     elif isinstance(data, ray.data.Dataset):
         names = list(data.schema().names)
     else:
-        from kubepool.distributors.data import list_files
-
         first = list_files(data)[0]
         names = list(pd.read_csv(first, nrows=0).columns) if first.lower().endswith(".csv") else _parquet_names(first)
     return [c for c in names if c != label_col]
