@@ -283,6 +283,8 @@ class PodWorker:
                 reason, message = "ContainerCreating", f"MountVolume.SetUp failed: {e}"
             except ApiError as e:
                 reason, message = "ContainerCreating", f"apiserver: {e.status.message}"
+            except Exception as e:  # noqa: BLE001 - the apiserver may be unreachable for a while: retry
+                reason, message = "ContainerCreating", f"apiserver: {e!r}"
             for s in waiting:
                 s.state = {"waiting": {"reason": reason, "message": message}}
             self._mark()
@@ -330,8 +332,8 @@ class PodWorker:
             await asyncio.sleep(VOLUME_REFRESH_S)
             try:
                 await self.volumes.materialize()
-            except (VolumeError, ApiError) as e:
-                log.warning("pod %s/%s: refreshing volumes: %s", self.ns, self.name, e)
+            except Exception as e:  # noqa: BLE001 - the next refresh may work; the old files stay meanwhile
+                log.warning("pod %s/%s: refreshing volumes: %r", self.ns, self.name, e)
 
     async def _deadline(self, seconds: float) -> None:
         started = datetime.datetime.strptime(self.start_time or runner.now(), "%Y-%m-%dT%H:%M:%SZ")
@@ -363,16 +365,27 @@ class PodWorker:
             if (self.pod.get("status") or {}).get("phase") not in TERMINAL and self.lifecycle is not None:
                 self._mark_stopped()
                 await self._flush_status()
-            try:
-                await self.ctx.client.delete(Pod, self.name, namespace=self.ns, grace_period=0)
-            except ApiError as e:
-                if e.status.code != 404:
-                    log.warning("pod %s/%s: delete: %s", self.ns, self.name, e)
+            await self._delete_object()
         for task in self.tasks:
             task.cancel()
         self.volumes.cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
         self.on_done(self.uid)
+
+    async def _delete_object(self) -> None:
+        """Remove the pod object (grace 0, as the kubelet does once its containers are gone), retrying
+        while the apiserver is unreachable."""
+        while True:
+            try:
+                await self.ctx.client.delete(Pod, self.name, namespace=self.ns, grace_period=0)
+                return
+            except ApiError as e:
+                if e.status.code == 404:
+                    return
+                log.warning("pod %s/%s: delete: %s", self.ns, self.name, e.status.message)
+            except Exception as e:  # noqa: BLE001 - transport errors: retry
+                log.warning("pod %s/%s: delete: %r", self.ns, self.name, e)
+            await asyncio.sleep(RETRY_S)
 
     # --- status --------------------------------------------------------------------------------------------
     def _mark(self) -> None:
@@ -424,9 +437,9 @@ class PodWorker:
             )
             self.status_sent = status
             self.pod.setdefault("status", {}).update(status)
-        except ApiError as e:
-            if e.status.code == 404:
+        except Exception as e:  # noqa: BLE001 - transport errors too: keep the status for the next try
+            if isinstance(e, ApiError) and e.status.code == 404:
                 return
-            log.warning("pod %s/%s: status patch: %s", self.ns, self.name, e)
+            log.warning("pod %s/%s: status patch: %r", self.ns, self.name, e)
             self.dirty.set()
             await asyncio.sleep(RETRY_S)
