@@ -448,3 +448,19 @@ def test_readiness_probe_gates_ready(kubectl: Kubectl, namespace: str) -> None:
         kubectl, namespace, "web", lambda p: p["status"]["containerStatuses"][0]["ready"], timeout=30
     )
     assert {c["type"]: c["status"] for c in ready["status"]["conditions"]}["Ready"] == "True"
+
+
+def test_deleted_node_registers_again(kubectl: Kubectl) -> None:
+    node = (
+        "gpu-node-2"  # tainted: other tests' pods do not land there, and a deleted Node takes its pods along
+    )
+    pods = kubectl.json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
+    if pods:
+        pytest.skip(f"{node} runs pods; deleting its Node would disturb them")
+    kubectl("delete", "node", node, check=True)
+    deadline = time.monotonic() + 40
+    while kubectl("get", "node", node).returncode != 0:
+        assert time.monotonic() < deadline, f"{node} was not registered again"
+        time.sleep(0.5)
+    lease = kubectl.json("get", "lease", node, "-n", "kube-node-lease")
+    assert lease["spec"]["holderIdentity"] == node
