@@ -157,3 +157,13 @@ def test_channel_distribution_comes_from_the_contract(
     assert ChannelData("train").is_sharded() is sharded
     with pytest.raises(KeyError):
         ChannelData("other").is_sharded()
+
+
+def test_torch_dataset_of_a_shard_has_the_numeric_columns() -> None:
+    from torch.utils.data import DataLoader
+
+    from kubepool.distributors.context import DataShard
+
+    df = pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [0, 1, 0], "name": ["a", "b", "c"]})
+    batch = next(iter(DataLoader(DataShard(ShardSpec("object", df)).get_shard().to_torch_dataset(), batch_size=3)))
+    assert set(batch) == {"x", "y"} and batch["x"].tolist() == [1.0, 2.0, 3.0]

@@ -82,12 +82,14 @@ class DataShard:
         return self._df
 
     def to_torch_dataset(self) -> Any:
-        """A map-style torch Dataset of rows as {column: tensor}; DataLoader's default collate batches it."""
+        """A map-style torch Dataset of rows as {column: tensor} over the numeric and boolean columns;
+        DataLoader's default collate batches it."""
         import torch
         from torch.utils.data import Dataset
 
-        cols = {c: torch.as_tensor(self.to_pandas()[c].to_numpy()) for c in self.to_pandas().columns}
-        n = len(self.to_pandas())
+        df = self.to_pandas().select_dtypes(include=["number", "bool"])
+        cols = {c: torch.as_tensor(df[c].to_numpy()) for c in df.columns}
+        n = len(df)
 
         class _Rows(Dataset[dict[str, Any]]):
             def __len__(self) -> int:

@@ -153,13 +153,13 @@ class _TorchWorker:
         dist.init_process_group = _already_initialised  # type: ignore[assignment]
         try:
             spec.train_func()
+            files = _read_tree(model_dir) if self.rank == 0 else {}
         finally:
             dist.init_process_group = original_init
             set_context(None)
             if dist.is_initialized():
                 dist.destroy_process_group()
-        files = _read_tree(model_dir) if self.rank == 0 else {}
-        shutil.rmtree(model_dir, ignore_errors=True)
+            shutil.rmtree(model_dir, ignore_errors=True)
         return {"metrics": ctx.metrics_reporter.merged(), "history": ctx.metrics_reporter.history, "files": files}
 
     def _export_env(self, spec: _RunSpec) -> None:

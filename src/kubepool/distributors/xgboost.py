@@ -158,12 +158,11 @@ class XGBEstimator:
             raise ValueError("label_col is required")
         if not ray.is_initialized():
             ray.init(address="auto")
+        nodes = alive_nodes()
         gpu_total = ray.cluster_resources().get("GPU", 0) > 0
-        workers, cpus, gpu = resolve_scaling(
-            self.scaling_config, [n["Resources"].get("CPU", 0) for n in alive_nodes()], gpu_total
-        )
+        workers, cpus, gpu = resolve_scaling(self.scaling_config, [n["Resources"].get("CPU", 0) for n in nodes], gpu_total)
         bundle = {"CPU": float(cpus), **({"GPU": 1.0} if gpu else {})}
-        one_per_node = workers <= len(alive_nodes())
+        one_per_node = workers <= len(nodes)
         strategy = "STRICT_SPREAD" if one_per_node and workers > 1 else "SPREAD"
         pg = reserve([dict(bundle) for _ in range(workers)], strategy, "XGBEstimator")
         actor = ray.remote(_XGBWorker)
@@ -171,7 +170,6 @@ class XGBEstimator:
             actor.options(num_cpus=cpus, num_gpus=1 if gpu else 0, scheduling_strategy=in_bundle(pg, r)).remote(r)
             for r in range(workers)
         ]
-        tracker: RabitTracker | None = None
         try:
             evals = list(eval_set.items()) if isinstance(eval_set, dict) else [(d, n) for d, n in eval_set or []]
             per_node = 1 if one_per_node else None
