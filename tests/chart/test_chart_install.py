@@ -9,10 +9,13 @@ other tests' jobs are not its business.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +41,15 @@ class Release:
         return f"{self.name}-kubepool"
 
 
+def _interpreter_reachable_by_others() -> bool:
+    """Local pods exec this venv's interpreter as the pod's user, who needs o+x on every directory."""
+    return all(os.stat(d).st_mode & 0o001 for d in Path(os.path.realpath(sys.executable)).parents)
+
+
+def _operator_log(kubectl: Any, rel: Release) -> str:
+    return kubectl("logs", "-n", rel.namespace, f"deployment/{rel.service_account}", "--tail=-1").stdout
+
+
 def _operator_pod(kubectl: Any, rel: Release) -> dict[str, Any] | None:
     pods = kubectl.json("get", "pods", "-n", rel.namespace, "-l", f"app.kubernetes.io/instance={rel.name}")["items"]
     return pods[0] if pods else None
@@ -61,7 +73,11 @@ def release(cluster: Any, kubectl: Any, helm: str) -> Iterator[Release]:
     kubectl("create", "namespace", rel.jobs_namespace, check=True)
     values = {
         "image": {"tag": "dev", "pullPolicy": "Never"},
-        "operator": {"watchNamespaces": [rel.jobs_namespace]},
+        "operator": {"watchNamespaces": [rel.jobs_namespace], "settings": {
+            # Local nodes share the host's network: each instance shifts its Ray ports (OperatorConfig).
+            "rayPortStride": 3000, "workerGraceSeconds": 5, "podTerminationGraceSeconds": 3,
+            **({} if _interpreter_reachable_by_others() else {"runAsUser": ""}),
+        }},
         "pools": [{"name": rel.pool, "spec": {"instanceFamily": "CPU_X64_XS", "minNodes": 0, "maxNodes": 3,
                                               "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}],
     }
@@ -97,11 +113,13 @@ def test_operator_pod_runs_the_controller_under_the_charts_account(kubectl: Any,
     assert pod is not None
     assert pod["spec"]["serviceAccountName"] == release.service_account
     assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "kubepool.controller"]
-    # The pool created by the chart gets a status from the operator running in the pod.
+    # The operator in the pod (not some other operator on the cluster) handles the chart's pool: it reached
+    # the API server from inside the pod, with the ServiceAccount's token.
     deadline = time.monotonic() + 60
-    while not kubectl.json("get", "computepool", release.pool).get("status", {}).get("phase"):
-        assert time.monotonic() < deadline, f"pool {release.pool} has no status:\n{_diagnostics(kubectl, release)}"
+    while f"[{release.pool}]" not in _operator_log(kubectl, release):
+        assert time.monotonic() < deadline, f"the operator never handled {release.pool}:\n{_diagnostics(kubectl, release)}"
         time.sleep(2)
+    assert kubectl.json("get", "computepool", release.pool).get("status", {}).get("phase")
 
 
 @pytest.mark.parametrize(("verb", "resource", "allowed"), [
@@ -137,6 +155,7 @@ def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, release: Rel
     assert phase == "DONE", _diagnostics(kubectl, release)
     logs = kubectl("logs", "-n", release.jobs_namespace, "-l", "kubepool.dev/job=ray-tasks,kubepool.dev/role=head", "--tail=-1")
     assert "score: pi~3.1" in logs.stdout, logs.stdout + logs.stderr
+    assert f"[{release.jobs_namespace}/ray-tasks]" in _operator_log(kubectl, release)
 
     proc = run_helm(*release.helm, "uninstall", release.name, "--namespace", release.namespace, "--wait", timeout=180)
     assert proc.returncode == 0, proc.stderr

@@ -117,6 +117,31 @@ def test_values_reach_the_deployment(render: Any) -> None:
     assert not by_kind(objs, "Service")
 
 
+# OperatorConfig fields the chart sets from dedicated values; every other field is an `operator.settings` key.
+DEDICATED = {"default_image", "default_backend", "namespaces", "liveness_port", "metrics_port"}
+
+
+def test_every_operator_setting_is_reachable_from_values() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    keys = schema["properties"]["operator"]["properties"]["settings"]["properties"]
+    snake = {re.sub(r"(?<!^)([A-Z])", r"_\1", k).lower() for k in keys}
+    assert snake | DEDICATED == set(OperatorConfig.model_fields)
+
+
+def test_operator_settings_reach_the_operator(render: Any, tmp_path: Any) -> None:
+    values = tmp_path / "settings.yaml"
+    values.write_text(yaml.safe_dump({"operator": {"settings": {
+        "runtimeAccount": "none", "runAsUser": 4242, "python": "python3", "imagePullPolicy": "Never",
+        "workerGraceSeconds": 5, "podTerminationGraceSeconds": 3, "rayPortStride": 3000,
+    }}}))
+    [dep] = by_kind(render("-f", str(values)), "Deployment")
+    cfg = operator_config(dep["spec"]["template"]["spec"]["containers"][0])
+    assert (cfg.runtime_account, cfg.run_as_user, cfg.python, cfg.image_pull_policy) == ("none", 4242, "python3", "Never")
+    assert (cfg.worker_grace_seconds, cfg.pod_termination_grace_seconds, cfg.ray_port_stride) == (5, 3, 3000)
+    [dep] = by_kind(render("--set-string", "operator.settings.runAsUser="), "Deployment")
+    assert operator_config(dep["spec"]["template"]["spec"]["containers"][0]).run_as_user is None
+
+
 def test_cluster_role_is_exactly_what_the_operator_needs(render: Any) -> None:
     rules = operator_rules(render(), "ClusterRole")
     assert grants(rules) == REQUIRED
