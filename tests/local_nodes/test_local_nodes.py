@@ -420,6 +420,13 @@ def test_stopped_agent_stops_its_pods_and_the_next_one_restarts_them(
         time.sleep(0.2)
     pod = wait_pod(kubectl, namespace, "stopped", phase_in("Running"))
     assert pod["status"]["containerStatuses"][0]["state"].get("running")
+    # Same restart count, so the same log: the second start is appended to the first.
+    wait_pod(
+        kubectl,
+        namespace,
+        "stopped",
+        lambda _: logs(kubectl, namespace, "stopped").split() == [marker, marker],
+    )
 
 
 READY_LATER = """

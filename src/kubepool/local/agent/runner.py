@@ -122,9 +122,10 @@ def sandbox_argv(spec_path: Path) -> list[str]:
 
 async def start(run_dir: Path, spec: dict[str, Any]) -> Run:
     """Start one run. `spec` is the sandbox spec minus `exitFile` (the runner owns the run dir's files)."""
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
+    # A run dir that exists was stopped with its agent: start over, appending to its log.
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (PID, EXIT, TERMINATION_LOG, AGENT_STOPPED):
+        (run_dir / stale).unlink(missing_ok=True)
     message = run_dir / TERMINATION_LOG
     message.touch()
     message.chmod(0o666)  # the container may run as any user
