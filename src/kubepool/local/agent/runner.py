@@ -97,8 +97,8 @@ class Run:
         """SIGTERM to the container, SIGKILL to all of it after `grace_s`."""
         if not self.alive():
             return
-        _kill([-self.pid], signal.SIGTERM)
-        _kill([self.pid], signal.SIGTERM)  # the supervisor forwards it to daemons outside the group
+        # The supervisor forwards SIGTERM once to every process of the container, daemons included.
+        _kill([self.pid], signal.SIGTERM)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(grace_s, 0)
         while self.alive() and loop.time() < deadline:

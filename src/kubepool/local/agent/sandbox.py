@@ -66,7 +66,7 @@ def _bind_all(mounts: list[dict[str, Any]]) -> None:
         os.close(fd)
 
 
-def _descendants(root: int) -> list[int]:
+def _descendants(root: int) -> list[int]:  # as runner.descendants: this script imports nothing of kubepool
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
