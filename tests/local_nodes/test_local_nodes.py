@@ -471,3 +471,11 @@ def test_deleted_node_registers_again(kubectl: Kubectl) -> None:
         time.sleep(0.5)
     lease = kubectl.json("get", "lease", node, "-n", "kube-node-lease")
     assert lease["spec"]["holderIdentity"] == node
+
+
+def test_host_network_pod_gets_the_node_ip(kubectl: Kubectl, namespace: str) -> None:
+    env = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    apply(kubectl, namespace, pod_manifest("hostnet", "import os; print(os.environ['POD_IP'])", hostNetwork=True, container={"env": env}))  # fmt: skip
+    pod = wait_pod(kubectl, namespace, "hostnet", phase_in("Succeeded", "Failed"))
+    assert pod["status"]["podIP"] == pod["status"]["hostIP"]
+    assert logs(kubectl, namespace, "hostnet").strip() == pod["status"]["hostIP"]

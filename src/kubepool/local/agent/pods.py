@@ -167,7 +167,8 @@ class PodWorker:
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     async def _lifecycle(self) -> None:
-        self.ip = self.ctx.ipam.ip_for(self.uid)
+        host_network = bool(self.pod["spec"].get("hostNetwork"))
+        self.ip = self.ctx.node.ip if host_network else self.ctx.ipam.ip_for(self.uid)
         self.start_time = self.start_time or runner.now()
         for sub in ("home", "tmp"):
             (self.dir / sub).mkdir(exist_ok=True)
