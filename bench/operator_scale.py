@@ -1,0 +1,370 @@
+"""Operator scale benchmarks on kwok fake nodes of a private local cluster (see bench/README.md).
+
+P1 fan-out: N jobs of 1 head + 3 workers submitted at once, until all 4N pods are Running, for the kubepool
+operator, the KubeRay operator (N RayClusters of the same shape) and the floor (a raw client creating the 4N
+pods itself, 16 requests in flight). One warm-up round, then repeats interleaved (kubepool, KubeRay, floor);
+ratios are taken pair by pair within a repeat, then the median.
+P2 churn: M one-instance jobs created in waves; a kwok Stage moves each head pod to Succeeded 2 s after it runs;
+each wave waits for DONE; the operator's RSS is read at M live jobs; then the jobs are deleted in waves. Status
+lag = the MLJob's DONE watch event minus its head pod's Succeeded watch event.
+
+`python -m bench.operator_scale [--quick] [--jobs N] [--repeats R] [--churn M]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import stats
+from bench.cluster import (
+    COMPLETE_ENV,
+    FAKE_POOL_LABEL,
+    BenchCluster,
+    bounded,
+    create,
+    describe_machine,
+    machine_line,
+    metrics_text,
+    watch,
+)
+from bench.controllers import Controller, KubepoolOperator, KubeRayOperator, install_kuberay_crds, kuberay_dir
+from kubepool.local import kwok
+
+RESULTS = Path(__file__).with_name("results")
+SYSTEMS = ("kubepool", "kuberay", "floor")
+WORKERS = 3
+POOLS = 10  # kubepool places one instance of a pool per node: 10 pools x 100 fake nodes hold 1000 instances
+CONCURRENCY = 16  # requests in flight when submitting (the same client for all three systems)
+RESOURCES = {"cpu": "100m", "memory": "128Mi"}
+IMAGE = "fake.invalid/bench:1"  # never pulled: kwok runs nothing
+RUN_TIMEOUT_S = 900.0
+TARGETS = {"kubepool / kuberay": 1.0, "kubepool / floor": 1.3}
+P2_TARGETS = {"rss_mib_at_live_jobs": 200.0, "status_lag_p99_s": 2.0}
+LOG_DIR = Path("/tmp/kubepool-bench-logs")
+
+
+# --- manifests ------------------------------------------------------------------------------------------------
+def pool(i: int) -> dict[str, Any]:
+    return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": f"bench-fake-{i}"},
+            "spec": {"minNodes": 0, "maxNodes": 100, "nodeSelector": FAKE_POOL_LABEL,
+                     "tolerations": [kwok.FAKE_TOLERATION], "resources": RESOURCES}}  # fmt: skip
+
+
+def mljob(i: int, instances: int, complete: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"computePool": f"bench-fake-{i % POOLS}", "targetInstances": instances, "image": IMAGE,
+                            "entrypoint": {"command": ["true"]}}
+    if complete:
+        spec["env"] = [{"name": COMPLETE_ENV, "value": "true"}]
+    return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": f"job-{i}"}, "spec": spec}
+
+
+def _pod_spec(container: str) -> dict[str, Any]:
+    return {"containers": [{"name": container, "image": IMAGE, "resources": {"requests": RESOURCES, "limits": RESOURCES}}],
+            "nodeSelector": FAKE_POOL_LABEL, "tolerations": [kwok.FAKE_TOLERATION]}
+
+
+def raycluster(i: int) -> dict[str, Any]:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": f"job-{i}"}, "spec": {
+        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": _pod_spec("ray-head")}},
+        "workerGroupSpecs": [{"groupName": "workers", "replicas": WORKERS, "minReplicas": WORKERS, "maxReplicas": WORKERS,
+                              "rayStartParams": {}, "template": {"spec": _pod_spec("ray-worker")}}]}}  # fmt: skip
+
+
+def raw_pods(i: int) -> list[dict[str, Any]]:
+    names = [f"job-{i}-head"] + [f"job-{i}-worker-{w}" for w in range(WORKERS)]
+    return [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n}, "spec": _pod_spec("c")} for n in names]
+
+
+def submissions(system: str, ns: str, jobs: int) -> list[tuple[str, dict[str, Any]]]:
+    """(path, body) of every object the system's user submits."""
+    if system == "kubepool":
+        return [(f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs", mljob(i, WORKERS + 1)) for i in range(jobs)]
+    if system == "kuberay":
+        return [(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters", raycluster(i)) for i in range(jobs)]
+    return [(f"/api/v1/namespaces/{ns}/pods", p) for i in range(jobs) for p in raw_pods(i)]
+
+
+# --- P1 -------------------------------------------------------------------------------------------------------
+def controller_for(system: str, bench: BenchCluster, kuberay_home: Path) -> Controller | None:
+    log = LOG_DIR / f"{system}.log"
+    if system == "kubepool":
+        return KubepoolOperator(bench, log)
+    if system == "kuberay":
+        return KubeRayOperator(bench, log, kuberay_home)
+    return None
+
+
+async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Controller | None) -> dict[str, Any]:
+    want = jobs * (WORKERS + 1)
+    running: set[str] = set()
+    all_running = asyncio.Event()
+
+    def on_pod(kind: str, pod: dict[str, Any], _: float) -> None:
+        if kind != "DELETED" and pod.get("status", {}).get("phase") == "Running":
+            running.add(pod["metadata"]["name"])
+            if len(running) >= want:
+                all_running.set()
+
+    async with bench.client() as client:
+        watcher = asyncio.create_task(watch(client, f"/api/v1/namespaces/{ns}/pods", on_pod))
+        before = stats.request_totals(await metrics_text(client))
+        u0 = ctl.usage() if ctl else None
+        t0 = time.perf_counter()
+        await bounded(CONCURRENCY, [lambda p=p, b=b: create(client, p, b) for p, b in submissions(system, ns, jobs)])
+        submitted = time.perf_counter() - t0
+        try:
+            await asyncio.wait_for(all_running.wait(), RUN_TIMEOUT_S)
+        except TimeoutError:
+            raise RuntimeError(f"{system}: {len(running)}/{want} pods Running after {RUN_TIMEOUT_S:.0f} s") from None
+        finally:
+            watcher.cancel()
+        wall = time.perf_counter() - t0
+        requests = stats.delta(before, stats.request_totals(await metrics_text(client)))
+    u1 = ctl.usage() if ctl else None
+    return {
+        "wall_s": wall, "submit_s": submitted, "pods": want, "pods_per_s": want / wall,
+        "requests_per_job": sum(requests.values()) / jobs,
+        "requests_per_job_by_verb": {v: n / jobs for v, n in stats.by_verb(requests).items()},
+        "top_requests": {f"{v} {r}": n for (v, r), n in requests.most_common(12)},
+        "controller_peak_rss_mib": u1.peak_rss_mib if u1 else None,
+        "controller_cpu_s": (u1.cpu_s - u0.cpu_s) if u0 and u1 else None,
+    }  # fmt: skip
+
+
+def fanout_run(bench: BenchCluster, system: str, jobs: int, tag: str, kuberay_home: Path,
+               profile: Path | None = None) -> dict[str, Any]:
+    """One P1 run on a fresh namespace with a freshly started controller; cleans up before returning.
+    With `profile`, py-spy samples the controller meanwhile (collapsed stacks), so the run is not timed fairly."""
+    ns = f"p1-{system}-{tag}"
+    bench.create_namespace(ns)
+    ctl = controller_for(system, bench, kuberay_home)
+    spy: subprocess.Popen[bytes] | None = None
+    if ctl:
+        ctl.start()
+        if profile:
+            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(ctl.pid),
+                                    "--rate", "50", "--format", "raw", "--output", str(profile), "--nonblocking"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        result = asyncio.run(_fanout(bench, system, ns, jobs, ctl))
+        if spy:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            spy.wait(timeout=60)
+        result["cleanup_s"] = bench.delete_namespaces([ns])  # with the controller up: it may hold finalizers
+    finally:
+        if ctl:
+            ctl.stop()
+    print(f"  {system:<9} {tag:<7} {result['wall_s']:7.1f} s  {result['pods_per_s']:6.1f} pods/s  "
+          f"{result['requests_per_job']:6.1f} req/job  rss {stats.fmt(result['controller_peak_rss_mib'], 0)} MiB  "
+          f"cpu {stats.fmt(result['controller_cpu_s'], 1)} s  (cleanup {result['cleanup_s']:.0f} s)", flush=True)
+    return result
+
+
+def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians per system and pair-by-pair ratios of wall time (median over repeats)."""
+    med = {s: {k: stats.median([r[k] for r in rs]) for k in ("wall_s", "pods_per_s", "requests_per_job")}
+           | {k: stats.median([r[k] for r in rs]) if rs[0][k] is not None else None
+              for k in ("controller_peak_rss_mib", "controller_cpu_s")}
+           for s, rs in runs.items()}  # fmt: skip
+    pairs = {"kubepool / kuberay": ("kubepool", "kuberay"), "kubepool / floor": ("kubepool", "floor"),
+             "kuberay / floor": ("kuberay", "floor")}
+    ratios = {name: stats.median([stats.ratio(x["wall_s"], y["wall_s"]) for x, y in zip(runs[a], runs[b], strict=True)])
+              for name, (a, b) in pairs.items() if a in runs and b in runs}  # fmt: skip
+    return {"median": med, "ratios": ratios}
+
+
+def fanout(bench: BenchCluster, jobs: int, repeats: int, warmup_jobs: int) -> dict[str, Any]:
+    home = kuberay_dir()
+    install_kuberay_crds(bench, home)
+    bench.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pool(i) for i in range(POOLS)]}))
+    print(f"P1 fan-out: {jobs} jobs x {WORKERS + 1} pods; warm-up round of {warmup_jobs} jobs, then {repeats} repeat(s)", flush=True)
+    for s in SYSTEMS:  # the kubepool warm-up run doubles as its profile (untimed anyway)
+        fanout_run(bench, s, warmup_jobs, "warmup", home, LOG_DIR / "kubepool-p1.pyspy.txt" if s == "kubepool" else None)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
+    for r in range(repeats):
+        for s in SYSTEMS:
+            runs[s].append(fanout_run(bench, s, jobs, f"r{r}", home))
+    return {"jobs": jobs, "pods_per_job": WORKERS + 1, "repeats": repeats, "warmup_jobs": warmup_jobs,
+            "runs": runs, **summarize_p1(runs), "targets": TARGETS}
+
+
+# --- P2 -------------------------------------------------------------------------------------------------------
+async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: KubepoolOperator) -> dict[str, Any]:
+    succeeded: dict[str, float] = {}
+    done: dict[str, float] = {}
+    gone: set[str] = set()
+    changed = asyncio.Event()
+
+    def on_pod(kind: str, pod: dict[str, Any], t: float) -> None:
+        job = pod["metadata"].get("labels", {}).get("kubepool.dev/job")
+        if job and pod.get("status", {}).get("phase") == "Succeeded":
+            succeeded.setdefault(job, t)
+
+    def on_job(kind: str, job: dict[str, Any], t: float) -> None:
+        name = job["metadata"]["name"]
+        if kind == "DELETED":
+            gone.add(name)
+        elif (job.get("status") or {}).get("phase") == "DONE":
+            done.setdefault(name, t)
+        changed.set()
+
+    async def until(pred: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not pred():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"P2: timed out waiting for {what}")
+            changed.clear()
+            try:
+                await asyncio.wait_for(changed.wait(), 5)
+            except TimeoutError:
+                pass
+
+    path = f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs"
+    per_wave = jobs // waves
+    wave_s: list[float] = []
+    async with bench.client() as client:
+        watchers = [asyncio.create_task(watch(client, f"/api/v1/namespaces/{ns}/pods", on_pod, {"labelSelector": "kubepool.dev/role=head"})),
+                    asyncio.create_task(watch(client, path, on_job))]  # fmt: skip
+        before = stats.request_totals(await metrics_text(client))
+        u0 = op.usage()
+        t0 = time.perf_counter()
+        for w in range(waves):
+            names = [f"job-{i}" for i in range(w * per_wave, (w + 1) * per_wave)]
+            tw = time.perf_counter()
+            await bounded(CONCURRENCY, [lambda i=i: create(client, path, mljob(i, 1, complete=True)) for i in range(w * per_wave, (w + 1) * per_wave)])
+            await until(lambda names=names: all(n in done for n in names), f"wave {w} DONE")
+            wave_s.append(time.perf_counter() - tw)
+            print(f"  P2 wave {w}: {per_wave} jobs created and DONE in {wave_s[-1]:.1f} s; operator RSS "
+                  f"{op.usage().rss_mib:.0f} MiB", flush=True)
+        await asyncio.sleep(5)  # let the operator settle (status writes, GC of its own structures) before reading RSS
+        live = op.usage()
+        td = time.perf_counter()
+        for w in range(waves):
+            names = [f"job-{i}" for i in range(w * per_wave, (w + 1) * per_wave)]
+            await bounded(CONCURRENCY, [lambda n=n: client.delete(f"{path}/{n}") for n in names])
+            await until(lambda names=names: all(n in gone for n in names), f"wave {w} deleted")
+        delete_s = time.perf_counter() - td
+        wall = time.perf_counter() - t0
+        for t in watchers:
+            t.cancel()
+        requests = stats.delta(before, stats.request_totals(await metrics_text(client)))
+    u1 = op.usage()
+    lags = [done[j] - succeeded[j] for j in done if j in succeeded]
+    return {
+        "jobs": jobs, "waves": waves, "wall_s": wall, "wave_s": wave_s, "delete_s": delete_s,
+        "rss_mib_at_live_jobs": live.rss_mib, "peak_rss_mib": u1.peak_rss_mib, "cpu_s": u1.cpu_s - u0.cpu_s,
+        "status_lag_p50_s": stats.percentile(lags, 50), "status_lag_p99_s": stats.percentile(lags, 99),
+        "status_lag_max_s": max(lags, default=float("nan")), "lag_samples": len(lags),
+        "requests_per_job": sum(requests.values()) / jobs,
+        "requests_per_job_by_verb": {v: n / jobs for v, n in stats.by_verb(requests).items()},
+        "top_requests": {f"{v} {r}": n for (v, r), n in requests.most_common(12)},
+    }  # fmt: skip
+
+
+def churn(bench: BenchCluster, jobs: int, waves: int) -> dict[str, Any]:
+    print(f"P2 churn: {jobs} one-instance jobs in {waves} waves (heads succeed {2} s after Running)", flush=True)
+    ns = "p2-churn"
+    bench.create_namespace(ns)
+    op = KubepoolOperator(bench, LOG_DIR / "kubepool-p2.log")
+    op.start()
+    try:
+        result = asyncio.run(_churn(bench, ns, jobs, waves, op))
+        bench.delete_namespaces([ns])
+    finally:
+        op.stop()
+    print(f"  RSS at {jobs} live jobs {result['rss_mib_at_live_jobs']:.0f} MiB (peak {result['peak_rss_mib']:.0f}), "
+          f"status lag p50 {result['status_lag_p50_s']:.2f} s p99 {result['status_lag_p99_s']:.2f} s, "
+          f"cpu {result['cpu_s']:.0f} s", flush=True)
+    return {**result, "targets": P2_TARGETS}
+
+
+# --- report ---------------------------------------------------------------------------------------------------
+def markdown(report: dict[str, Any]) -> str:
+    out = ["# Operator scale benchmark", "", f"{report['when']}. {machine_line(report['machine'])}", "",
+           f"Private local cluster: {report['fake_nodes']} kwok fake nodes, no process nodes; "
+           f"`kubepool local up` to Ready with cached binaries: {report['cluster_up_s']:.1f} s "
+           f"(cold build of the binaries: {report['cold_build']})."]  # fmt: skip
+    p1 = report.get("p1")
+    if p1:
+        out += ["", f"## P1 fan-out: {p1['jobs']} jobs x {p1['pods_per_job']} pods, until all Running",
+                "", f"Median of {p1['repeats']} repeat(s) after a warm-up round of {p1['warmup_jobs']} jobs per system.", ""]
+        rows = [[s, stats.fmt(m["wall_s"], 1), stats.fmt(m["pods_per_s"], 1), stats.fmt(m["requests_per_job"], 1),
+                 ", ".join(f"{v} {n:.1f}" for v, n in list(p1["runs"][s][0]["requests_per_job_by_verb"].items())[:5]),
+                 stats.fmt(m["controller_peak_rss_mib"], 0), stats.fmt(m["controller_cpu_s"], 1),
+                 ", ".join(f"{r['wall_s']:.1f}" for r in p1["runs"][s])]
+                for s, m in p1["median"].items()]  # fmt: skip
+        out.append(stats.markdown_table(["system", "wall (s)", "pods/s", "API req/job", "by verb (first run)",
+                                         "peak RSS (MiB)", "CPU (s)", "runs (s)"], rows, right=(1, 2, 3, 5, 6)))
+        out.append(stats.markdown_table(["ratio (wall time)", "value", "target"],
+                                        [[k, stats.fmt(v), f"≤ {TARGETS[k]}" if k in TARGETS else ""] for k, v in p1["ratios"].items()],
+                                        right=(1,)))  # fmt: skip
+    p2 = report.get("p2")
+    if p2:
+        out += ["", f"## P2 churn: {p2['jobs']} one-instance jobs in {p2['waves']} waves", ""]
+        rows = [["operator RSS at all jobs live (MiB)", stats.fmt(p2["rss_mib_at_live_jobs"], 0), f"≤ {P2_TARGETS['rss_mib_at_live_jobs']:.0f}"],
+                ["operator peak RSS (MiB)", stats.fmt(p2["peak_rss_mib"], 0), ""],
+                ["status lag p50 (s)", stats.fmt(p2["status_lag_p50_s"]), ""],
+                ["status lag p99 (s)", stats.fmt(p2["status_lag_p99_s"]), f"≤ {P2_TARGETS['status_lag_p99_s']}"],
+                ["status lag max (s)", stats.fmt(p2["status_lag_max_s"]), ""],
+                ["waves create → DONE (s)", ", ".join(f"{w:.1f}" for w in p2["wave_s"]), ""],
+                ["delete all (s)", stats.fmt(p2["delete_s"], 1), ""],
+                ["operator CPU (s)", stats.fmt(p2["cpu_s"], 1), ""],
+                ["API requests per job", stats.fmt(p2["requests_per_job"], 1), ""]]  # fmt: skip
+        out.append(stats.markdown_table(["measure", "value", "target"], rows, right=(1,)))
+    return "\n".join(out) + "\n"
+
+
+def cold_build_note() -> str:
+    """hack/k8s-bin/build.sh logs `done in Ns` on a cold build; /tmp/k8sbuild.log kept the first one."""
+    log = Path("/tmp/k8sbuild.log")
+    if log.exists():
+        for line in reversed(log.read_text(errors="replace").splitlines()):
+            if "done in" in line:
+                return line.split("done in", 1)[1].split()[0].rstrip(":") + " (/tmp/k8sbuild.log)"
+    return "not recorded on this machine"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.operator_scale", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="20 jobs, 1 repeat, 100-job churn, 20 fake nodes")
+    ap.add_argument("--jobs", type=int, help="P1 jobs (default 200)")
+    ap.add_argument("--repeats", type=int, help="P1 timed repeats after the warm-up round (default 3)")
+    ap.add_argument("--churn", type=int, help="P2 jobs (default 1000; 0 skips P2)")
+    ap.add_argument("--skip-p1", action="store_true")
+    args = ap.parse_args(argv)
+    jobs = args.jobs or (20 if args.quick else 200)
+    repeats = args.repeats or (1 if args.quick else 3)
+    churn_jobs = args.churn if args.churn is not None else (100 if args.quick else 1000)
+    fake_nodes = 20 if args.quick else 100
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": describe_machine(),
+                              "fake_nodes": fake_nodes, "cold_build": cold_build_note()}  # fmt: skip
+    print(f"private cluster: kubepool local up --fake-nodes {fake_nodes} (logs in {LOG_DIR})", flush=True)
+    bench = BenchCluster.up(fake_nodes)
+    report["cluster_up_s"] = bench.up_seconds
+    print(f"  up to Ready in {bench.up_seconds:.1f} s (cached binaries); cold build: {report['cold_build']}", flush=True)
+    try:
+        if not args.skip_p1:
+            report["p1"] = fanout(bench, jobs, repeats, max(jobs // 4, 5))
+        if churn_jobs:
+            report["p2"] = churn(bench, churn_jobs, 4 if churn_jobs >= 400 else 2)
+    finally:
+        bench.down()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "operator_scale.json").write_text(json.dumps(report, indent=1))
+    (RESULTS / "operator_scale.md").write_text(markdown(report))
+    print("\n" + markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
