@@ -3,6 +3,7 @@ termination messages."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import stat
 from pathlib import Path
@@ -15,7 +16,7 @@ from kubepool.local.agent.ipam import Ipam, next_free
 from kubepool.local.agent.logs_server import tail_offset
 from kubepool.local.agent.node import node_object
 from kubepool.local.agent.pods import termination_message
-from kubepool.local.agent.probes import ProbeTiming, resolve_port
+from kubepool.local.agent.probes import Prober, ProbeTiming, resolve_port
 from kubepool.local.agent.volumes import (
     File,
     VolumeError,
@@ -135,3 +136,22 @@ def test_probe_ports_and_timing() -> None:
         resolve_port("grpc", container)
     timing = ProbeTiming.of({"periodSeconds": 2})
     assert (timing.period_s, timing.timeout_s, timing.failure_threshold) == (2.0, 1.0, 3)
+
+
+async def test_prober_thresholds_against_a_local_port() -> None:
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    probe = {"tcpSocket": {"port": port}, "periodSeconds": 0.02, "failureThreshold": 2}
+    prober = Prober(probe, {}, "127.0.0.1", 0, {})
+    assert await asyncio.wait_for(prober.startup(), 5)
+    changes: list[bool] = []
+    readiness = asyncio.create_task(prober.readiness(changes.append))
+    while changes != [True]:
+        await asyncio.sleep(0.01)
+    server.close()
+    await server.wait_closed()
+    await asyncio.wait_for(prober.until_failed(), 5)  # liveness: returns after two failures in a row
+    while changes != [True, False]:
+        await asyncio.sleep(0.01)
+    readiness.cancel()
+    assert not await asyncio.wait_for(Prober(probe, {}, "127.0.0.1", 0, {}).startup(), 5)

@@ -479,3 +479,33 @@ def test_host_network_pod_gets_the_node_ip(kubectl: Kubectl, namespace: str) -> 
     pod = wait_pod(kubectl, namespace, "hostnet", phase_in("Succeeded", "Failed"))
     assert pod["status"]["podIP"] == pod["status"]["hostIP"]
     assert logs(kubectl, namespace, "hostnet").strip() == pod["status"]["hostIP"]
+
+
+LIVE_BRIEFLY = """
+import http.server, os, pathlib, threading, time
+time.sleep(1)
+pathlib.Path("/tmp/started").touch()
+server = http.server.HTTPServer((os.environ["POD_IP"], 38081), http.server.SimpleHTTPRequestHandler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+time.sleep(4)
+server.shutdown()
+server.server_close()
+time.sleep(600)
+"""
+
+
+def test_startup_and_liveness_probes_restart_an_unhealthy_container(kubectl: Kubectl, namespace: str) -> None:
+    container = {
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        # exec probes run inside the container's mount namespace: /tmp is the pod's own
+        "startupProbe": {
+            "exec": {"command": ["test", "-f", "/tmp/started"]},
+            "periodSeconds": 1,
+            "failureThreshold": 30,
+        },
+        "livenessProbe": {"tcpSocket": {"port": 38081}, "periodSeconds": 1, "failureThreshold": 2},
+    }
+    manifest = pod_manifest("unhealthy", LIVE_BRIEFLY, restartPolicy="Always", terminationGracePeriodSeconds=1, container=container)  # fmt: skip
+    apply(kubectl, namespace, manifest)
+    pod = wait_pod(kubectl, namespace, "unhealthy", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("restartCount", 0) >= 1)  # fmt: skip
+    assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] in (137, 143)

@@ -241,24 +241,14 @@ class PodWorker:
             run = await runner.start(run_dir, sandbox)
         self.runs[state.name] = run
         state.state = {"running": {"startedAt": run.started_at}}
-        probe = spec.get("readinessProbe")
-        state.ready = probe is None  # without a readiness probe a running container is ready
+        state.ready = spec.get("readinessProbe") is None  # without a readiness probe, running is ready
         self._mark()
-        prober: asyncio.Task[None] | None = None
-        if probe is not None:
-            env = json.loads((run.dir / runner.SPEC).read_text())["env"]
-
-            def set_ready(ready: bool) -> None:
-                state.ready = ready and state.running
-                self._mark()
-
-            assert self.ip is not None
-            prober = self._spawn(Prober(probe, spec, self.ip, run.pid, env, set_ready).run())
+        probing = self._spawn(self._probe(spec, state, run)) if any(f"{k}Probe" in spec for k in ("startup", "liveness", "readiness")) else None  # fmt: skip
         try:
             info = await run.wait()
         finally:
-            if prober is not None:
-                prober.cancel()
+            if probing is not None:
+                probing.cancel()
         code = int(info["exitCode"])
         message = info.get("message") or termination_message(
             run.dir, spec.get("terminationMessagePolicy") or "File", code
@@ -272,6 +262,45 @@ class PodWorker:
         state.ready = False
         self._mark()
         return code
+
+    async def _probe(self, spec: Obj, state: ContainerState, run: Run) -> None:
+        """Startup probe first; then readiness alongside liveness, which restarts the container on failure."""
+        assert self.ip is not None
+        env = json.loads((run.dir / runner.SPEC).read_text())["env"]
+
+        def prober(kind: str) -> Prober | None:
+            probe = spec.get(f"{kind}Probe")
+            return Prober(probe, spec, self.ip or "", run.pid, env) if probe is not None else None
+
+        async def kill(probe: Obj) -> None:
+            grace = probe.get(
+                "terminationGracePeriodSeconds", self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+            )
+            await run.stop(float(grace))
+
+        startup = prober("startup")
+        if startup is not None and not await startup.startup():
+            log.info("pod %s/%s: container %s failed its startup probe", self.ns, self.name, state.name)
+            await kill(spec["startupProbe"])
+            return
+
+        def set_ready(ready: bool) -> None:
+            state.ready = ready and state.running
+            self._mark()
+
+        readiness = prober("readiness")
+        reporting = self._spawn(readiness.readiness(set_ready)) if readiness is not None else None
+        liveness = prober("liveness")
+        try:
+            if liveness is not None:
+                await liveness.until_failed()
+                log.info("pod %s/%s: container %s failed its liveness probe", self.ns, self.name, state.name)
+                await kill(spec["livenessProbe"])
+            elif reporting is not None:
+                await reporting
+        finally:
+            if reporting is not None:
+                reporting.cancel()
 
     async def _until_ok(self, step: Callable[[], Any], waiting: list[ContainerState]) -> Any:
         """Retry `step` while the pod's configuration is incomplete, showing why on the waiting containers."""

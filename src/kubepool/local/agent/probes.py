@@ -1,11 +1,11 @@
-"""Readiness probes (exec, tcpSocket, httpGet) of a running container: `Prober.run` flips the container's
-readiness by the probe's thresholds. Exec probes run in the container's mount and UTS namespaces (nsenter
+"""Container probes (exec, tcpSocket, httpGet) for startup, liveness and readiness, with the kubelet's
+thresholds (`Prober`). Exec probes run in the container's mount and UTS namespaces (nsenter
 into its supervisor) with its environment; network probes target the pod IP."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,26 +77,45 @@ async def probe_once(
                     return 200 <= r.status < 400
     except (OSError, TimeoutError, aiohttp.ClientError, ValueError):
         return False
-    return False
+    return True  # gRPC probes are not run: passing beats restarting a healthy container forever
 
 
 class Prober:
-    """Probes one container run until cancelled, reporting readiness changes through `on_change`."""
+    """One probe of one container run: `readiness` reports changes until cancelled, `startup` settles on
+    success or failure, `until_failed` returns once a liveness probe has failed often enough."""
 
-    def __init__(self, probe: Obj, container: Obj, pod_ip: str, pid: int, env: Mapping[str, str],
-                 on_change: Callable[[bool], None]) -> None:  # fmt: skip
+    def __init__(self, probe: Obj, container: Obj, pod_ip: str, pid: int, env: Mapping[str, str]) -> None:
         self.probe, self.container, self.pod_ip, self.pid, self.env = probe, container, pod_ip, pid, env
-        self.on_change = on_change
         self.timing = ProbeTiming.of(probe)
 
-    async def run(self) -> None:
+    async def _results(self) -> AsyncIterator[bool]:
         await asyncio.sleep(self.timing.initial_delay_s)
-        ready, streak = False, 0
         while True:
-            ok = await probe_once(self.probe, self.container, self.pod_ip, self.pid, self.env)
-            streak = streak + 1 if ok == (not ready) else 0
-            threshold = self.timing.success_threshold if not ready else self.timing.failure_threshold
-            if streak >= threshold:
-                ready, streak = not ready, 0
-                self.on_change(ready)
+            yield await probe_once(self.probe, self.container, self.pod_ip, self.pid, self.env)
             await asyncio.sleep(self.timing.period_s)
+
+    async def readiness(self, on_change: Callable[[bool], None]) -> None:
+        ready, streak = False, 0
+        async for ok in self._results():
+            streak = streak + 1 if ok == (not ready) else 0
+            if streak >= (self.timing.success_threshold if not ready else self.timing.failure_threshold):
+                ready, streak = not ready, 0
+                on_change(ready)
+
+    async def startup(self) -> bool:
+        """True at the first success, False after failureThreshold failures in a row."""
+        failures = 0
+        async for ok in self._results():
+            if ok:
+                return True
+            failures += 1
+            if failures >= self.timing.failure_threshold:
+                return False
+        return False
+
+    async def until_failed(self) -> None:
+        failures = 0
+        async for ok in self._results():
+            failures = 0 if ok else failures + 1
+            if failures >= self.timing.failure_threshold:
+                return
