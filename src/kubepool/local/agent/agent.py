@@ -102,7 +102,9 @@ class Agent:
         return hosts_file(pod, ip, peers, headless, self.cluster.cluster_domain, self.cluster.apiserver_host)
 
     def _locate(self, ns: str, name: str, container: str, previous: bool) -> runner.Run | None:
-        worker = next((w for w in self.workers.values() if w.ns == ns and w.name == name), None)
+        # A pod deleted and created again under the same name: the new one's logs.
+        candidates = sorted((w for w in self.workers.values() if w.ns == ns and w.name == name), key=lambda w: w.terminating is not None)  # fmt: skip
+        worker = candidates[0] if candidates else None
         return worker.log_run(container, previous) if worker is not None else None
 
     async def _clean_orphans(self) -> None:

@@ -127,6 +127,7 @@ class PodWorker:
 
     def update(self, pod: Obj) -> None:
         self.pod = pod
+        self.volumes.pod = pod  # downward API files follow label and annotation changes
         if pod["metadata"].get("deletionTimestamp") and self.terminating is None:
             meta, spec = pod["metadata"], pod["spec"]
             grace = meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
