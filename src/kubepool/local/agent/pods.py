@@ -37,7 +37,7 @@ from kubepool.local.agent.podspec import (
     resolve_env,
     run_as,
     will_restart,
-)  # fmt: skip
+)
 from kubepool.local.agent.probes import Prober
 from kubepool.local.agent.runner import Run
 from kubepool.local.agent.volumes import VolumeError, Volumes
