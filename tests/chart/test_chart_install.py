@@ -73,12 +73,15 @@ def release(cluster: Any, kubectl: Any, helm: str) -> Iterator[Release]:
     kubectl("create", "namespace", rel.jobs_namespace, check=True)
     values = {
         "image": {"tag": "dev", "pullPolicy": "Never"},
+        # Local pods share the host's network, where 8080 is taken (Ray's metrics port, other operators).
+        "metrics": {"enabled": False},
         "operator": {"watchNamespaces": [rel.jobs_namespace], "settings": {
             # Local nodes share the host's network: each instance shifts its Ray ports (OperatorConfig).
             "rayPortStride": 3000, "workerGraceSeconds": 5, "podTerminationGraceSeconds": 3,
             **({} if _interpreter_reachable_by_others() else {"runAsUser": ""}),
         }},
-        "pools": [{"name": rel.pool, "spec": {"instanceFamily": "CPU_X64_XS", "minNodes": 0, "maxNodes": 3,
+        # Small instances: the local nodes are shared with every other cluster test.
+        "pools": [{"name": rel.pool, "spec": {"resources": {"cpu": "1", "memory": "2Gi"}, "minNodes": 0, "maxNodes": 3,
                                               "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}],
     }
     values_file = cluster.state_dir / f"{rel.name}-values.yaml"
