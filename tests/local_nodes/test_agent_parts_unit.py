@@ -13,7 +13,7 @@ import pytest
 from kubepool.local.agent import runner
 from kubepool.local.agent.config import NodeConfig
 from kubepool.local.agent.ipam import Ipam, next_free
-from kubepool.local.agent.logs_server import tail_offset
+from kubepool.local.agent.logs_server import LineTimes, render, rfc3339_nano, since_ns, tail_offset
 from kubepool.local.agent.node import node_object
 from kubepool.local.agent.pods import termination_message
 from kubepool.local.agent.probes import Prober, ProbeTiming, resolve_port
@@ -155,3 +155,19 @@ async def test_prober_thresholds_against_a_local_port() -> None:
         await asyncio.sleep(0.01)
     readiness.cancel()
     assert not await asyncio.wait_for(Prober(probe, {}, "127.0.0.1", 0, {}).startup(), 5)
+
+
+def test_log_times_render_timestamps_and_since(tmp_path: Path) -> None:
+    (tmp_path / "log.idx").write_text(
+        "0 1000000000\n4 2000000000\n8 3"
+    )  # the last entry is still being written
+    times = LineTimes(tmp_path / "log.idx")
+    times.refresh()
+    assert (times.at(0), times.at(5), times.at(100)) == (1000000000, 2000000000, 2000000000)
+    block = b"one\ntwo\nthree\n"
+    assert render(block, 0, times, True, None).splitlines()[0] == b"1970-01-01T00:00:01.000000000Z one"
+    assert render(block, 0, times, False, 1500000000) == b"two\nthree\n"
+    assert render(block, 0, LineTimes(tmp_path / "none"), True, 5) == block  # no index: no times
+    assert rfc3339_nano(1_700_000_000_123_456_789) == "2023-11-14T22:13:20.123456789Z"
+    assert since_ns({"sinceTime": "1970-01-01T00:00:02Z"}) == 2 * 10**9
+    assert since_ns({}) is None

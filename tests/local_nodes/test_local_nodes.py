@@ -257,6 +257,11 @@ def test_logs_follow_streams_until_the_container_ends(kubectl: Kubectl, namespac
     assert proc.returncode == 0, proc.stderr
     assert [line.split()[1] for line in proc.stdout.splitlines()] == [str(i) for i in range(8)]
     assert logs(kubectl, namespace, "ticker", "--tail=2").split() == ["tick", "6", "tick", "7"]
+    stamped = logs(kubectl, namespace, "ticker", "--timestamps", "--tail=1").split()
+    assert stamped[0].startswith("20") and stamped[0].endswith("Z") and stamped[1:] == ["tick", "7"]
+    assert len(logs(kubectl, namespace, "ticker", "--since=1h").splitlines()) == 8
+    time.sleep(2)
+    assert logs(kubectl, namespace, "ticker", "--since=1s") == ""
 
 
 def test_on_failure_restarts_and_keeps_the_previous_log(kubectl: Kubectl, namespace: str) -> None:

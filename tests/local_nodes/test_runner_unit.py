@@ -43,6 +43,8 @@ async def test_private_mounts_hostname_and_exit_code(tmp_path: Path) -> None:
     info = await run.wait()
     assert info["exitCode"] == 3 and info["reason"] == "Error"
     assert (run.dir / runner.LOG).read_text().strip() == "['contract.json'] algo-7"
+    offset, ns = (run.dir / runner.LOG_INDEX).read_text().split()  # one line, at offset 0, written just now
+    assert offset == "0" and abs(int(ns) / 1e9 - time.time()) < 60
     assert os.listdir(target) == []  # only the container saw the volume
     os.rmdir(target)
 

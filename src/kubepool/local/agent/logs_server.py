@@ -1,15 +1,18 @@
 """The kubelet's HTTPS API on `<node ip>:10250`, as far as `kubectl logs` needs it:
-`GET /containerLogs/{ns}/{pod}/{container}?follow=&previous=&tailLines=&limitBytes=`. The apiserver
+`GET /containerLogs/{ns}/{pod}/{container}?follow=&previous=&tailLines=&limitBytes=&timestamps=&sinceSeconds=&sinceTime=`. The apiserver
 connects with its kubelet client certificate (verified against the cluster CA); the serving certificate is
 issued from the cluster CA for the node IP."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import datetime
 import logging
 import ssl
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from aiohttp import web
@@ -37,6 +40,58 @@ def tail_offset(path: Path, lines: int) -> int:
             starts.append(offset)
             offset += len(line)
     return starts[0] if starts else 0
+
+
+class LineTimes:
+    """A run's log index (`log.idx`, written by the sandbox): when the line starting at each offset was read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offsets: list[int] = []
+        self.times: list[int] = []
+        self._read = 0
+
+    def refresh(self) -> None:
+        if not self.path.exists():
+            return  # a run started before the index existed: no times
+        with open(self.path, "rb") as f:
+            f.seek(self._read)
+            data = f.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self._read += len(complete)
+        for line in complete.splitlines():
+            offset, ns = line.split()
+            self.offsets.append(int(offset))
+            self.times.append(int(ns))
+
+    def at(self, offset: int) -> int | None:
+        i = bisect.bisect_right(self.offsets, offset) - 1
+        return self.times[i] if i >= 0 else None
+
+
+def rfc3339_nano(ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
+
+
+def since_ns(query: Mapping[str, str]) -> int | None:
+    """The `sinceSeconds`/`sinceTime` cutoff as unix ns."""
+    if "sinceSeconds" in query:
+        return time.time_ns() - int(query["sinceSeconds"]) * 10**9
+    if "sinceTime" in query:
+        return int(datetime.datetime.fromisoformat(query["sinceTime"]).timestamp() * 10**9)
+    return None
+
+
+def render(block: bytes, offset: int, times: LineTimes, timestamps: bool, cutoff: int | None) -> bytes:
+    """The lines of `block` (starting at log `offset`) newer than `cutoff`, prefixed with their time."""
+    out = []
+    for line in block.splitlines(keepends=True):
+        ns = times.at(offset)
+        offset += len(line)
+        if cutoff is not None and ns is not None and ns < cutoff:
+            continue
+        out.append(f"{rfc3339_nano(ns)} ".encode() + line if timestamps and ns is not None else line)
+    return b"".join(out)
 
 
 def ensure_serving_cert(layout: Layout, ip: str, node: str) -> tuple[Path, Path]:
@@ -80,26 +135,36 @@ def make_app(locate: Locate) -> web.Application:
         tail = request.query.get("tailLines")
         limit = int(request.query["limitBytes"]) if "limitBytes" in request.query else None
         offset = tail_offset(path, int(tail)) if tail is not None else 0
+        timestamps, cutoff = _flag(request, "timestamps"), since_ns(request.query)
+        times = LineTimes(run.dir / runner.LOG_INDEX)
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         follow = _flag(request, "follow")
-        sent = 0
+        sent, pending, pos = 0, b"", offset
         with open(path, "rb") as f:
             f.seek(offset)
-            while True:
-                chunk = f.read(CHUNK if limit is None else min(CHUNK, limit - sent))
-                if chunk:
-                    await response.write(chunk)
-                    sent += len(chunk)
-                    if limit is not None and sent >= limit:
-                        break
+            while limit is None or sent < limit:
+                chunk = f.read(CHUNK)
+                if not chunk and follow and run.alive():
+                    await asyncio.sleep(FOLLOW_POLL_S)
                     continue
-                if not follow or not run.alive():
-                    if follow and f.read(1):  # written between the read and the liveness check
-                        f.seek(-1, 1)
-                        continue
+                if not chunk and follow:
+                    chunk = f.read(CHUNK)  # written between the read and the liveness check
+                if chunk and not (timestamps or cutoff is not None):
+                    out = chunk
+                else:
+                    # Whole lines only, each with its time; a final line without newline goes out at the end.
+                    pending += chunk
+                    end = len(pending) if not chunk else pending.rfind(b"\n") + 1
+                    times.refresh()
+                    out = render(pending[:end], pos, times, timestamps, cutoff)
+                    pos, pending = pos + end, pending[end:]
+                if limit is not None:
+                    out = out[: limit - sent]
+                await response.write(out)
+                sent += len(out)
+                if not chunk:
                     break
-                await asyncio.sleep(FOLLOW_POLL_S)
         await response.write_eof()
         return response
 

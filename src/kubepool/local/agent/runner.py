@@ -1,7 +1,8 @@
 """Container processes: start one run of a container under the sandbox supervisor, wait for it, stop it
 (SIGTERM, grace, SIGKILL of its process group and every descendant) and find runs again after an agent
 restart. A run's files live in its run dir `containers/<name>/<restartCount>/`: `spec.json`, `log`
-(stdout+stderr), `pid` ("<pid> <start ticks>"), `exit.json` (written by the sandbox), `termination-log`."""
+(stdout+stderr), `log.idx` (when each log line was written), `pid` ("<pid> <start ticks> <startedAt>"),
+`exit.json` (written by the sandbox), `termination-log`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
-SPEC, LOG, PID, EXIT, TERMINATION_LOG, AGENT_STOPPED = "spec.json", "log", "pid", "exit.json", "termination-log", "agent-stopped"  # fmt: skip
+SPEC, LOG, LOG_INDEX, PID, EXIT = "spec.json", "log", "log.idx", "pid", "exit.json"
+TERMINATION_LOG, AGENT_STOPPED = "termination-log", "agent-stopped"
 POLL_S = 0.25
 
 
@@ -129,7 +131,7 @@ async def start(run_dir: Path, spec: dict[str, Any]) -> Run:
     message = run_dir / TERMINATION_LOG
     message.touch()
     message.chmod(0o666)  # the container may run as any user
-    spec = {**spec, "exitFile": str(run_dir / EXIT)}
+    spec = {**spec, "exitFile": str(run_dir / EXIT), "logIndex": str(run_dir / LOG_INDEX)}
     (run_dir / SPEC).write_text(json.dumps(spec))
     with open(run_dir / LOG, "ab") as log:
         proc = await asyncio.create_subprocess_exec(

@@ -6,7 +6,9 @@ exists, forks the container process (dropping to runAsUser/runAsGroup/groups), b
 daemons the container leaves behind stay its descendants, forwards SIGTERM to them all, and when the main
 process exits kills what is left (as a container's exit does) and writes `exit.json`:
 {"exitCode", "reason", "message", "finishedAt"}. The spec (written by the runner):
-{"argv", "env", "cwd", "hostname", "mounts": [{"source", "target", "readOnly", "optional"}], "uid", "gid", "groups", "exitFile"}.
+{"argv", "env", "cwd", "hostname", "mounts": [{"source", "target", "readOnly", "optional"}], "uid", "gid", "groups",
+"exitFile", "logIndex"}. The container's output goes through this process into the log (its stdout), with
+the line index `logIndex` beside it.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import os
 import shutil
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
 PR_SET_CHILD_SUBREAPER = 36
 START_ERROR_CODE = 128
+RELAY_DRAIN_S = 5.0
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -119,8 +124,33 @@ def _mount_fs(fstype: str, target: str, options: str) -> None:
         raise OSError(err, f"mount {fstype} on {target}: {os.strerror(err)}")
 
 
-def _exec_child(spec: dict[str, Any], argv: list[str], env: dict[str, str], report: int) -> None:
+def _relay(src: int, index_path: str) -> None:
+    """Copy the container's output to the log (this process's stdout), noting in the index file where each
+    line starts and when it was read: `<byte offset> <unix ns>` per line, for `--timestamps` and `--since`."""
+    at_line_start = True
+    with open(index_path, "a") as index:
+        while chunk := os.read(src, 65536):
+            now = time.time_ns()
+            offset = os.fstat(1).st_size
+            starts = [0] if at_line_start else []
+            pos = chunk.find(b"\n")
+            while pos != -1 and pos + 1 < len(chunk):
+                starts.append(pos + 1)
+                pos = chunk.find(b"\n", pos + 1)
+            at_line_start = chunk.endswith(b"\n")
+            # Index first: a reader that sees a line in the log finds its time.
+            index.write("".join(f"{offset + s} {now}\n" for s in starts))
+            index.flush()
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(1, view) :]
+
+
+def _exec_child(spec: dict[str, Any], argv: list[str], env: dict[str, str], report: int, output: int) -> None:
     try:
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(output)
         if spec.get("groups") is not None or spec.get("gid") is not None:
             os.setgroups([int(g) for g in spec.get("groups") or []])
         if spec.get("gid") is not None:
@@ -165,13 +195,18 @@ def main(spec_path: str) -> int:
         return START_ERROR_CODE
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     report_r, report_w = os.pipe()  # close-on-exec: EOF without data means the exec worked
+    output_r, output_w = os.pipe()
     child = os.fork()
     if child == 0:
         os.close(report_r)
-        _exec_child(spec, argv, env, report_w)
+        os.close(output_r)
+        _exec_child(spec, argv, env, report_w, output_w)
     signal.signal(signal.SIGTERM, lambda *_: _signal_all(signal.SIGTERM))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.close(report_w)
+    os.close(output_w)
+    relay = threading.Thread(target=_relay, args=(output_r, spec["logIndex"]))
+    relay.start()
     exec_error = os.read(report_r, 4096).decode("utf-8", "replace")
     os.close(report_r)
     status = 0
@@ -184,9 +219,6 @@ def main(spec_path: str) -> int:
             continue
         if pid == child:
             break
-    if exec_error:
-        _write_exit(exit_file, START_ERROR_CODE, "StartError", exec_error)
-        return START_ERROR_CODE
     # What the main process left behind dies with the container.
     _signal_all(signal.SIGKILL)
     while True:
@@ -194,6 +226,10 @@ def main(spec_path: str) -> int:
             os.waitpid(-1, 0)
         except ChildProcessError:
             break
+    relay.join(RELAY_DRAIN_S)  # every writer is gone: the relay reaches EOF
+    if exec_error:
+        _write_exit(exit_file, START_ERROR_CODE, "StartError", exec_error)
+        return START_ERROR_CODE
     code = os.waitstatus_to_exitcode(status)
     code = 128 - code if code < 0 else code
     reason = "Completed" if code == 0 else "Error"
