@@ -327,6 +327,7 @@ def test_worker_fails_when_the_head_vanishes(instances: Instances) -> None:
     kill_leftovers(instances.ray_root / "n0")
     assert instances.wait(1, 90) == 1
     assert "leaving without the head's word: head-lost" in instances.log(1)
+    assert "head-lost" in str(instances.termination(1)["error"])
 
 
 def ray_processes(marker: Path) -> list[int]:

@@ -26,6 +26,7 @@ import cloudpickle
 from kubepool.contract import (
     DEFAULT_BASE_DIR,
     ENV_BASE_DIR,
+    ENV_INSTANCE_ID,
     ENV_PAYLOAD_DIR,
     ENV_RESULT_DIR,
     ENV_TERMINATION_LOG,
@@ -43,7 +44,7 @@ ENV_CHECK_INTERVAL = "MLRS_INSTANCES_CHECK_INTERVAL"  # Snowflake's knob, second
 
 
 def log(msg: str) -> None:
-    print(f"kubepool: {msg}", flush=True)
+    print(f"kubepool[{os.environ.get(ENV_INSTANCE_ID, '?')}]: {msg}", flush=True)
 
 
 def exit_code_of(e: SystemExit) -> int:

@@ -25,16 +25,19 @@ from kubepool.contract import (
     DEFAULT_RAY_TEMP_DIR,
     ENV_BASE_DIR,
     ENV_HEAD_LOST_TIMEOUT,
+    ENV_INSTANCE_ID,
     ENV_PAYLOAD_DIR,
     ENV_RAY_PORT_OFFSET,
     ENV_RAY_TEMP_DIR,
+    ENV_TERMINATION_LOG,
     PAYLOAD_DIR,
+    TERMINATION_MESSAGE_PATH,
     InstanceIdentity,
     JobContract,
     RunMode,
     load_contract,
 )
-from kubepool.runtime import channels, hosts, ray_node, sagemaker, shutdown, snowflake
+from kubepool.runtime import channels, hosts, ray_node, result, sagemaker, shutdown, snowflake
 
 LEAVE_ACK_SECONDS = 15.0  # Snowflake's signal_workers --wait-time
 CHILD_STOP_SECONDS = 10.0
@@ -53,7 +56,16 @@ def on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def log(msg: str) -> None:
-    print(f"kubepool[{os.environ.get('KUBEPOOL_INSTANCE_ID', '?')}]: {msg}", flush=True)
+    print(f"kubepool[{os.environ.get(ENV_INSTANCE_ID, '?')}]: {msg}", flush=True)
+
+
+def fail(msg: str, env: Mapping[str, str]) -> int:
+    """An instance that fails before or around the payload still tells the operator why."""
+    log(msg)
+    res = result.ExecutionResult(False, 1, error=msg)
+    instance_id = int(env.get(ENV_INSTANCE_ID, "-1"))
+    result.write_termination_log(Path(env.get(ENV_TERMINATION_LOG, TERMINATION_MESSAGE_PATH)), res, instance_id)
+    return 1
 
 
 def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], gpus: int) -> dict[str, str]:
@@ -94,6 +106,7 @@ def run_head(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpe
     node: ray_node.RayNode | None = None
     try:
         node = ray_node.start_node(contract, me, spec, env, time.monotonic() + HEAD_START_SECONDS)
+        assert node is not None  # the head never gives up early
         log(f"Ray head started on {spec.pod_ip}:{contract.ray.gcs_port}")
         code = run_launcher({**env, **snowflake.head_env(contract, me, spec.pod_ip)})
         log(f"the launcher exited with code {code}")
@@ -109,11 +122,15 @@ def run_head(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpe
 
 
 def run_worker(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpec, env: dict[str, str], deadline: float) -> int:
-    node = ray_node.start_node(contract, me, spec, env, deadline)
+    url = shutdown.poll_url(spec.head_ip, naming.SHUTDOWN_PORT, me.instance_id)
+    node = ray_node.start_node(contract, me, spec, env, deadline, give_up=lambda: shutdown.ask_head(url, timeout=2) is True)
+    if node is None:  # the head ran the job without this instance (min instances) and has finished
+        log("the head finished the job before this instance joined; leaving")
+        return 0
     log(f"Worker node started on {spec.pod_ip}, joined {spec.head_ip}:{contract.ray.gcs_port}")
     try:
         outcome = shutdown.await_leave(
-            shutdown.poll_url(spec.head_ip, naming.SHUTDOWN_PORT, me.instance_id),
+            url,
             node_alive=node.alive,
             lost_timeout=float(env.get(ENV_HEAD_LOST_TIMEOUT, DEFAULT_HEAD_LOST_TIMEOUT_SECONDS)),
         )
@@ -122,8 +139,7 @@ def run_worker(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeS
     if outcome is shutdown.WorkerOutcome.LEAVE:
         log("the head finished the job; leaving")
         return 0
-    log(f"leaving without the head's word: {outcome.value}")
-    return 1
+    return fail(f"leaving without the head's word: {outcome.value}", env)
 
 
 def run_ray_mode(contract: JobContract, me: InstanceIdentity, env: dict[str, str], gpus: int, deadline: float) -> int:
@@ -150,11 +166,9 @@ def run(env: dict[str, str]) -> int:
     sm_env = prepare(contract, me, env, gpus)
     if contract.mode is RunMode.HEAD:
         return run_ray_mode(contract, me, env, gpus, deadline)
-    if contract.mode is RunMode.SAGEMAKER:
-        env.update(sm_env)
-    else:
-        ips = [hosts.resolve(i.dns, deadline) for i in sorted(contract.instances, key=lambda i: i.instance_id)]
-        env.update(snowflake.parallel_env(me, ips))
+    # Like SageMaker's toolkit, wait until every peer's name resolves: a static rendezvous needs them all.
+    ips = [hosts.resolve(i.dns, deadline) for i in sorted(contract.instances, key=lambda i: i.instance_id)]
+    env.update(sm_env if contract.mode is RunMode.SAGEMAKER else snowflake.parallel_env(me, ips))
     return run_launcher(env)
 
 
@@ -166,5 +180,4 @@ def main() -> int:
         log("SIGTERM: stopped the payload and Ray")
         return EXIT_SIGTERM
     except (ray_node.RayStartError, OSError) as e:
-        log(f"error: {e}")
-        return 1
+        return fail(f"error: {e}", os.environ)

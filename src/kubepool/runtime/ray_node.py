@@ -8,12 +8,14 @@ node means signalling that child (never `ray stop`, which would kill every Ray o
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from kubepool.contract import ENV_RAY_AUTH_MODE, ENV_RAY_AUTH_TOKEN, InstanceIde
 AUTH_TOKEN, AUTH_DISABLED = "token", "disabled"
 READY_FILE = "ray_current_cluster"  # `ray start` writes it into --temp-dir once the node is up
 STOP_GRACE_SECONDS = 15.0
+GIVE_UP_CHECK_SECONDS = 2.0
+ATTEMPT_SECONDS = 90.0  # Ray itself gives a raylet 30 s to register, after up to ~20 s for the GCS
 
 
 class RayStartError(RuntimeError):
@@ -131,52 +135,72 @@ class RayNode:
     def start(self) -> None:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         (self.temp_dir / READY_FILE).unlink(missing_ok=True)
-        self.proc = subprocess.Popen([ray_executable(), *self.argv], env=self.env)
+        # Its own process group, so `stop` can remove everything this node started.
+        self.proc = subprocess.Popen([ray_executable(), *self.argv], env=self.env, start_new_session=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_ready(self, deadline: float) -> bool:
-        """True once the node is up; False if `ray start` exited or the deadline passed."""
+    def wait_ready(self, deadline: float, give_up: Callable[[], bool]) -> bool:
+        """True once the node is up; False if `ray start` exited, the deadline passed or `give_up` said so."""
+        next_check = time.monotonic() + GIVE_UP_CHECK_SECONDS
         while time.monotonic() < deadline:
             if (self.temp_dir / READY_FILE).exists():
                 return True
             if not self.alive():
                 return False
+            if time.monotonic() >= next_check:
+                if give_up():
+                    return False
+                next_check = time.monotonic() + GIVE_UP_CHECK_SECONDS
             time.sleep(0.2)
         return False
 
     def stop(self) -> None:
-        """SIGTERM: `ray start --block` then stops every process of this node."""
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGTERM `ray start --block`, which stops this node's processes in order; then kill whatever is left
+        in its process group (a start that failed or hung leaves a raylet behind)."""
+        if self.proc is None:
             return
-        self.proc.terminate()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
         try:
-            self.proc.wait(STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 def start_node(
-    contract: JobContract, me: InstanceIdentity, spec: NodeSpec, env: Mapping[str, str], deadline: float
-) -> RayNode:
-    """Start the head, or join it as a worker, retrying until the head answers or `deadline` (monotonic) passes."""
+    contract: JobContract,
+    me: InstanceIdentity,
+    spec: NodeSpec,
+    env: Mapping[str, str],
+    deadline: float,
+    give_up: Callable[[], bool] = lambda: False,
+) -> RayNode | None:
+    """Start the head, or join it as a worker, retrying until the node is up or `deadline` (monotonic) passes.
+    Each attempt is bounded: on a loaded machine `ray start` can fail and linger instead of exiting.
+    None when `give_up` says so first (a worker whose head already finished the job)."""
     argv = start_args(contract, me, spec)
-    while True:
+    while not give_up():
         if me.is_head or gcs_answers(spec.head_ip, contract.ray.gcs_port):
             node = RayNode(argv, env, spec.temp_dir)
             node.start()
             try:
-                ready = node.wait_ready(deadline)
-            except BaseException:  # SIGTERM while joining: leave no Ray behind
+                ready = node.wait_ready(min(deadline, time.monotonic() + ATTEMPT_SECONDS), give_up)
+            except BaseException:  # SIGTERM while starting: leave no Ray behind
                 node.stop()
                 raise
             if ready:
                 return node
             node.stop()
-            if me.is_head:
-                raise RayStartError("ray start --head failed; see the Ray output above")
+            print("kubepool: ray start did not come up; retrying until the deadline", flush=True)
         if time.monotonic() >= deadline:
-            raise RayStartError(f"head {spec.head_ip}:{contract.ray.gcs_port} did not answer before the instances timeout")
+            what = "the head" if me.is_head else f"joining {spec.head_ip}:{contract.ray.gcs_port}"
+            raise RayStartError(f"Ray did not start ({what}) before the deadline; see the Ray output above")
         time.sleep(2.0)
+    return None
