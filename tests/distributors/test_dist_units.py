@@ -167,3 +167,13 @@ def test_torch_dataset_of_a_shard_has_the_numeric_columns() -> None:
     df = pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [0, 1, 0], "name": ["a", "b", "c"]})
     batch = next(iter(DataLoader(DataShard(ShardSpec("object", df)).get_shard().to_torch_dataset(), batch_size=3)))
     assert set(batch) == {"x", "y"} and batch["x"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_failure_report_blames_the_earliest_failing_rank() -> None:
+    from kubepool.distributors.workers import WorkerFailure, _failure_report
+
+    effect = WorkerFailure(2, "10.0.0.3", "DistBackendError: connection closed", "tb2", at=5.0)
+    cause = WorkerFailure(1, "10.0.0.2", "ValueError: boom", "tb1", at=4.0)
+    text = _failure_report("PyTorchDistributor", [effect, cause])
+    assert text.startswith("PyTorchDistributor: rank 1 on 10.0.0.2 failed: ValueError: boom")
+    assert "ranks 2 failed too" in text and text.endswith("tb1")

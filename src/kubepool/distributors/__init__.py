@@ -5,6 +5,6 @@
 - `kubepool.distributors.xgboost`: XGBEstimator, XGBScalingConfig
   (Snowflake: `snowflake.ml.modeling.distributors.xgboost`).
 
-Both run their workers as Ray actors on the job's Ray cluster; the submodules are imported on demand so
+Both run their workers as Ray tasks on the job's Ray cluster; the submodules are imported on demand so
 that importing one framework does not import the other.
 """

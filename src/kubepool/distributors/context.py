@@ -1,7 +1,7 @@
 """What a PyTorch train function sees on its worker: `get_context()` and the objects it hands out.
 
 Snowflake's names (`Context`, `get_context`, `MetricsReporter.log_metrics`, `ArtifactManager`), so a train
-function written for `snowflake.ml.modeling.distributors.pytorch` runs unchanged. The worker actor in
+function written for `snowflake.ml.modeling.distributors.pytorch` runs unchanged. The worker task in
 `kubepool.distributors.pytorch` builds the Context and installs it for the duration of one run.
 """
 

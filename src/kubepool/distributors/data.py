@@ -54,7 +54,7 @@ Shardable: TypeAlias = pd.DataFrame | ray.data.Dataset | ChannelData | str | Pat
 
 @dataclass(frozen=True)
 class ShardSpec:
-    """Where one worker's rows come from; small enough to ship with the actor call. For `node_dir`,
+    """Where one worker's rows come from; small enough to ship with the task. For `node_dir`,
     index/count are the worker's position among the workers of its node."""
 
     kind: Literal["object", "dataset", "files", "file_rows", "node_dir"]

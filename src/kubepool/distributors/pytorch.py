@@ -1,14 +1,19 @@
 """PyTorchDistributor: Snowflake's distributed PyTorch API on the job's Ray cluster, without Ray Train.
 
-Owns the scaling config, the worker actors (`num_workers_per_node` on each of `num_nodes` distinct Ray
-nodes: one STRICT_SPREAD placement group with one bundle per node), the single rendezvous (a TCPStore on
-rank 0 that every run reuses under its own key prefix) and the result. Why it is faster than Ray Train's
-TorchTrainer: no controller actor, no storage/checkpoint machinery, actors start while the driver shards
-the data, and a distributor built with `keep_warm=True` reuses its actors and store across runs.
+Owns the scaling config, the worker tasks (`num_workers_per_node` on each of `num_nodes` distinct Ray
+nodes: one STRICT_SPREAD placement group with one bundle per node), the rendezvous and the result.
+Why it is faster than Ray Train's TorchTrainer and torchrun:
+- each rank is a Ray *task*, not an actor: Ray keeps the worker process in its idle pool afterwards, so
+  the next run starts in a process that has already imported torch (no process start, no import), and
+  no resources stay held between runs;
+- one rendezvous per driver process: a TCPStore served by the driver on an OS-chosen port, reused by
+  every run under its own key prefix (no port race, no rank-0 hand-off round trip);
+- no controller actor, no storage or checkpoint machinery.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -28,11 +33,12 @@ from kubepool.distributors.data import ShardSpec, is_shardable, plan_shards
 from kubepool.distributors.netif import interface_for
 from kubepool.distributors.workers import (
     alive_nodes,
+    driver_node_first,
     gather,
     guarded,
     in_bundle,
     node_bundles,
-    release,
+    release_tasks,
     reserve,
     ship_by_value,
 )
@@ -98,86 +104,81 @@ def _backends() -> list[str]:
     return ["gloo", "nccl"] if torch.cuda.is_available() else ["gloo"]
 
 
-class _TorchWorker:
-    """One rank. torch is imported when Ray loads this class, i.e. while the driver is still sharding data."""
+@dataclass(frozen=True)
+class _Rank:
+    rank: int
+    local_rank: int
+    node_rank: int
+    world_size: int
+    local_world_size: int
+    backend: str
 
-    def __init__(self, rank: int, local_rank: int, node_rank: int, world_size: int, local_world_size: int, gpu: bool):
-        self.rank, self.local_rank, self.node_rank = rank, local_rank, node_rank
-        self.world_size, self.local_world_size = world_size, local_world_size
-        self.backend = "nccl" if gpu else "gloo"
-        self.ip = ray.util.get_node_ip_address()
-        self.server: dist.TCPStore | None = None
-        self.client: dist.TCPStore | None = None
 
-    def host_store(self) -> tuple[str, int]:
-        """Rank 0 only: the one rendezvous store of this worker group, on an OS-chosen port (no race)."""
-        self.server = dist.TCPStore(self.ip, 0, self.world_size, True, timeout=PG_TIMEOUT, wait_for_workers=False)
-        return self.ip, int(self.server.port)
+def _run_rank(me: _Rank, spec: _RunSpec) -> Any:
+    """One rank of one run (a Ray task); failures come back as WorkerFailure with this rank's traceback."""
+    model_dir = tempfile.mkdtemp(prefix=f"kubepool-model-r{me.rank}-")
+    original_init = dist.init_process_group
 
-    def run(self, spec: _RunSpec) -> dict[str, Any] | Any:
-        return guarded(self.rank, lambda: self._run(spec))
+    def cleanup() -> None:  # the process goes back to Ray's pool: leave nothing of this run in it
+        dist.init_process_group = original_init
+        set_context(None)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        shutil.rmtree(model_dir, ignore_errors=True)
 
-    def _run(self, spec: _RunSpec) -> dict[str, Any]:
-        self._export_env(spec)
-        if self.client is None:
-            self.client = self.server or dist.TCPStore(
-                spec.master_addr, spec.master_port, self.world_size, False, timeout=PG_TIMEOUT
-            )
-        if self.backend == "nccl":
-            torch.cuda.set_device(0 if torch.cuda.device_count() == 1 else self.local_rank)
-        dist.init_process_group(
-            self.backend,
-            store=dist.PrefixStore(spec.store_prefix, self.client),
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=PG_TIMEOUT,
-        )
-        model_dir = tempfile.mkdtemp(prefix=f"kubepool-model-r{self.rank}-")
-        ctx = Context(
-            rank=self.rank,
-            local_rank=self.local_rank,
-            world_size=self.world_size,
-            local_world_size=self.local_world_size,
-            node_rank=self.node_rank,
-            master_addr=spec.master_addr,
-            master_port=spec.master_port,
-            backend=self.backend,
-            supported_backends=_backends(),
-            hyper_params=spec.hyper_params,
-            dataset_map={k: DataShard(v) if isinstance(v, ShardSpec) else v for k, v in spec.datasets.items()},
-            model_dir=model_dir,
-            artifact_manager=ArtifactManager(spec.artifact_stage_location) if spec.artifact_stage_location else None,
-        )
-        set_context(ctx)
-        original_init = dist.init_process_group
-        dist.init_process_group = _already_initialised  # type: ignore[assignment]
-        try:
-            spec.train_func()
-            files = _read_tree(model_dir) if self.rank == 0 else {}
-        finally:
-            dist.init_process_group = original_init
-            set_context(None)
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            shutil.rmtree(model_dir, ignore_errors=True)
-        return {"metrics": ctx.metrics_reporter.merged(), "history": ctx.metrics_reporter.history, "files": files}
+    return guarded(me.rank, lambda: _train(me, spec, model_dir), cleanup)
 
-    def _export_env(self, spec: _RunSpec) -> None:
-        """torchrun's variables, for train functions and libraries that read them."""
-        os.environ.update(
-            MASTER_ADDR=spec.master_addr,
-            MASTER_PORT=str(spec.master_port),
-            RANK=str(self.rank),
-            LOCAL_RANK=str(self.local_rank),
-            WORLD_SIZE=str(self.world_size),
-            LOCAL_WORLD_SIZE=str(self.local_world_size),
-            NODE_RANK=str(self.node_rank),
-            GROUP_RANK=str(self.node_rank),
-        )
-        iface = interface_for(self.ip)
-        if iface:  # the interface of the node IP, e.g. `lo` for 127.0.6.x test nodes; a user setting wins
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
-            os.environ.setdefault("NCCL_SOCKET_IFNAME", iface)
+
+def _train(me: _Rank, spec: _RunSpec, model_dir: str) -> dict[str, Any]:
+    _export_env(me, spec)
+    if me.backend == "nccl":
+        torch.cuda.set_device(0 if torch.cuda.device_count() == 1 else me.local_rank)
+    client = dist.TCPStore(spec.master_addr, spec.master_port, me.world_size, False, timeout=PG_TIMEOUT)
+    dist.init_process_group(
+        me.backend,
+        store=dist.PrefixStore(spec.store_prefix, client),
+        rank=me.rank,
+        world_size=me.world_size,
+        timeout=PG_TIMEOUT,
+    )
+    ctx = Context(
+        rank=me.rank,
+        local_rank=me.local_rank,
+        world_size=me.world_size,
+        local_world_size=me.local_world_size,
+        node_rank=me.node_rank,
+        master_addr=spec.master_addr,
+        master_port=spec.master_port,
+        backend=me.backend,
+        supported_backends=_backends(),
+        hyper_params=spec.hyper_params,
+        dataset_map={k: DataShard(v) if isinstance(v, ShardSpec) else v for k, v in spec.datasets.items()},
+        model_dir=model_dir,
+        artifact_manager=ArtifactManager(spec.artifact_stage_location) if spec.artifact_stage_location else None,
+    )
+    set_context(ctx)
+    dist.init_process_group = _already_initialised  # type: ignore[assignment]
+    spec.train_func()
+    files = _read_tree(model_dir) if me.rank == 0 else {}
+    return {"metrics": ctx.metrics_reporter.merged(), "history": ctx.metrics_reporter.history, "files": files}
+
+
+def _export_env(me: _Rank, spec: _RunSpec) -> None:
+    """torchrun's variables, for train functions and libraries that read them."""
+    os.environ.update(
+        MASTER_ADDR=spec.master_addr,
+        MASTER_PORT=str(spec.master_port),
+        RANK=str(me.rank),
+        LOCAL_RANK=str(me.local_rank),
+        WORLD_SIZE=str(me.world_size),
+        LOCAL_WORLD_SIZE=str(me.local_world_size),
+        NODE_RANK=str(me.node_rank),
+        GROUP_RANK=str(me.node_rank),
+    )
+    iface = interface_for(ray.util.get_node_ip_address())
+    if iface:  # the interface of the node IP, e.g. `lo` for 127.0.6.x test nodes; a user setting wins
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", iface)
 
 
 def _already_initialised(*_: Any, **__: Any) -> None:
@@ -190,36 +191,11 @@ def _read_tree(root: str) -> dict[str, bytes]:
     return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
 
 
-class _WorkerGroup:
-    """The actors of one scaling config, their placement group and rank 0's store address."""
-
-    def __init__(self, cfg: PyTorchScalingConfig) -> None:
-        res = cfg.resource_requirements_per_worker
-        nodes = alive_nodes()
-        if cfg.num_nodes > len(nodes):
-            raise RuntimeError(f"num_nodes={cfg.num_nodes} but the Ray cluster has {len(nodes)} alive nodes")
-        per_node = {"CPU": res.num_cpus * cfg.num_workers_per_node, "GPU": res.num_gpus * cfg.num_workers_per_node}
-        self.pg = reserve(*node_bundles(cfg.num_nodes, per_node), what="PyTorchDistributor")
-        actor = ray.remote(_TorchWorker)
-        self.actors: list[Any] = []  # Ray actor handles
-        for node in range(cfg.num_nodes):
-            for local in range(cfg.num_workers_per_node):
-                rank = node * cfg.num_workers_per_node + local
-                self.actors.append(
-                    actor.options(
-                        num_cpus=res.num_cpus, num_gpus=res.num_gpus, scheduling_strategy=in_bundle(self.pg, node)
-                    ).remote(rank, local, node, cfg.world_size, cfg.num_workers_per_node, res.num_gpus > 0)
-                )
-        self.ranks = list(range(cfg.world_size))
-        self.address: tuple[str, int] | None = None
-
-    def rendezvous(self) -> tuple[str, int]:
-        if self.address is None:
-            self.address = tuple(gather([self.actors[0].host_store.remote()], [0], "PyTorchDistributor")[0])
-        return self.address
-
-    def shutdown(self) -> None:
-        release(self.actors, self.pg)
+@functools.cache
+def _rendezvous(ip: str) -> dist.TCPStore:
+    """The driver's store server, one per process: every run of every distributor uses it under its own
+    key prefix, so there is no port to find and no rank-0 start-up to wait for."""
+    return dist.TCPStore(ip, 0, 1, True, timeout=PG_TIMEOUT, wait_for_workers=False)
 
 
 class PyTorchDistributor:
@@ -228,22 +204,12 @@ class PyTorchDistributor:
     Args:
         train_func: called with no arguments on every worker (use `get_context()` inside it).
         scaling_config: nodes, workers per node and resources per worker; default 1 node x 1 worker.
-        keep_warm: keep the actors and the rendezvous between `run` calls until `shutdown()`; they hold
-            their Ray resources meanwhile.
     """
 
-    def __init__(
-        self,
-        train_func: Callable[..., Any],
-        scaling_config: PyTorchScalingConfig | None = None,
-        *,
-        keep_warm: bool = False,
-    ) -> None:
+    def __init__(self, train_func: Callable[..., Any], scaling_config: PyTorchScalingConfig | None = None) -> None:
         self.train_func = train_func
         ship_by_value(train_func)
         self.scaling_config = scaling_config or PyTorchScalingConfig(1, 1, WorkerResourceConfig())
-        self.keep_warm = keep_warm
-        self._group: _WorkerGroup | None = None
 
     def run(
         self,
@@ -252,61 +218,56 @@ class PyTorchDistributor:
         hyper_params: dict[str, str] | None = None,
         artifact_stage_location: str | None = None,
     ) -> PyTorchDistributorResult:
-        """Train on every worker; DataFrames, Ray Datasets and data files in `dataset_map` reach each worker
-        as its own shard (by world rank), other values as they are.
+        """Train on every worker; DataFrames, Ray Datasets, data files and channels in `dataset_map` reach
+        each worker as its own shard (by world rank), other values as they are.
 
         Raises:
             RuntimeError: a worker failed (the message holds its rank and traceback) or cannot be placed.
         """
         if not ray.is_initialized():
             ray.init(address="auto")
-        group = self._group or _WorkerGroup(self.scaling_config)  # actors start while we shard below
-        self._group = None
-        ok = False
+        cfg, res = self.scaling_config, self.scaling_config.resource_requirements_per_worker
+        nodes = alive_nodes()
+        if cfg.num_nodes > len(nodes):
+            raise RuntimeError(f"num_nodes={cfg.num_nodes} but the Ray cluster has {len(nodes)} alive nodes")
+        per_node = {"CPU": res.num_cpus * cfg.num_workers_per_node, "GPU": res.num_gpus * cfg.num_workers_per_node}
+        pg = reserve(*node_bundles(cfg.num_nodes, per_node), what="PyTorchDistributor")
+        refs: list[ray.ObjectRef] = []
         try:
-            world = self.scaling_config.world_size
             datasets: dict[str, Any] = {
-                name: plan_shards(data, world, self.scaling_config.num_workers_per_node)
+                name: plan_shards(data, cfg.world_size, cfg.num_workers_per_node)
                 if is_shardable(data)
-                else [data] * world
+                else [data] * cfg.world_size
                 for name, data in (dataset_map or {}).items()
             }
-            addr, port = group.rendezvous()
+            ip = ray.util.get_node_ip_address()
+            store = _rendezvous(ip)
+            task = ray.remote(max_retries=0)(_run_rank)  # a re-run rank would rejoin a finished collective
+            backend = "nccl" if res.num_gpus > 0 else "gloo"
             prefix = f"run-{uuid.uuid4().hex[:12]}/"
-            refs = [
-                a.run.remote(
-                    _RunSpec(
-                        self.train_func, prefix, addr, port, hyper_params,
-                        {name: shards[rank] for name, shards in datasets.items()}, artifact_stage_location,
-                    )
+            bundles = driver_node_first(pg)
+            for rank in range(cfg.world_size):
+                node, local = divmod(rank, cfg.num_workers_per_node)
+                me = _Rank(rank, local, node, cfg.world_size, cfg.num_workers_per_node, backend)
+                spec = _RunSpec(
+                    self.train_func, prefix, ip,
+                    int(store.port), hyper_params, {name: shards[rank] for name, shards in datasets.items()},
+                    artifact_stage_location,
+                )  # fmt: skip
+                refs.append(
+                    task.options(
+                        num_cpus=res.num_cpus, num_gpus=res.num_gpus, scheduling_strategy=in_bundle(pg, bundles[node])
+                    ).remote(me, spec)
                 )
-                for rank, a in enumerate(group.actors)
-            ]  # fmt: skip
-            rank0 = gather(refs, group.ranks, "PyTorchDistributor")[0]
-            ok = True
+            rank0 = gather(refs, list(range(cfg.world_size)), "PyTorchDistributor")[0]
         finally:
-            if ok and self.keep_warm:
-                self._group = group
-            else:
-                group.shutdown()
+            release_tasks(refs, pg)
         return PyTorchDistributorResult(
             metrics=rank0["metrics"],
             metrics_history=rank0["history"],
             model_files=rank0["files"],
             model_dir=_write_model(rank0["files"], artifact_stage_location),
         )
-
-    def shutdown(self) -> None:
-        """Release the actors kept by `keep_warm`."""
-        if self._group is not None:
-            self._group.shutdown()
-            self._group = None
-
-    def __enter__(self) -> PyTorchDistributor:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.shutdown()
 
 
 def _write_model(files: dict[str, bytes], stage: str | None) -> str | None:

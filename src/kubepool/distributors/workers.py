@@ -1,5 +1,6 @@
-"""What both distributors share about their Ray worker actors: placing them on distinct nodes, telling
-their failures apart from their results, and collecting results fast (first failure stops everyone).
+"""What both distributors share about their Ray worker tasks: placing them on distinct nodes, shipping
+user code, telling failures apart from results, and collecting results fast (the first failure stops
+everyone).
 
 No framework code here (no torch, no xgboost): only Ray placement and the failure protocol.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import sysconfig
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +23,9 @@ T = TypeVar("T")
 
 # Waiting longer than this for a placement group means the cluster is too small, not slow.
 PLACEMENT_TIMEOUT_S = 120.0
+# After a failure, how long to wait for other ranks' failures: a rank that raised first makes its peers'
+# collectives fail too, and those reports can reach the driver first.
+FAILURE_GRACE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -31,14 +36,21 @@ class WorkerFailure:
     node_ip: str
     error: str
     traceback: str
+    at: float  # time.time() of the exception: the earliest failure is the cause, later ones its effects
 
 
-def guarded(rank: int, fn: Callable[[], T]) -> T | WorkerFailure:
-    """Run `fn` on a worker; an exception becomes a WorkerFailure carrying the worker's own traceback."""
+def guarded(rank: int, fn: Callable[[], T], cleanup: Callable[[], None] | None = None) -> T | WorkerFailure:
+    """Run `fn` on a worker; an exception becomes a WorkerFailure carrying the worker's own traceback.
+    `cleanup` runs after the failure is time-stamped: tearing down a process group makes the peers fail,
+    and their failures must not look earlier than this one."""
     try:
         return fn()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the driver, SystemExit included
-        return WorkerFailure(rank, ray.util.get_node_ip_address(), f"{type(e).__name__}: {e}", traceback.format_exc())
+        error = f"{type(e).__name__}: {e}"
+        return WorkerFailure(rank, ray.util.get_node_ip_address(), error, traceback.format_exc(), time.time())
+    finally:
+        if cleanup is not None:
+            cleanup()
 
 
 def _installed(path: str) -> bool:
@@ -83,13 +95,21 @@ def reserve(bundles: list[dict[str, float]], strategy: str, what: str) -> Placem
     return pg
 
 
+def driver_node_first(pg: PlacementGroup) -> list[int]:
+    """Bundle indexes with the driver's node's bundle first: node rank 0 then shares the driver's node,
+    where the rendezvous store runs (Snowflake: master addr is node rank 0's)."""
+    placed = ray.util.placement_group_table(pg)["bundles_to_node_id"]
+    here = ray.get_runtime_context().get_node_id()
+    return sorted(placed, key=lambda i: (placed[i] != here, i))
+
+
 def in_bundle(pg: PlacementGroup, index: int) -> PlacementGroupSchedulingStrategy:
     return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
 
 
 def gather(refs: Sequence[ray.ObjectRef], ranks: Sequence[int], what: str) -> list[Any]:
-    """Results in order of `refs`; the first WorkerFailure or dead actor raises RuntimeError at once
-    (collectives on the other ranks would otherwise wait for the failed one until their timeout)."""
+    """Results in order of `refs`. The first failure raises RuntimeError at once (collectives on the other
+    ranks would otherwise wait for the failed one until their timeout), naming the earliest failing rank."""
     index = {ref: i for i, ref in enumerate(refs)}
     out: list[Any] = [None] * len(refs)
     pending = list(refs)
@@ -101,17 +121,34 @@ def gather(refs: Sequence[ray.ObjectRef], ranks: Sequence[int], what: str) -> li
         except ray.exceptions.RayError as e:
             raise RuntimeError(f"{what}: rank {ranks[i]} died: {e}") from e
         if isinstance(value, WorkerFailure):
-            raise RuntimeError(
-                f"{what}: rank {value.rank} on {value.node_ip} failed: {value.error}\n"
-                f"--- traceback of rank {value.rank} ---\n{value.traceback}"
-            )
+            raise RuntimeError(_failure_report(what, [value, *_more_failures(pending)]))
         out[i] = value
     return out
 
 
-def release(actors: Sequence[Any], pg: PlacementGroup | None) -> None:
-    """Kill the actors (no graceful exit: a failed collective may hang them) and free their resources."""
-    for a in actors:
-        ray.kill(a, no_restart=True)
-    if pg is not None:
-        remove_placement_group(pg)
+def _more_failures(pending: list[ray.ObjectRef]) -> list[WorkerFailure]:
+    done, _ = ray.wait(pending, num_returns=len(pending), timeout=FAILURE_GRACE_S) if pending else ([], [])
+    values = []
+    for ref in done:
+        try:
+            values.append(ray.get(ref))
+        except ray.exceptions.RayError:
+            continue
+    return [v for v in values if isinstance(v, WorkerFailure)]
+
+
+def _failure_report(what: str, failures: list[WorkerFailure]) -> str:
+    first, *others = sorted(failures, key=lambda f: f.at)
+    text = f"{what}: rank {first.rank} on {first.node_ip} failed: {first.error}\n"
+    if others:
+        text += f"(then ranks {', '.join(str(f.rank) for f in others)} failed too)\n"
+    return text + f"--- traceback of rank {first.rank} ---\n{first.traceback}"
+
+
+def release_tasks(refs: Sequence[ray.ObjectRef], pg: PlacementGroup) -> None:
+    """Force-cancel the tasks still running (after a failure they may hang in a collective; cancelling
+    kills their worker processes) and free the placement group. Finished tasks' processes stay pooled."""
+    _, running = ray.wait(list(refs), num_returns=len(refs), timeout=0) if refs else ([], [])
+    for ref in running:
+        ray.cancel(ref, force=True)
+    remove_placement_group(pg)

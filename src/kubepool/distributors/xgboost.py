@@ -1,11 +1,12 @@
 """XGBEstimator: one XGBoost model trained across Ray workers with xgboost's own collective.
 
-Owns the scaling config, the worker actors (one placement-group bundle each, spread over nodes), the
+Owns the scaling config, the worker tasks (one placement-group bundle each, spread over nodes), the
 RabitTracker on the driver and the trained-model wrapper. Each worker loads only its shard of the data
-(see `kubepool.distributors.data`) and joins the tracker through `xgboost.collective.CommunicatorContext`;
+(see `kubepool.distributors.data`) and joins the tracker through `xgboost.collective.init`;
 histograms are allreduced, so the model is the one `xgboost.train` would build on all rows. Why it is
-faster than Ray Train's XGBoostTrainer: no controller, no storage/checkpoint machinery, no Ray Data
-pipeline unless the user passes a Ray Dataset.
+faster than Ray Train's XGBoostTrainer: workers are Ray tasks, so later fits reuse pooled processes that
+have imported xgboost; no controller, no storage/checkpoint machinery, no Ray Data pipeline unless the
+user passes a Ray Dataset.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from xgboost import collective
 from xgboost.tracker import RabitTracker
 
 from kubepool.distributors.data import ChannelData, Shardable, ShardSpec, list_files, load_shard, plan_shards
-from kubepool.distributors.workers import alive_nodes, gather, guarded, in_bundle, release, reserve
+from kubepool.distributors.workers import alive_nodes, gather, guarded, in_bundle, release_tasks, reserve
 
 __all__ = ["XGBEstimator", "XGBModel", "XGBScalingConfig"]
 
@@ -83,29 +84,34 @@ def training_params(params: dict[str, Any] | None, objective: str, cpus: int, gp
     return out
 
 
-class _XGBWorker:
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
+def _fit_rank(rank: int, job: _FitJob, train: ShardSpec, evals: list[tuple[str, ShardSpec]]) -> Any:
+    """One worker of one fit (a Ray task, so its process, xgboost imported, returns to Ray's pool)."""
+    joined: list[bool] = []
 
-    def fit(self, job: _FitJob, train: ShardSpec, evals: list[tuple[str, ShardSpec]]) -> Any:
-        return guarded(self.rank, lambda: self._fit(job, train, evals))
+    def leave() -> None:  # after a failure is time-stamped: leaving makes the peers fail too
+        if joined:
+            collective.finalize()
 
-    def _fit(self, job: _FitJob, train: ShardSpec, evals: list[tuple[str, ShardSpec]]) -> dict[str, Any]:
-        frames = [(name, load_shard(spec)) for name, spec in evals]
-        df = load_shard(train)
-        result: dict[str, dict[str, list[float]]] = {}
-        with collective.CommunicatorContext(**job.comm_args, dmlc_task_id=f"{self.rank:08d}"):
-            # DMatrices are built inside the context: their quantile sketches are merged across workers.
-            max_bin = int(job.params.get("max_bin", 256))  # QuantileDMatrix must agree with the booster
-            dtrain = xgb.QuantileDMatrix(df[job.input_cols], df[job.label_col], max_bin=max_bin)
-            dvals = [
-                (xgb.QuantileDMatrix(f[job.input_cols], f[job.label_col], ref=dtrain, max_bin=max_bin), name)
-                for name, f in frames
-            ]
-            booster = xgb.train(
-                job.params, dtrain, job.num_round, evals=dvals, evals_result=result, verbose_eval=False
-            )
-        return {"model": bytes(booster.save_raw("ubj")) if self.rank == 0 else b"", "evals": result}
+    return guarded(rank, lambda: _fit(rank, job, train, evals, joined), leave)
+
+
+def _fit(
+    rank: int, job: _FitJob, train: ShardSpec, evals: list[tuple[str, ShardSpec]], joined: list[bool]
+) -> dict[str, Any]:
+    frames = [(name, load_shard(spec)) for name, spec in evals]
+    df = load_shard(train)
+    result: dict[str, dict[str, list[float]]] = {}
+    collective.init(**job.comm_args, dmlc_task_id=f"{rank:08d}")
+    joined.append(True)
+    # DMatrices are built after joining: their quantile sketches are merged across workers.
+    max_bin = int(job.params.get("max_bin", 256))  # QuantileDMatrix must agree with the booster
+    dtrain = xgb.QuantileDMatrix(df[job.input_cols], df[job.label_col], max_bin=max_bin)
+    dvals = [
+        (xgb.QuantileDMatrix(f[job.input_cols], f[job.label_col], ref=dtrain, max_bin=max_bin), name)
+        for name, f in frames
+    ]
+    booster = xgb.train(job.params, dtrain, job.num_round, evals=dvals, evals_result=result, verbose_eval=False)
+    return {"model": bytes(booster.save_raw("ubj")) if rank == 0 else b"", "evals": result}
 
 
 @dataclass(frozen=True)
@@ -165,11 +171,7 @@ class XGBEstimator:
         one_per_node = workers <= len(nodes)
         strategy = "STRICT_SPREAD" if one_per_node and workers > 1 else "SPREAD"
         pg = reserve([dict(bundle) for _ in range(workers)], strategy, "XGBEstimator")
-        actor = ray.remote(_XGBWorker)
-        actors: list[Any] = [
-            actor.options(num_cpus=cpus, num_gpus=1 if gpu else 0, scheduling_strategy=in_bundle(pg, r)).remote(r)
-            for r in range(workers)
-        ]
+        refs: list[ray.ObjectRef] = []
         try:
             evals = list(eval_set.items()) if isinstance(eval_set, dict) else [(d, n) for d, n in eval_set or []]
             per_node = 1 if one_per_node else None
@@ -188,14 +190,17 @@ class XGBEstimator:
                 cols,
                 label_col,
             )
+            task = ray.remote(max_retries=0)(_fit_rank)  # a re-run rank would rejoin a finished collective
             refs = [
-                a.fit.remote(job, train_specs[r], [(name, specs[r]) for name, specs in eval_specs])
-                for r, a in enumerate(actors)
+                task.options(num_cpus=cpus, num_gpus=1 if gpu else 0, scheduling_strategy=in_bundle(pg, r)).remote(
+                    r, job, train_specs[r], [(name, specs[r]) for name, specs in eval_specs]
+                )
+                for r in range(workers)
             ]
             rank0 = gather(refs, list(range(workers)), "XGBEstimator")[0]
             tracker.wait_for(TRACKER_TIMEOUT_S)
         finally:
-            release(actors, pg)
+            release_tasks(refs, pg)
         booster = xgb.Booster(model_file=bytearray(rank0["model"]))
         return XGBModel(booster=booster, input_cols=cols, evals_result=rank0["evals"])
 
