@@ -69,6 +69,18 @@ def test_local_path_channels(tmp_path: Path) -> None:
     assert (tmp_path / "data0/full/sub/c.csv").read_text() == "sub/c.csv"
 
 
+def test_configmap_mount_layout_is_read_once(tmp_path: Path) -> None:
+    """Kubernetes' atomic writer: `f -> ..data/f`, `..data -> ..2026_11_29`, the real file inside."""
+    src = tmp_path / "cm"
+    (src / "..2026_11_29").mkdir(parents=True)
+    (src / "..2026_11_29" / "f.csv").write_text("x")
+    (src / "..data").symlink_to("..2026_11_29")
+    (src / "f.csv").symlink_to("..data/f.csv")
+    c = contract([Channel(name="cm", source=ChannelSource(local_path=str(src)))])
+    assert channels.materialize(c, c.identity(0), tmp_path / "data", {}) == {"cm": ["f.csv"]}
+    assert (tmp_path / "data/cm/f.csv").read_text() == "x"
+
+
 def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))

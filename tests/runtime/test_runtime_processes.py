@@ -71,6 +71,8 @@ try:
     print("DASHBOARD open")
 except urllib.error.HTTPError as e:
     print("DASHBOARD", e.code)
+from ray.job_submission import JobSubmissionClient  # the seed's way in: it sends the token from the env
+print("JOBS_API", type(JobSubmissionClient(f"http://{os.environ['NODE_IP_ADDRESS']}:{os.environ['DASHBOARD_PORT']}").list_jobs()).__name__)
 sys.exit(int(sys.argv[1]))
 """
 
@@ -198,6 +200,7 @@ def test_three_instances_form_one_cluster(instances: Instances) -> None:
     assert "WORKER_IPS ['127.0.5.3', '127.0.5.4']" in out
     assert "ENV 127.0.5.2 15265 3 3 token" in out
     assert "DASHBOARD 401" in out  # token auth guards the Jobs API
+    assert "JOBS_API list" in out
     assert out.index("ML job started") < out.index("NODES") < out.index("ML job finished")
     res = find_in_log(out)
     assert res is not None and res["success"] is False and "code 7" in res["error"]

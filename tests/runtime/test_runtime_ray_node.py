@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from kubepool.contract import Group, JobContract, RaySettings, build_contract
-from kubepool.runtime.ray_node import NodeSpec, RayStartError, ray_env, start_args
+from kubepool.runtime.ray_node import NodeSpec, RayStartError, ray_env, start_args, start_node
 
 
 def job(auth: str = "token") -> JobContract:
@@ -48,3 +49,9 @@ def test_ray_env_auth() -> None:
     with pytest.raises(RayStartError, match="RAY_AUTH_TOKEN"):
         ray_env(job(), {})
     assert ray_env(job("disabled"), {"RAY_AUTH_MODE": "token"})["RAY_AUTH_MODE"] == "disabled"
+
+
+def test_a_worker_gives_up_joining_once_the_head_is_done(tmp_path: Path) -> None:
+    c = job()
+    spec = NodeSpec("127.0.5.30", "127.0.5.31", tmp_path, 0, 0)
+    assert start_node(c, c.identity(1), spec, {}, time.monotonic() + 60, give_up=lambda: True) is None

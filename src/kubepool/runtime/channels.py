@@ -73,7 +73,9 @@ def link_local(channel: Channel, dest: Path, contract: JobContract, me: Instance
     root = Path(channel.source.local_path or "")
     if not root.is_dir():
         raise FileNotFoundError(f"channel {channel.name}: local path {root} is not a directory")
-    keys = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    rels = [p.relative_to(root) for p in root.rglob("*") if p.is_file()]
+    # A ConfigMap/Secret mount also holds its atomic-writer dirs (`..data`, `..<timestamp>`): not data.
+    keys = [r.as_posix() for r in rels if not any(part.startswith("..") for part in r.parts)]
     chosen = select(keys, contract, channel, me)
     for key in chosen:
         target = dest / key
