@@ -135,17 +135,20 @@ class BenchCluster:
     up_seconds: float
 
     @classmethod
-    def up(cls, fake_nodes: int, state_dir: Path = STATE_DIR) -> BenchCluster:
-        cli_down(state_dir)  # a previous run that was interrupted: start from nothing, so `up` is a cold start
+    def up(cls, fake_nodes: int, process_nodes: int = 0, state_dir: Path = STATE_DIR) -> BenchCluster:
+        """A fresh cluster (a leftover one in `state_dir` is removed first, so `up` is timed from nothing) with
+        the kubepool CRDs and, with fake nodes, the completion stage."""
+        cli_down(state_dir)
         offset = next((o for o in PORT_OFFSETS if _ports_free(o)), None)
         if offset is None:
             raise RuntimeError(f"no free port offset among {PORT_OFFSETS}")
-        seconds = cli_up(state_dir, 0, fake_nodes, offset)
+        seconds = cli_up(state_dir, process_nodes, fake_nodes, offset)
         lay = Layout.load(state_dir.resolve())
         assert lay is not None
         bench = cls(lay, seconds)
-        bench.wait_nodes_ready(fake_nodes)
-        bench.install_complete_stage()
+        bench.wait_nodes_ready(fake_nodes, [str(n["name"]) for n in nodes_config(process_nodes)["nodes"]])
+        if fake_nodes:
+            bench.install_complete_stage()
         bench.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
         for crd in ("mljobs.kubepool.dev", "computepools.kubepool.dev"):
             bench.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
@@ -154,25 +157,18 @@ class BenchCluster:
     def down(self) -> None:
         cli_down(self.lay.state_dir)
 
-    def add_process_nodes(self, count: int) -> float:
-        """Re-run `up` with `count` local process nodes (fake nodes stay); returns its wall time."""
-        seconds = cli_up(self.lay.state_dir, count, 0, self.lay.ports.apiserver - Ports().apiserver)
-        deadline = time.monotonic() + 120
-        names = [f"bench-node-{i}" for i in range(1, count + 1)]
-        while not all(controlplane.node_readiness(self.lay).get(n) for n in names):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"process nodes {names} not Ready after 120 s")
-            time.sleep(1)
-        return seconds
-
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         return self.lay.kubectl(*args, stdin=stdin, timeout=600)
 
-    def wait_nodes_ready(self, fake_nodes: int, timeout: float = 180) -> None:
+    def wait_nodes_ready(self, fake_nodes: int, process_nodes: list[str], timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
-        while sum(v for n, v in controlplane.node_readiness(self.lay).items() if n.startswith("kwok-node-")) < fake_nodes:
+        while True:
+            ready = controlplane.node_readiness(self.lay)
+            fake = sum(v for n, v in ready.items() if n.startswith("kwok-node-"))
+            if fake >= fake_nodes and all(ready.get(n) for n in process_nodes):
+                return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"fewer than {fake_nodes} fake nodes Ready after {timeout:.0f} s")
+                raise RuntimeError(f"nodes not Ready after {timeout:.0f} s: {fake}/{fake_nodes} fake, {ready}")
             time.sleep(1)
 
     def install_complete_stage(self) -> None:

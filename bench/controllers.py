@@ -56,7 +56,17 @@ class Controller:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} did not start; see {self.log_path}")
             time.sleep(0.3)
-        time.sleep(2.0)  # informers/watches list their resources after the ready signal
+        self._settle()
+
+    def _settle(self, quiet_s: float = 2.0, timeout: float = 120.0) -> None:
+        """Wait until the controller has used < 5% CPU for `quiet_s`: its start-up (listing, resuming every
+        existing object) must be over before the clock starts."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            before = self.usage().cpu_s
+            time.sleep(quiet_s)
+            if self.usage().cpu_s - before < 0.05 * quiet_s:
+                return
 
     def ready(self) -> bool:
         raise NotImplementedError

@@ -3,7 +3,9 @@
 P1 fan-out: N jobs of 1 head + 3 workers submitted at once, until all 4N pods are Running, for the kubepool
 operator, the KubeRay operator (N RayClusters of the same shape) and the floor (a raw client creating the 4N
 pods itself, 16 requests in flight). One warm-up round, then repeats interleaved (kubepool, KubeRay, floor);
-ratios are taken pair by pair within a repeat, then the median.
+ratios are taken pair by pair within a repeat, then the median. kubepool's jobs each get their own ComputePool:
+with pools shared by many jobs, its FIFO admission loses wake-ups and jobs stay Queued (bench/README.md), which
+one extra run per benchmark ("kubepool-shared", 10 pools) records.
 P2 churn: M one-instance jobs created in waves; a kwok Stage moves each head pod to Succeeded 2 s after it runs;
 each wave waits for DONE; the operator's RSS is read at M live jobs; then the jobs are deleted in waves. Status
 lag = the MLJob's DONE watch event minus its head pod's Succeeded watch event.
@@ -41,26 +43,39 @@ from kubepool.local import kwok
 
 RESULTS = Path(__file__).with_name("results")
 SYSTEMS = ("kubepool", "kuberay", "floor")
+SHARED = "kubepool-shared"  # kubepool with 10 pools shared by all jobs (documents the admission stall)
 WORKERS = 3
 POOLS = 10  # kubepool places one instance of a pool per node: 10 pools x 100 fake nodes hold 1000 instances
+STALL_S = 90.0  # no pod became Running (no job DONE) for this long: the run is recorded as stalled
 CONCURRENCY = 16  # requests in flight when submitting (the same client for all three systems)
 RESOURCES = {"cpu": "100m", "memory": "128Mi"}
 IMAGE = "fake.invalid/bench:1"  # never pulled: kwok runs nothing
-RUN_TIMEOUT_S = 900.0
 TARGETS = {"kubepool / kuberay": 1.0, "kubepool / floor": 1.3}
 P2_TARGETS = {"rss_mib_at_live_jobs": 200.0, "status_lag_p99_s": 2.0}
 LOG_DIR = Path("/tmp/kubepool-bench-logs")
 
 
 # --- manifests ------------------------------------------------------------------------------------------------
-def pool(i: int) -> dict[str, Any]:
-    return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": f"bench-fake-{i}"},
-            "spec": {"minNodes": 0, "maxNodes": 100, "nodeSelector": FAKE_POOL_LABEL,
+def shared_pool(i: int) -> str:
+    return f"bench-fake-{i % POOLS}"
+
+
+def own_pool(i: int) -> str:
+    return f"bench-job-{i}"
+
+
+def pool(name: str, max_nodes: int) -> dict[str, Any]:
+    return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": name},
+            "spec": {"minNodes": 0, "maxNodes": max_nodes, "nodeSelector": FAKE_POOL_LABEL,
                      "tolerations": [kwok.FAKE_TOLERATION], "resources": RESOURCES}}  # fmt: skip
 
 
-def mljob(i: int, instances: int, complete: bool = False) -> dict[str, Any]:
-    spec: dict[str, Any] = {"computePool": f"bench-fake-{i % POOLS}", "targetInstances": instances, "image": IMAGE,
+def create_pools(bench: BenchCluster, pools: list[dict[str, Any]]) -> None:
+    bench.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pools}))
+
+
+def mljob(i: int, instances: int, pool_name: str, complete: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"computePool": pool_name, "targetInstances": instances, "image": IMAGE,
                             "entrypoint": {"command": ["true"]}}
     if complete:
         spec["env"] = [{"name": COMPLETE_ENV, "value": "true"}]
@@ -86,8 +101,9 @@ def raw_pods(i: int) -> list[dict[str, Any]]:
 
 def submissions(system: str, ns: str, jobs: int) -> list[tuple[str, dict[str, Any]]]:
     """(path, body) of every object the system's user submits."""
-    if system == "kubepool":
-        return [(f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs", mljob(i, WORKERS + 1)) for i in range(jobs)]
+    if system in ("kubepool", SHARED):
+        pool_of = own_pool if system == "kubepool" else shared_pool
+        return [(f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs", mljob(i, WORKERS + 1, pool_of(i))) for i in range(jobs)]
     if system == "kuberay":
         return [(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters", raycluster(i)) for i in range(jobs)]
     return [(f"/api/v1/namespaces/{ns}/pods", p) for i in range(jobs) for p in raw_pods(i)]
@@ -96,7 +112,7 @@ def submissions(system: str, ns: str, jobs: int) -> list[tuple[str, dict[str, An
 # --- P1 -------------------------------------------------------------------------------------------------------
 def controller_for(system: str, bench: BenchCluster, kuberay_home: Path) -> Controller | None:
     log = LOG_DIR / f"{system}.log"
-    if system == "kubepool":
+    if system in ("kubepool", SHARED):
         return KubepoolOperator(bench, log)
     if system == "kuberay":
         return KubeRayOperator(bench, log, kuberay_home)
@@ -106,13 +122,12 @@ def controller_for(system: str, bench: BenchCluster, kuberay_home: Path) -> Cont
 async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Controller | None) -> dict[str, Any]:
     want = jobs * (WORKERS + 1)
     running: set[str] = set()
-    all_running = asyncio.Event()
+    progress = asyncio.Event()
 
     def on_pod(kind: str, pod: dict[str, Any], _: float) -> None:
         if kind != "DELETED" and pod.get("status", {}).get("phase") == "Running":
             running.add(pod["metadata"]["name"])
-            if len(running) >= want:
-                all_running.set()
+            progress.set()
 
     async with bench.client() as client:
         watcher = asyncio.create_task(watch(client, f"/api/v1/namespaces/{ns}/pods", on_pod))
@@ -121,17 +136,23 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
         t0 = time.perf_counter()
         await bounded(CONCURRENCY, [lambda p=p, b=b: create(client, p, b) for p, b in submissions(system, ns, jobs)])
         submitted = time.perf_counter() - t0
-        try:
-            await asyncio.wait_for(all_running.wait(), RUN_TIMEOUT_S)
-        except TimeoutError:
-            raise RuntimeError(f"{system}: {len(running)}/{want} pods Running after {RUN_TIMEOUT_S:.0f} s") from None
-        finally:
-            watcher.cancel()
-        wall = time.perf_counter() - t0
+        last = time.perf_counter()
+        while len(running) < want and time.perf_counter() - last < STALL_S:
+            progress.clear()
+            try:
+                await asyncio.wait_for(progress.wait(), 1.0)
+                last = time.perf_counter()
+            except TimeoutError:
+                pass
+        watcher.cancel()
+        stalled = len(running) < want
+        wall = (last if stalled else time.perf_counter()) - t0
         requests = stats.delta(before, stats.request_totals(await metrics_text(client)))
     u1 = ctl.usage() if ctl else None
     return {
-        "wall_s": wall, "submit_s": submitted, "pods": want, "pods_per_s": want / wall,
+        "stalled": stalled, "running": len(running),
+        "wall_s": None if stalled else wall, "last_progress_s": wall, "submit_s": submitted, "pods": want,
+        "pods_per_s": len(running) / wall if wall else None,
         "requests_per_job": sum(requests.values()) / jobs,
         "requests_per_job_by_verb": {v: n / jobs for v, n in stats.by_verb(requests).items()},
         "top_requests": {f"{v} {r}": n for (v, r), n in requests.most_common(12)},
@@ -163,21 +184,28 @@ def fanout_run(bench: BenchCluster, system: str, jobs: int, tag: str, kuberay_ho
     finally:
         if ctl:
             ctl.stop()
-    print(f"  {system:<9} {tag:<7} {result['wall_s']:7.1f} s  {result['pods_per_s']:6.1f} pods/s  "
+    head = (f"STALLED: {result['running']}/{result['pods']} Running, none for {STALL_S:.0f} s after {result['last_progress_s']:.0f} s"
+            if result["stalled"] else f"{result['wall_s']:7.1f} s")
+    print(f"  {system:<15} {tag:<7} {head}  {result['pods_per_s']:6.1f} pods/s  "
           f"{result['requests_per_job']:6.1f} req/job  rss {stats.fmt(result['controller_peak_rss_mib'], 0)} MiB  "
           f"cpu {stats.fmt(result['controller_cpu_s'], 1)} s  (cleanup {result['cleanup_s']:.0f} s)", flush=True)
     return result
 
 
+def _median(rs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rs if r[key] is not None]
+    return stats.median(values) if values else None
+
+
 def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Medians per system and pair-by-pair ratios of wall time (median over repeats)."""
-    med = {s: {k: stats.median([r[k] for r in rs]) for k in ("wall_s", "pods_per_s", "requests_per_job")}
-           | {k: stats.median([r[k] for r in rs]) if rs[0][k] is not None else None
-              for k in ("controller_peak_rss_mib", "controller_cpu_s")}
-           for s, rs in runs.items()}  # fmt: skip
+    """Medians per system (stalled runs have no wall time) and pair-by-pair ratios of wall time (median over
+    the repeats where both finished)."""
+    keys = ("wall_s", "pods_per_s", "requests_per_job", "controller_peak_rss_mib", "controller_cpu_s")
+    med = {s: {k: _median(rs, k) for k in keys} | {"stalled": sum(r["stalled"] for r in rs)} for s, rs in runs.items()}
     pairs = {"kubepool / kuberay": ("kubepool", "kuberay"), "kubepool / floor": ("kubepool", "floor"),
              "kuberay / floor": ("kuberay", "floor")}
-    ratios = {name: stats.median([stats.ratio(x["wall_s"], y["wall_s"]) for x, y in zip(runs[a], runs[b], strict=True)])
+    ratios = {name: stats.median([stats.ratio(x["wall_s"], y["wall_s"]) for x, y in zip(runs[a], runs[b], strict=True)
+                                  if x["wall_s"] and y["wall_s"]])
               for name, (a, b) in pairs.items() if a in runs and b in runs}  # fmt: skip
     return {"median": med, "ratios": ratios}
 
@@ -185,13 +213,13 @@ def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 def fanout(bench: BenchCluster, jobs: int, repeats: int, warmup_jobs: int) -> dict[str, Any]:
     home = kuberay_dir()
     install_kuberay_crds(bench, home)
-    bench.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pool(i) for i in range(POOLS)]}))
+    create_pools(bench, [pool(shared_pool(i), 100) for i in range(POOLS)] + [pool(own_pool(i), WORKERS + 1) for i in range(jobs)])
     print(f"P1 fan-out: {jobs} jobs x {WORKERS + 1} pods; warm-up round of {warmup_jobs} jobs, then {repeats} repeat(s)", flush=True)
     for s in SYSTEMS:  # the kubepool warm-up run doubles as its profile (untimed anyway)
         fanout_run(bench, s, warmup_jobs, "warmup", home, LOG_DIR / "kubepool-p1.pyspy.txt" if s == "kubepool" else None)
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in (*SYSTEMS, SHARED)}
     for r in range(repeats):
-        for s in SYSTEMS:
+        for s in (*SYSTEMS, SHARED) if r == 0 else SYSTEMS:
             runs[s].append(fanout_run(bench, s, jobs, f"r{r}", home))
     return {"jobs": jobs, "pods_per_job": WORKERS + 1, "repeats": repeats, "warmup_jobs": warmup_jobs,
             "runs": runs, **summarize_p1(runs), "targets": TARGETS}
@@ -218,13 +246,15 @@ async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: Kubepo
         changed.set()
 
     async def until(pred: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + RUN_TIMEOUT_S
+        last = time.monotonic()
         while not pred():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"P2: timed out waiting for {what}")
+            if time.monotonic() - last > STALL_S:
+                raise RuntimeError(f"P2 stalled: no progress for {STALL_S:.0f} s waiting for {what} "
+                                   f"({len(done)} DONE, {len(gone)} deleted)")
             changed.clear()
             try:
                 await asyncio.wait_for(changed.wait(), 5)
+                last = time.monotonic()
             except TimeoutError:
                 pass
 
@@ -240,7 +270,7 @@ async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: Kubepo
         for w in range(waves):
             names = [f"job-{i}" for i in range(w * per_wave, (w + 1) * per_wave)]
             tw = time.perf_counter()
-            await bounded(CONCURRENCY, [lambda i=i: create(client, path, mljob(i, 1, complete=True)) for i in range(w * per_wave, (w + 1) * per_wave)])
+            await bounded(CONCURRENCY, [lambda i=i: create(client, path, mljob(i, 1, own_pool(i), complete=True)) for i in range(w * per_wave, (w + 1) * per_wave)])
             await until(lambda names=names: all(n in done for n in names), f"wave {w} DONE")
             wave_s.append(time.perf_counter() - tw)
             print(f"  P2 wave {w}: {per_wave} jobs created and DONE in {wave_s[-1]:.1f} s; operator RSS "
@@ -274,6 +304,8 @@ def churn(bench: BenchCluster, jobs: int, waves: int) -> dict[str, Any]:
     print(f"P2 churn: {jobs} one-instance jobs in {waves} waves (heads succeed {2} s after Running)", flush=True)
     ns = "p2-churn"
     bench.create_namespace(ns)
+    # One pool per job, as in P1 (shared pools stall admission); created before the operator starts.
+    create_pools(bench, [pool(own_pool(i), 1) for i in range(jobs)])
     op = KubepoolOperator(bench, LOG_DIR / "kubepool-p2.log")
     op.start()
     try:
@@ -288,6 +320,12 @@ def churn(bench: BenchCluster, jobs: int, waves: int) -> dict[str, Any]:
 
 
 # --- report ---------------------------------------------------------------------------------------------------
+def run_text(r: dict[str, Any]) -> str:
+    if r["stalled"]:
+        return f"stalled at {r['running']}/{r['pods']} Running (last progress {r['last_progress_s']:.0f} s)"
+    return f"{r['wall_s']:.1f}"
+
+
 def markdown(report: dict[str, Any]) -> str:
     out = ["# Operator scale benchmark", "", f"{report['when']}. {machine_line(report['machine'])}", "",
            f"Private local cluster: {report['fake_nodes']} kwok fake nodes, no process nodes; "
@@ -300,7 +338,7 @@ def markdown(report: dict[str, Any]) -> str:
         rows = [[s, stats.fmt(m["wall_s"], 1), stats.fmt(m["pods_per_s"], 1), stats.fmt(m["requests_per_job"], 1),
                  ", ".join(f"{v} {n:.1f}" for v, n in list(p1["runs"][s][0]["requests_per_job_by_verb"].items())[:5]),
                  stats.fmt(m["controller_peak_rss_mib"], 0), stats.fmt(m["controller_cpu_s"], 1),
-                 ", ".join(f"{r['wall_s']:.1f}" for r in p1["runs"][s])]
+                 ", ".join(run_text(r) for r in p1["runs"][s])]
                 for s, m in p1["median"].items()]  # fmt: skip
         out.append(stats.markdown_table(["system", "wall (s)", "pods/s", "API req/job", "by verb (first run)",
                                          "peak RSS (MiB)", "CPU (s)", "runs (s)"], rows, right=(1, 2, 3, 5, 6)))
@@ -308,7 +346,9 @@ def markdown(report: dict[str, Any]) -> str:
                                         [[k, stats.fmt(v), f"≤ {TARGETS[k]}" if k in TARGETS else ""] for k, v in p1["ratios"].items()],
                                         right=(1,)))  # fmt: skip
     p2 = report.get("p2")
-    if p2:
+    if p2 and "error" in p2:
+        out += ["", "## P2 churn", "", f"Did not finish: {p2['error']}"]
+    elif p2:
         out += ["", f"## P2 churn: {p2['jobs']} one-instance jobs in {p2['waves']} waves", ""]
         rows = [["operator RSS at all jobs live (MiB)", stats.fmt(p2["rss_mib_at_live_jobs"], 0), f"≤ {P2_TARGETS['rss_mib_at_live_jobs']:.0f}"],
                 ["operator peak RSS (MiB)", stats.fmt(p2["peak_rss_mib"], 0), ""],
@@ -356,7 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.skip_p1:
             report["p1"] = fanout(bench, jobs, repeats, max(jobs // 4, 5))
         if churn_jobs:
-            report["p2"] = churn(bench, churn_jobs, 4 if churn_jobs >= 400 else 2)
+            try:
+                report["p2"] = churn(bench, churn_jobs, 4 if churn_jobs >= 400 else 2)
+            except RuntimeError as e:  # a stall is a result too: keep P1's numbers and say what happened
+                print(f"  {e}", flush=True)
+                report["p2"] = {"error": str(e)}
     finally:
         bench.down()
     RESULTS.mkdir(exist_ok=True)

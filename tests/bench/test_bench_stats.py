@@ -69,19 +69,23 @@ def test_same_shape_for_all_three_systems() -> None:
     assert workers["replicas"] == 3
     assert head == workers["template"]["spec"] | {"containers": head["containers"]}
     assert head["nodeSelector"] == raw_pods(0)[0]["spec"]["nodeSelector"] == {"kubepool.dev/node-pool": "fake"}
-    assert mljob(POOLS + 1, 4)["spec"]["computePool"] == "bench-fake-1"
-    assert "env" not in mljob(0, 4)["spec"]
-    assert mljob(0, 1, complete=True)["spec"]["env"] == [{"name": "BENCH_COMPLETE", "value": "true"}]
+    assert mljob(0, 4, "p")["spec"]["computePool"] == "p"
+    assert submissions("kubepool-shared", "ns", POOLS + 2)[-1][1]["spec"]["computePool"] == "bench-fake-1"
+    assert submissions("kubepool", "ns", 2)[-1][1]["spec"]["computePool"] == "bench-job-1"
+    assert "env" not in mljob(0, 4, "p")["spec"]
+    assert mljob(0, 1, "p", complete=True)["spec"]["env"] == [{"name": "BENCH_COMPLETE", "value": "true"}]
 
 
 def test_summarize_p1_ratios_pair_by_pair() -> None:
-    def run(wall: float, rss: float | None) -> dict[str, float | None]:
-        return {"wall_s": wall, "pods_per_s": 800 / wall, "requests_per_job": 10.0,
-                "controller_peak_rss_mib": rss, "controller_cpu_s": rss}
+    def run(wall: float | None, rss: float | None) -> dict[str, object]:
+        return {"wall_s": wall, "pods_per_s": 800 / wall if wall else 1.0, "requests_per_job": 10.0,
+                "controller_peak_rss_mib": rss, "controller_cpu_s": rss, "stalled": wall is None}
 
-    runs = {"kubepool": [run(10, 100), run(30, 100)], "kuberay": [run(5, 50), run(30, 50)], "floor": [run(5, None), run(10, None)]}
+    runs = {"kubepool": [run(10, 100), run(30, 100), run(None, 100)], "kuberay": [run(5, 50), run(30, 50), run(5, 50)],
+            "floor": [run(5, None), run(10, None), run(5, None)]}
     s = summarize_p1(runs)
-    assert s["median"]["kubepool"]["wall_s"] == 20
+    assert s["median"]["kubepool"]["wall_s"] == 20  # the stalled run has no wall time
+    assert s["median"]["kubepool"]["stalled"] == 1
     assert s["median"]["floor"]["controller_peak_rss_mib"] is None
     assert s["ratios"]["kubepool / kuberay"] == 1.5  # median of 2.0 and 1.0, not 20 / 17.5
     assert s["ratios"]["kubepool / floor"] == 2.5
