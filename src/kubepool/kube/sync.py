@@ -1,14 +1,15 @@
 """The SDK's and CLI's side of the one place that talks to the Kubernetes API: a small synchronous facade
 over lightkube's `Client`.
 
-Configuration comes from the environment as kubectl finds it (in-cluster service account, then `KUBECONFIG`,
-then `~/.kube/config`). Every call returns kubepool's typed models (`kubepool.api.MLJob`,
+Configuration comes from the environment as kubectl finds it (`KUBECONFIG`, else the in-cluster service
+account, else `~/.kube/config`). Every call returns kubepool's typed models (`kubepool.api.MLJob`,
 `kubepool.api.ComputePool`) or lightkube's core models, and every failure leaves as a
 `kubepool.kube.errors.KubeError` subclass, never as a raw client exception.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -46,6 +47,12 @@ def _stream(what: str, lines: Iterator[T]) -> Iterator[T]:
         raise translate(err, what) from None
 
 
+def _load_config() -> KubeConfig:
+    """kubectl's order: `KUBECONFIG` (its first file) when set, else in-cluster, else `~/.kube/config`."""
+    path = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    return KubeConfig.from_file(path) if path else KubeConfig.from_env()
+
+
 def _job(obj: GenericNamespacedResource) -> MLJob:
     return MLJob.model_validate(obj.to_dict())
 
@@ -68,7 +75,7 @@ class Kube:
     def __init__(self, namespace: str | None = None, client: Client | None = None) -> None:
         if client is None:
             try:
-                config = KubeConfig.from_env()
+                config = _load_config()
             except (ConfigError, OSError) as err:
                 raise Unreachable(
                     f"no Kubernetes configuration ({err}); set KUBECONFIG or run `kubepool local up`"
