@@ -170,7 +170,7 @@ def bench(repeats: int) -> dict[str, Any]:
         record("PyTorchDistributor", lambda: PyTorchDistributor(kubepool_train, cfg).run())
         record("Ray Train TorchTrainer", lambda: TorchTrainer(
             ray_train_loop, scaling_config=scaling, run_config=RunConfig(storage_path=storage)).fit())  # fmt: skip
-        record("torchrun (3 agents, static)", lambda: run_torchrun(NODE_IPS[0], free_port(NODE_IPS[0])))
+        record("torchrun (3 agents, static)", lambda: run_torchrun(NODE_IPS[0], free_port()))
 
         print(f"XGBoost, {XGB_ROWS} rows x {XGB_ROUNDS} rounds:", flush=True)
         params = {k: v for k, v in XGB_PARAMS.items() if k != "objective"}

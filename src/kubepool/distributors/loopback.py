@@ -26,21 +26,22 @@ _PORTS_PER_NODE = 6
 _WORKER_PORT_SPAN = 200
 
 
-def free_port(host: str = "") -> int:
-    """An ephemeral port that is free right now on `host` (all addresses by default)."""
+def free_port() -> int:
+    """An ephemeral port free right now on every address: some servers (Ray's GCS, torch's TCPStore)
+    bind all addresses, so a port free on our loopback IP alone could still clash with another cluster."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
-def _free_worker_range(host: str) -> int:
+def _free_worker_range() -> int:
     """Start of a window of `_WORKER_PORT_SPAN` ports below the ephemeral range whose ends are free."""
     for _ in range(50):
         base = random.randrange(12000, 30000 - _WORKER_PORT_SPAN)
         try:
             for p in (base, base + _WORKER_PORT_SPAN - 1):
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                    s.bind((host, p))
+                    s.bind(("", p))
         except OSError:
             continue
         return base
@@ -81,7 +82,7 @@ class LoopbackRayCluster:
 
     def start(self, timeout: float = 60.0) -> LoopbackRayCluster:
         """Launch the head, wait for its GCS port, then launch the other nodes (they join on their own)."""
-        self.gcs_port = self.gcs_port or free_port(self.ips[0])
+        self.gcs_port = self.gcs_port or free_port()
         try:
             self._procs.append(self._start_node(self.ips[0], head=True))
             self._wait_for_port(timeout)
@@ -107,8 +108,8 @@ class LoopbackRayCluster:
     def _start_node(self, ip: str, *, head: bool) -> subprocess.Popen[bytes]:
         tmp = tempfile.mkdtemp(prefix=f"kpray-{ip.replace('.', '-')}-", dir="/tmp")
         self._dirs.append(tmp)
-        ports = [free_port(ip) for _ in range(_PORTS_PER_NODE)]
-        wbase = _free_worker_range(ip)
+        ports = [free_port() for _ in range(_PORTS_PER_NODE)]
+        wbase = _free_worker_range()
         ray_bin = str(Path(sys.executable).with_name("ray"))
         cmd = [
             ray_bin, "start", "--block", "--disable-usage-stats",
@@ -121,9 +122,9 @@ class LoopbackRayCluster:
         ]  # fmt: skip
         if head:
             cmd += ["--head", f"--port={self.gcs_port}", f"--include-dashboard={str(self.include_dashboard).lower()}"]
-            cmd += [f"--ray-client-server-port={free_port(ip)}"]
+            cmd += [f"--ray-client-server-port={free_port()}"]
             if self.include_dashboard:
-                cmd += [f"--dashboard-host={ip}", f"--dashboard-port={free_port(ip)}"]
+                cmd += [f"--dashboard-host={ip}", f"--dashboard-port={free_port()}"]
         else:
             cmd += [f"--address={self.address}"]
         log = open(Path(tmp) / "ray-start.log", "wb")  # noqa: SIM115 - owned by the child for its lifetime
