@@ -46,6 +46,7 @@ class Operator:
     kubeconfig: Path
     namespace: str
     log_path: Path
+    standalone: bool = True  # False: coordinate with other replicas through kopf peering
     proc: subprocess.Popen[bytes] | None = None
     starts: int = field(default=0)
 
@@ -54,7 +55,8 @@ class Operator:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator_env()}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kubepool.controller", "--namespace", self.namespace, "--standalone", "--verbose"],
+            [sys.executable, "-m", "kubepool.controller", "--namespace", self.namespace, "--verbose",
+             *(["--standalone"] if self.standalone else [])],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         self.starts += 1

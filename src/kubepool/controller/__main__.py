@@ -4,12 +4,13 @@ endpoint by default. Argument parsing only."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import kopf
 
 from kubepool.controller import main as _registers_handlers  # noqa: F401  (import = registration)
-from kubepool.controller.config import OperatorConfig
+from kubepool.controller.config import ENV_PREFIX, OperatorConfig
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     cfg = OperatorConfig.from_env()
     namespaces = ns.namespace or list(cfg.namespaces)
+    # The operator's configuration (read again at startup) must name the same namespaces as kopf.
+    os.environ[ENV_PREFIX + "NAMESPACES"] = ",".join(namespaces)
     liveness = ns.liveness or (f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None)
     kopf.configure(verbose=ns.verbose)
     kopf.run(clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=liveness,

@@ -26,14 +26,15 @@ def _op(memo: kopf.Memo, kwargs: dict[str, Any]) -> OperatorState:
 
 # --- indexes: the operator reads the cluster from these, never by listing ------------------------------------
 @kopf.index(naming.GROUP, naming.MLJOB_PLURAL)
-async def mljob_index(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[tuple[str, str], Any]:
-    return {(namespace, name): copy.deepcopy(dict(body))}
+async def mljob_index(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], Any]:
+    return {(namespace or "default", name): copy.deepcopy(dict(body))}
 
 
 @kopf.index("pods", labels=MANAGED)
-async def pod_index(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> dict[tuple[str, str], PodView] | None:
+async def pod_index(body: kopf.Body, namespace: str | None, labels: kopf.Labels,
+                    **_: Any) -> dict[tuple[str, str], PodView] | None:
     job = labels.get(naming.LABEL_JOB)
-    return {(namespace, job): PodView.of(body)} if job else None
+    return {(namespace or "default", job): PodView.of(body)} if job else None
 
 
 @kopf.index(naming.GROUP, naming.POOL_PLURAL)

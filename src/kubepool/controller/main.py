@@ -15,6 +15,7 @@ from kubepool.controller import handlers, metrics
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.state import OperatorState
 from kubepool.kube.aio import Api
+from kubepool.kube.errors import KubeError
 
 __all__ = ["handlers"]  # importing this module registers the handlers
 
@@ -22,7 +23,7 @@ PEERING_NAME = "kubepool"
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     cfg = OperatorConfig.from_env()
     # kopf's own bookkeeping stays in annotations under our prefix: the strict status schema would prune it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.ANNOTATION_PREFIX)
@@ -31,8 +32,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     settings.persistence.finalizer = f"{naming.GROUP}/operator"  # only used if a handler ever needs one
     # Peering: with the kopf.dev CRDs installed, replicas pick distinct priorities, so exactly one works and
     # the others stand by; without them the operator runs alone (and says so).
-    settings.peering.name = PEERING_NAME
-    settings.peering.clusterwide = not cfg.namespaces
+    settings.peering.name = PEERING_NAME  # kopf sets clusterwide from --all-namespaces/--namespace
     settings.peering.priority = random.randint(1, 2**30)
     settings.posting.level = logging.INFO
     settings.posting.reporting_component = naming.FIELD_MANAGER
@@ -41,6 +41,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
     memo.op = OperatorState(cfg=cfg, api=Api())
+    if not settings.peering.standalone:
+        try:
+            scope = () if settings.peering.clusterwide else cfg.namespaces
+            if not await memo.op.api.ensure_peering(PEERING_NAME, scope):
+                logger.warning("kopf's peering CRDs are not installed: running without peering")
+        except KubeError as e:  # e.g. RBAC allows patching the peering object but not creating it
+            logger.warning("cannot create the peering object %r: %s", PEERING_NAME, e)
     metrics.serve(cfg.metrics_port)
     logger.info("kubepool operator configured: %s", cfg.model_dump(mode="json"))
 

@@ -9,7 +9,7 @@ import logging
 import secrets
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -138,7 +138,7 @@ def _announce(body: dict[str, Any], prev: MLJobStatus | None, new: MLJobStatus) 
     if before == (new.phase, new.reason) or new.phase is None:
         return
     warning = new.phase in _WARNING_PHASES or new.reason in _WARNING_REASONS
-    kopf.event(body, type="Warning" if warning else "Normal", reason=new.reason or str(new.phase),
+    kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Warning" if warning else "Normal", reason=new.reason or str(new.phase),
                message=f"{new.phase}: {new.message or ''}"[:1024])
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 from lightkube import ApiError, AsyncClient, codecs
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
@@ -19,6 +20,9 @@ from kubepool.kube.resources import ComputePoolResource, MLJobResource
 
 Obj = dict[str, Any]
 _CLIENT_ERRORS = (ApiError, httpx.HTTPError)
+# kopf's peering kinds (CRDs shipped by kopf, not by kubepool).
+ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
+KopfPeering = create_namespaced_resource("kopf.dev", "v1", "KopfPeering", "kopfpeerings")
 
 
 def _what(obj: Mapping[str, Any]) -> str:
@@ -94,3 +98,22 @@ class Api:
             if isinstance(err, NotFound):
                 return False
             raise err from e
+
+    async def ensure_peering(self, name: str, namespaces: tuple[str, ...]) -> bool:
+        """Create kopf's peering object(s) named `name` if kopf's peering CRD is installed. False when it is
+        not (the operator then runs alone)."""
+        targets: list[tuple[Any, str | None]] = (
+            [(KopfPeering, ns) for ns in namespaces] if namespaces else [(ClusterKopfPeering, None)])
+        for res, ns in targets:
+            meta: Obj = {"name": name, **({"namespace": ns} if ns else {})}
+            try:
+                await self._client.create(res(metadata=meta))
+            except ApiError as e:
+                if e.status.code == 409:
+                    continue
+                if e.status.code == 404:
+                    return False
+                raise translate(e, f"create {res.__name__} {name}") from e
+            except httpx.HTTPError as e:
+                raise translate(e, f"create {res.__name__} {name}") from e
+        return True
