@@ -113,3 +113,16 @@ def test_heterogeneous_estimator(operator: Any, compute_pool: Any, namespace: st
     assert job.status == "DONE"
     assert "group instance_group_1 algo-1" in capsys.readouterr().out
     assert "instance_group_2" in job.get_logs(instance_id=2)  # type: ignore[operator]
+
+
+@pytest.mark.xfail(reason="the runtime runs the entrypoint from the mounted ConfigMap (flat keys); nested paths "
+                          "need kubepool.jobs.payload.unpack(PAYLOAD_DIR, workdir) first", strict=False)
+def test_directory_with_a_package(operator: Any, compute_pool: Any, namespace: str, tmp_path: Path) -> None:
+    pool = compute_pool("cpu", max_nodes=3)
+    (tmp_path / "proj" / "pkg").mkdir(parents=True)
+    (tmp_path / "proj" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "proj" / "pkg" / "util.py").write_text("GREETING = 'hello from a package'\n")
+    (tmp_path / "proj" / "main.py").write_text("import sys\nfrom pkg.util import GREETING\nprint(GREETING, sys.argv[1:])\n")
+    job = jobs.submit_directory(tmp_path / "proj", pool, entrypoint="main.py", args=["--x", 1], namespace=namespace)
+    assert job.wait(JOB_TIMEOUT_S) == "DONE", job.message
+    assert "hello from a package ['--x', '1']" in job.get_logs()  # type: ignore[operator]
