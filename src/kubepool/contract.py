@@ -33,8 +33,8 @@ ENV_RAY_AUTH_MODE = "RAY_AUTH_MODE"  # "token" on every instance and in the driv
 ENV_TERMINATION_LOG = "KUBEPOOL_TERMINATION_LOG"  # overrides TERMINATION_MESSAGE_PATH for local runs
 ENV_RAY_TEMP_DIR = "KUBEPOOL_RAY_TEMP_DIR"  # Ray's --temp-dir; one node per pod, so /tmp/ray by default
 # Local runs only: several instances share one host, and raylets bind their fixed ports on all interfaces,
-# so each instance shifts its per-node Ray ports by this much (the head's GCS/dashboard/client ports are
-# the contract's and never shift).
+# so each instance shifts its fixed per-node Ray ports by this much and lets the OS pick the rest (the
+# head's GCS/dashboard/client ports are the contract's and never shift). Unset in real pods.
 ENV_RAY_PORT_OFFSET = "KUBEPOOL_RAY_PORT_OFFSET"
 ENV_HEAD_LOST_TIMEOUT = "KUBEPOOL_HEAD_LOST_TIMEOUT"  # seconds a worker keeps going without its head
 

@@ -43,10 +43,11 @@ from kubepool.contract import (
 from kubepool.runtime.result import find_in_log
 
 IPS = ["127.0.5.2", "127.0.5.3", "127.0.5.4"]
-# Head ports and per-node offsets chosen so no two nodes of this suite share a port (raylets bind all
-# interfaces) and none uses Ray's defaults, which other suites on this machine may hold.
-RAY = RaySettings(gcs_port=15379, dashboard_port=15265, client_port=15001, object_store_memory_bytes=80 * 1024 * 1024)
-PORT_OFFSETS = [10000, 11500, 13000]
+# Raylets bind their ports on all interfaces, and other suites on this machine run Ray too: every fixed port
+# here lies in 20000-32767, clear of Ray's defaults, of other clusters' default worker ports (10002-19999)
+# and of the ephemeral range, and the per-node offsets keep this suite's nodes apart.
+RAY = RaySettings(gcs_port=23379, dashboard_port=23265, client_port=23001, object_store_memory_bytes=80 * 1024 * 1024)
+PORT_OFFSETS = [17000, 17100, 17200]
 
 HEAD_PAYLOAD = """
 import os, sys, urllib.error, urllib.request
@@ -198,7 +199,7 @@ def test_three_instances_form_one_cluster(instances: Instances) -> None:
     assert head == 7, out[-3000:]  # the payload's exit code
     assert "NODES 3 ['127.0.5.2', '127.0.5.3', '127.0.5.4']" in out
     assert "WORKER_IPS ['127.0.5.3', '127.0.5.4']" in out
-    assert "ENV 127.0.5.2 15265 3 3 token" in out
+    assert "ENV 127.0.5.2 23265 3 3 token" in out
     assert "DASHBOARD 401" in out  # token auth guards the Jobs API
     assert "JOBS_API list" in out
     assert out.index("ML job started") < out.index("NODES") < out.index("ML job finished")

@@ -26,11 +26,12 @@ def flags(argv: list[str]) -> dict[str, str]:
 
 def test_head_args() -> None:
     c = job()
-    argv = start_args(c, c.identity(0), NodeSpec("10.0.0.5", "10.0.0.5", Path("/tmp/ray"), 0, 0))
+    argv = start_args(c, c.identity(0), NodeSpec("10.0.0.5", "10.0.0.5", Path("/tmp/ray"), None, 0))
     f = flags(argv)
     assert "--head" in argv and "--block" in argv
     assert (f["node-ip-address"], f["port"], f["dashboard-host"], f["dashboard-port"]) == ("10.0.0.5", "6379", "10.0.0.5", "8265")
     assert (f["num-cpus"], f["num-gpus"], f["memory"], f["node-manager-port"]) == ("2", "0", str(4 << 30), "6380")
+    assert (f["dashboard-agent-listen-port"], f["min-worker-port"], f["max-worker-port"]) == ("52365", "10002", "10999")
     assert json.loads(f["resources"]) == {"group:cpu": 1.0, "node_tag:head": 1.0}
 
 
@@ -39,7 +40,8 @@ def test_worker_args_with_port_offset_and_gpus() -> None:
     argv = start_args(c, c.identity(1), NodeSpec("10.0.0.6", "10.0.0.5", Path("/tmp/ray"), 1000, 1))
     f = flags(argv)
     assert "--head" not in argv and f["address"] == "10.0.0.5:6379"
-    assert (f["num-gpus"], f["node-manager-port"], f["min-worker-port"], f["dashboard-agent-listen-port"]) == ("1", "7380", "11002", "53365")
+    assert (f["num-gpus"], f["node-manager-port"], f["metrics-export-port"]) == ("1", "7380", "9080")
+    assert (f["dashboard-agent-listen-port"], f["min-worker-port"], f["max-worker-port"]) == ("0", "0", "0")
     assert json.loads(f["resources"]) == {"group:gpu": 1.0, "node_tag:worker": 1.0}
 
 
@@ -53,5 +55,5 @@ def test_ray_env_auth() -> None:
 
 def test_a_worker_gives_up_joining_once_the_head_is_done(tmp_path: Path) -> None:
     c = job()
-    spec = NodeSpec("127.0.5.30", "127.0.5.31", tmp_path, 0, 0)
+    spec = NodeSpec("127.0.5.30", "127.0.5.31", tmp_path, None, 0)
     assert start_node(c, c.identity(1), spec, {}, time.monotonic() + 60, give_up=lambda: True) is None

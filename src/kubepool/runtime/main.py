@@ -148,7 +148,7 @@ def run_ray_mode(contract: JobContract, me: InstanceIdentity, env: dict[str, str
         pod_ip=pod_ip,
         head_ip=pod_ip if me.is_head else hosts.resolve(contract.head_address, deadline),
         temp_dir=Path(env.get(ENV_RAY_TEMP_DIR, DEFAULT_RAY_TEMP_DIR)),
-        port_offset=int(env.get(ENV_RAY_PORT_OFFSET, "0")),
+        port_offset=int(env[ENV_RAY_PORT_OFFSET]) if ENV_RAY_PORT_OFFSET in env else None,
         gpus=gpus,
     )
     ray_env = ray_node.ray_env(contract, env)

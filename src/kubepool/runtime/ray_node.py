@@ -57,18 +57,25 @@ def detect_gpus() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
-def node_ports(offset: int) -> dict[str, int]:
-    """Per-node ports, fixed so a NetworkPolicy can name them; `offset` separates nodes sharing one host."""
-    return {
-        "node-manager-port": naming.RAY_NODE_MANAGER_PORT + offset,
-        "object-manager-port": naming.RAY_OBJECT_MANAGER_PORT + offset,
-        "dashboard-agent-grpc-port": naming.RAY_DASHBOARD_AGENT_GRPC_PORT + offset,
-        "runtime-env-agent-port": naming.RAY_RUNTIME_ENV_AGENT_PORT + offset,
-        "dashboard-agent-listen-port": naming.RAY_DASHBOARD_AGENT_LISTEN_PORT + offset,
-        "metrics-export-port": naming.RAY_METRICS_EXPORT_PORT + offset,
-        "min-worker-port": naming.RAY_MIN_WORKER_PORT + offset,
-        "max-worker-port": naming.RAY_MAX_WORKER_PORT + offset,
+def node_ports(offset: int | None) -> dict[str, int]:
+    """Per-node ports. In a pod (no offset) all fixed, so a NetworkPolicy can name them. Instances sharing one
+    host's network (an offset) shift the fixed ones apart and let the OS pick the agent's HTTP port and the
+    worker ports (0): a shifted 52365 or worker range would soon leave the port space or overlap a neighbour's."""
+    shift = offset or 0
+    ports = {
+        "node-manager-port": naming.RAY_NODE_MANAGER_PORT + shift,
+        "object-manager-port": naming.RAY_OBJECT_MANAGER_PORT + shift,
+        "dashboard-agent-grpc-port": naming.RAY_DASHBOARD_AGENT_GRPC_PORT + shift,
+        "runtime-env-agent-port": naming.RAY_RUNTIME_ENV_AGENT_PORT + shift,
+        "metrics-export-port": naming.RAY_METRICS_EXPORT_PORT + shift,
     }
+    if offset is None:
+        return ports | {
+            "dashboard-agent-listen-port": naming.RAY_DASHBOARD_AGENT_LISTEN_PORT,
+            "min-worker-port": naming.RAY_MIN_WORKER_PORT,
+            "max-worker-port": naming.RAY_MAX_WORKER_PORT,
+        }
+    return ports | {"dashboard-agent-listen-port": 0, "min-worker-port": 0, "max-worker-port": 0}
 
 
 def custom_resources(me: InstanceIdentity) -> dict[str, float]:
@@ -82,7 +89,7 @@ class NodeSpec:
     pod_ip: str
     head_ip: str
     temp_dir: Path
-    port_offset: int
+    port_offset: int | None  # set only where instances share one host's network
     gpus: int
 
 
