@@ -77,8 +77,7 @@ async def pod_event(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
 @kopf.on.create(naming.GROUP, naming.POOL_PLURAL)
 @kopf.on.update(naming.GROUP, naming.POOL_PLURAL, field="spec")
 async def reconcile_computepool(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
-    reconcile.trigger_waiting(_op(memo, kwargs), [name])
-    await reconcile.reconcile_pool(_op(memo, kwargs), name)
+    reconcile.trigger_waiting(_op(memo, kwargs), [name])  # jobs waiting for this pool, then its status
 
 
 @kopf.on.event("nodes")

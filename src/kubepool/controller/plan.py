@@ -47,8 +47,9 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
         plan.delete_pods = [p.name for p in live if p.attempt != st.attempt]
         if st.phase is JobPhase.PENDING:
             plan.wake(st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds))
-        if spec.active_deadline_seconds and st.start_time:
-            plan.wake(st.start_time + timedelta(seconds=spec.active_deadline_seconds))
+        since = job_status.first_admitted(st)
+        if spec.active_deadline_seconds and since:
+            plan.wake(since + timedelta(seconds=spec.active_deadline_seconds))
         return plan
     done_at = st.completion_time or now
     if st.reason in _REMOVE_AT_ONCE or st.phase is JobPhase.CANCELLED:

@@ -55,6 +55,7 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
     """Bring one job one step closer to its spec. Safe to call any number of times, concurrently."""
     started = time.monotonic()
     async with op.lock(key):
+        op.pending.discard(key)  # events from here on need a new pass; earlier ones are covered by this one
         found = op.job(key)
         if found is None:
             return
@@ -89,7 +90,8 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
     await _apply_plan(op, key, job, new, plan, pools)
     _announce(body, prev, new)
     _schedule(op, key, plan)
-    if _freed_capacity(prev, new):
+    if _holds_capacity(prev) != _holds_capacity(new):
+        # Freed capacity may admit the next jobs; a new admission may unblock jobs queued behind this one.
         trigger_waiting(op, pools_of(job))
     elif prev is None or (prev.phase, prev.reason, prev.admitted_at) != (new.phase, new.reason, new.admitted_at):
         refresh_pools(op, pools_of(job))
@@ -146,10 +148,6 @@ def _holds_capacity(st: MLJobStatus | None) -> bool:
     return st is not None and st.admitted_at is not None and not (st.phase is not None and st.phase.finished)
 
 
-def _freed_capacity(prev: MLJobStatus | None, new: MLJobStatus) -> bool:
-    return _holds_capacity(prev) and not _holds_capacity(new)
-
-
 def _schedule(op: OperatorState, key: JobKey, plan: Plan) -> None:
     """Wake the job when its next deadline passes (timeouts, TTL, worker grace): no polling."""
     old = op.wakeups.pop(key, None)
@@ -162,7 +160,11 @@ def _schedule(op: OperatorState, key: JobKey, plan: Plan) -> None:
 
 
 def spawn_job(op: OperatorState, key: JobKey) -> None:
-    """Reconcile a job in the background (pod events, wake-ups, queue moves); retried on API errors."""
+    """Reconcile a job in the background (pod events, wake-ups, queue moves); retried on API errors. A burst
+    of events while one pass is already waiting for the job's lock costs one pass, not one per event."""
+    if key in op.pending:
+        return
+    op.pending.add(key)
     asyncio.ensure_future(_guarded(op, key))
 
 

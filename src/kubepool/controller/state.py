@@ -42,6 +42,7 @@ class OperatorState:
     locks: dict[JobKey, asyncio.Lock] = field(default_factory=dict)
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
+    pending: set[JobKey] = field(default_factory=set)  # background passes queued but not started
 
     def lock(self, key: JobKey) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())

@@ -93,6 +93,13 @@ def _instances(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) 
     return out
 
 
+def first_admitted(st: MLJobStatus) -> datetime | None:
+    """When the job was first admitted: activeDeadlineSeconds counts from here, across retries (the Admitted
+    condition keeps its transition time while it stays True; admittedAt restarts with each attempt)."""
+    cond = next((c for c in st.conditions if c.type == "Admitted" and c.status == ConditionStatus.TRUE), None)
+    return cond.last_transition_time if cond is not None and cond.last_transition_time else st.admitted_at
+
+
 def _finish(st: MLJobStatus, phase: JobPhase, reason: str, message: str, now: datetime) -> None:
     st.phase, st.reason, st.message = phase, reason, _cut(message)
     st.completion_time = st.completion_time or now
@@ -115,9 +122,10 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
         if not d.admitted:
             st.phase, st.reason, st.message = JobPhase.PENDING, d.reason, d.message
             return None
-        st.admitted_at, st.start_time = now, st.start_time or now
+        st.admitted_at = now
         st.instances = _instances(job, d.granted, [], st.attempt)
-    if spec.active_deadline_seconds and st.start_time and now >= st.start_time + timedelta(seconds=spec.active_deadline_seconds):
+    since = first_admitted(st)
+    if spec.active_deadline_seconds and since and now >= since + timedelta(seconds=spec.active_deadline_seconds):
         return _finish(st, JobPhase.FAILED, DEADLINE_EXCEEDED,
                        f"the job ran longer than activeDeadlineSeconds={spec.active_deadline_seconds}", now)
     granted = len(st.instances)
@@ -156,6 +164,7 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
         return None
     if ready >= minimum:
         st.phase, st.reason, st.message = JobPhase.RUNNING, INSTANCES_READY, f"{ready} of {target} instances ready"
+        st.start_time = st.start_time or now
         return None
     assert st.admitted_at is not None
     if now >= st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds):

@@ -117,10 +117,13 @@ def test_terminal_without_pods(spec: dict, kw: dict, reason: str) -> None:
     assert {c.type: c.status for c in st.conditions}["Failed"] == "True"
 
 
-def test_deadline() -> None:
-    j = admitted(job(targetInstances=1, activeDeadlineSeconds=10))
-    assert run(j, [pod(0)], 5).phase is JobPhase.RUNNING
-    st = run(j, [pod(0)], 10)
+def test_deadline_counts_from_first_admission_across_retries() -> None:
+    j = admitted(job(targetInstances=1, activeDeadlineSeconds=10, backoffLimit=1))
+    running = run(j, [pod(0)], 5)
+    assert running.phase is JobPhase.RUNNING and running.start_time == at(5)
+    retried = with_status(j, run(with_status(j, running), [pod(0, "Failed", False)], 6))
+    assert retried.status is not None and retried.status.admitted_at == at(6)
+    st = run(retried, [pod(0, attempt=1)], 10)
     assert (st.phase, st.reason) == (JobPhase.FAILED, S.DEADLINE_EXCEEDED)
 
 
