@@ -199,9 +199,6 @@ class JobContract(BaseModel):
             world_size=len(self.instances),
         )
 
-    def instance(self, instance_id: int) -> Instance:
-        return next(i for i in self.instances if i.instance_id == instance_id)
-
     def group_of(self, name: str) -> Group:
         return next(g for g in self.groups if g.name == name)
 

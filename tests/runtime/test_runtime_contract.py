@@ -32,7 +32,7 @@ def test_identity() -> None:
     me = c.identity(2)
     assert (me.is_head, me.group, me.rank_in_group, me.group_size, me.host) == (False, "instance_group_2", 0, 1, "algo-3")
     assert me.hosts == ["algo-1", "algo-2", "algo-3"] and c.identity(1).group_hosts == ["algo-1", "algo-2"]
-    assert c.identity(0).is_head and c.head_address == "algo-1.job-svc" and c.instance(1).dns == "algo-2.job-svc"
+    assert c.identity(0).is_head and c.head_address == "algo-1.job-svc" and c.instances[1].dns == "algo-2.job-svc"
     with pytest.raises(ValueError):
         c.identity(3)
 

@@ -12,6 +12,7 @@ import cloudpickle
 import pytest
 
 from kubepool.contract import RESULT_LOG_MARKER, TERMINATION_MESSAGE_MAX_BYTES, Entrypoint
+from kubepool.jobs.results import decode_result_line, find_result
 from kubepool.runtime import result
 from kubepool.runtime.launcher import run_entrypoint
 from kubepool.runtime.result import ExecutionResult
@@ -63,14 +64,15 @@ def test_function_from_file_and_from_pickle(payload: Path) -> None:
 def test_log_line_roundtrip() -> None:
     line = result.encode_log_line(ExecutionResult(True, 0, value={"acc": 0.9}))
     assert line.startswith(RESULT_LOG_MARKER) and "\n" not in line
-    assert result.find_in_log(f"noise\n{line}\nmore\n") == {"success": True, "value": {"acc": 0.9}, "error": "", "traceback": ""}
+    got = find_result(["noise", line, "more"])  # the SDK's reader
+    assert got is not None and (got.success, got.value, got.error) == (True, {"acc": 0.9}, "")
 
 
 def test_unpicklable_value_becomes_its_repr() -> None:
     import threading
 
-    doc = result.decode_log_line(result.encode_log_line(ExecutionResult(True, 0, value=threading.Lock())))
-    assert "lock" in doc["value"]
+    got = decode_result_line(result.encode_log_line(ExecutionResult(True, 0, value=threading.Lock())))
+    assert "lock" in got.value
 
 
 def test_termination_message_is_short_and_starts_with_the_error() -> None:

@@ -40,7 +40,7 @@ from kubepool.contract import (
     RunMode,
     build_contract,
 )
-from kubepool.runtime.result import find_in_log
+from kubepool.jobs.results import ExecutionResult, find_result
 
 IPS = ["127.0.5.2", "127.0.5.3", "127.0.5.4"]
 # Raylets bind their ports on all interfaces, and other suites on this machine run Ray too: every fixed port
@@ -152,6 +152,13 @@ class Instances:
         kill_leftovers(self.ray_root)
 
 
+def result_of(log: str) -> ExecutionResult:
+    """The result line as the SDK's `job.result()` reads it."""
+    res = find_result(log.splitlines())
+    assert res is not None, log[-3000:]
+    return res
+
+
 def kill_leftovers(marker: Path) -> None:
     """Safety net: any Ray process of this test (found by its unique temp dir) that outlived its instance."""
     for pid in ray_processes(marker):
@@ -203,8 +210,8 @@ def test_three_instances_form_one_cluster(instances: Instances) -> None:
     assert "DASHBOARD 401" in out  # token auth guards the Jobs API
     assert "JOBS_API list" in out
     assert out.index("ML job started") < out.index("NODES") < out.index("ML job finished")
-    res = find_in_log(out)
-    assert res is not None and res["success"] is False and "code 7" in res["error"]
+    res = result_of(out)
+    assert res.success is False and "code 7" in res.error
     assert instances.termination(0)["exitCode"] == 7
     for w in (1, 2):
         assert instances.wait(w, 60) == 0, instances.log(w)[-3000:]
@@ -224,8 +231,7 @@ def test_min_instances_runs_on_two_of_three_after_min_wait(instances: Instances)
     assert "Minimum instance requirement met: 2 instances available" in out
     assert "NODES 2" in out and "WORKER_IPS ['127.0.5.3']" in out
     assert instances.wait(1, 60) == 0
-    res = find_in_log(out)
-    assert res is not None and res["success"] is True
+    assert result_of(out).success is True
 
 
 @pytest.mark.ray
@@ -283,8 +289,7 @@ def test_parallel_mode_runs_everywhere(instances: Instances) -> None:
     for i in range(3):
         assert instances.wait(i, 60) == 0, instances.log(i)[-2000:]
         assert f"PAR {i} 3 127.0.5.2 127.0.5.2,127.0.5.3,127.0.5.4 29500" in instances.log(i)
-        res = find_in_log(instances.log(i))
-        assert res is not None and res["value"] == i * 10
+        assert result_of(instances.log(i)).value == i * 10
 
 
 SLEEPER = "import time\nprint('SLEEPING', flush=True)\ntime.sleep(600)\n"

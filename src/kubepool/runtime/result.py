@@ -1,7 +1,7 @@
 """The payload's outcome and where it goes: the result log line, the termination log, the result file.
 
 `ExecutionResult` is what the SDK's `job.result()` decodes from the head's log line
-(`RESULT_LOG_MARKER` + base64 cloudpickle of its dict). The termination log is a short JSON summary,
+(`RESULT_LOG_MARKER` + base64 cloudpickle of its dict; `kubepool.jobs.results` reads it). The termination log is a short JSON summary,
 failure message first, cut to Kubernetes' 4 KiB limit.
 """
 
@@ -39,19 +39,6 @@ def encode_log_line(result: ExecutionResult) -> str:
         doc["value"] = repr(result.value)
         blob = cloudpickle.dumps(doc)
     return RESULT_LOG_MARKER + base64.b64encode(blob).decode("ascii")
-
-
-def decode_log_line(line: str) -> dict[str, Any]:
-    if not line.startswith(RESULT_LOG_MARKER):
-        raise ValueError("not a result line")
-    doc: dict[str, Any] = cloudpickle.loads(base64.b64decode(line[len(RESULT_LOG_MARKER) :].strip()))
-    return doc
-
-
-def find_in_log(log: str) -> dict[str, Any] | None:
-    """The last result line of a log, decoded."""
-    lines = [ln for ln in log.splitlines() if ln.startswith(RESULT_LOG_MARKER)]
-    return decode_log_line(lines[-1]) if lines else None
 
 
 def termination_message(result: ExecutionResult, instance_id: int) -> str:

@@ -17,7 +17,6 @@ from kubepool import naming
 from kubepool.contract import Channel, InstanceIdentity, JobContract
 
 NETWORK_INTERFACE = "eth0"
-SAGEMAKER_MASTER_PORT = 7777  # the PyTorch container's MASTER_PORT
 DEFAULT_LOG_LEVEL = 20
 # Toolkit's SAGEMAKER_HYPERPARAMETERS: removed from the user's hps and not framework params either.
 PLATFORM_HYPERPARAMETERS = frozenset(
