@@ -29,7 +29,13 @@ from kubepool.controller.builders.common import local_port_shift, pools_of
 from kubepool.controller.config import RuntimeAccountPolicy
 from kubepool.controller.plan import Plan, plan_job
 from kubepool.controller.state import JobKey, OperatorState, claim_of
-from kubepool.controller.status import Observed, compute_job_status, compute_pool_status, status_changed
+from kubepool.controller.status import (
+    Observed,
+    compute_job_status,
+    compute_pool_status,
+    status_changed,
+    status_patch,
+)
 from kubepool.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
@@ -41,14 +47,6 @@ _WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
-
-
-def _status_patch(old: MLJobStatus | None, new: MLJobStatus) -> dict[str, Any]:
-    """A merge patch that also removes fields the new status no longer has."""
-    doc = new.wire()
-    for key in (old.wire() if old else {}):
-        doc.setdefault(key, None)
-    return doc
 
 
 async def reconcile_job(op: OperatorState, key: JobKey) -> None:
@@ -100,7 +98,7 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
 async def _write_status(op: OperatorState, key: JobKey, job: MLJob, new: MLJobStatus) -> None:
     if not status_changed(job.status, new):
         return
-    await op.api.patch_job_status(key[0], key[1], _status_patch(job.status, new))
+    await op.api.patch_job_status(key[0], key[1], status_patch(job.status, new))
     op.written[job.metadata.get("uid", "")] = new
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from kubepool import naming
 from kubepool.api import (
@@ -200,6 +201,14 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
 
 def status_changed(old: MLJobStatus | None, new: MLJobStatus) -> bool:
     return (old.wire() if old else {}) != new.wire()
+
+
+def status_patch(old: MLJobStatus | None, new: MLJobStatus) -> dict[str, Any]:
+    """A JSON merge patch from `old` to `new` that also removes the fields `new` no longer has."""
+    doc = new.wire()
+    for key in (old.wire() if old else {}):
+        doc.setdefault(key, None)
+    return doc
 
 
 # --- ComputePool --------------------------------------------------------------------------------------------

@@ -1,0 +1,52 @@
+"""Pod and node views built from raw API bodies, and the status merge patch (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from operator_factories import T0
+
+from kubepool import naming
+from kubepool.api import JobPhase, MLJobStatus
+from kubepool.controller.observed import NodeView, PodView
+from kubepool.controller.status import status_patch
+
+
+def raw_pod(phase: str, **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "j-g-0", "labels": {naming.LABEL_INSTANCE: "0", naming.LABEL_ATTEMPT: "1",
+                                                      naming.LABEL_JOB_UID: "u"}},
+            "spec": {"nodeName": "cpu-node-1"}, "status": {"phase": phase, **status}}
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    (raw_pod("Running", conditions=[{"type": "Ready", "status": "True"}]),
+     {"phase": "Running", "ready": True, "exit_code": None, "message": None}),
+    (raw_pod("Failed", containerStatuses=[{"state": {"terminated": {"exitCode": 3, "message": '{"error": "boom"}'}}}]),
+     {"phase": "Failed", "ready": False, "exit_code": 3, "message": '{"error": "boom"}'}),
+    (raw_pod("Failed", containerStatuses=[{"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]),
+     {"phase": "Failed", "exit_code": 137, "message": "OOMKilled"}),
+    (raw_pod("Pending", conditions=[{"type": "PodScheduled", "status": "False", "message": "0/5 nodes are available"}]),
+     {"phase": "Pending", "message": "0/5 nodes are available"}),
+    (raw_pod("Pending", containerStatuses=[{"state": {"waiting": {"reason": "CreateContainerConfigError"}}}]),
+     {"message": "CreateContainerConfigError"}),
+], ids=["running-ready", "failed-with-message", "oom", "unschedulable", "waiting"])
+def test_pod_view(body: dict[str, Any], expected: dict[str, Any]) -> None:
+    view = PodView.of(body)
+    assert (view.instance_id, view.attempt, view.job_uid, view.node, view.is_head) == (0, 1, "u", "cpu-node-1", True)
+    for key, value in expected.items():
+        assert getattr(view, key) == value, key
+
+
+def test_node_view() -> None:
+    node = NodeView.of({"metadata": {"name": "gpu-node-1", "labels": {"a": "b"}},
+                        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+                        "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    assert node.ready and node.labels == {"a": "b"} and node.taints[0].key == "nvidia.com/gpu"
+
+
+def test_status_patch_removes_fields_the_new_status_lacks() -> None:
+    old = MLJobStatus(phase=JobPhase.PENDING, reason="Queued", message="waiting", admitted_at=T0)
+    new = MLJobStatus(phase=JobPhase.PENDING, admitted_at=T0)
+    patch = status_patch(old, new)
+    assert patch["reason"] is None and patch["message"] is None and patch["phase"] == "PENDING"
