@@ -274,7 +274,9 @@ def test_sagemaker_two_groups(instances: Instances) -> None:
 
 
 PARALLEL_PAYLOAD = """
-import os
+import os, signal
+if os.environ["SNOWFLAKE_JOB_INDEX"] == "2":
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
 print("PAR", os.environ["SNOWFLAKE_JOB_INDEX"], os.environ["SNOWFLAKE_JOBS_COUNT"], os.environ["MLRS_HEAD_IP"],
       os.environ["MLRS_NODE_IPS"], os.environ["MLRS_RDZV_PORT"])
 __return__ = int(os.environ["SNOWFLAKE_JOB_INDEX"]) * 10
@@ -284,12 +286,14 @@ __return__ = int(os.environ["SNOWFLAKE_JOB_INDEX"]) * 10
 @pytest.mark.parametrize(
     "instances", [(job(RunMode.PARALLEL, ONE_GROUP, Entrypoint(path="main.py")), PARALLEL_PAYLOAD)], indirect=True
 )
-def test_parallel_mode_runs_everywhere(instances: Instances) -> None:
+def test_parallel_mode_runs_everywhere_and_reports_a_killed_payload(instances: Instances) -> None:
     instances.start(0, 1, 2)
-    for i in range(3):
+    for i in range(2):
         assert instances.wait(i, 60) == 0, instances.log(i)[-2000:]
         assert f"PAR {i} 3 127.0.5.2 127.0.5.2,127.0.5.3,127.0.5.4 29500" in instances.log(i)
         assert result_of(instances.log(i)).value == i * 10
+    assert instances.wait(2, 60) == 137
+    assert instances.termination(2)["error"] == "the payload was killed by signal 9"
 
 
 SLEEPER = "import time\nprint('SLEEPING', flush=True)\ntime.sleep(600)\n"

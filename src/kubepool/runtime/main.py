@@ -59,13 +59,13 @@ def log(msg: str) -> None:
     print(f"kubepool[{os.environ.get(ENV_INSTANCE_ID, '?')}]: {msg}", flush=True)
 
 
-def fail(msg: str, env: Mapping[str, str]) -> int:
+def fail(msg: str, env: Mapping[str, str], code: int = 1) -> int:
     """An instance that fails before or around the payload still tells the operator why."""
     log(msg)
-    res = result.ExecutionResult(False, 1, error=msg)
+    res = result.ExecutionResult(False, code, error=msg)
     instance_id = int(env.get(ENV_INSTANCE_ID, "-1"))
     result.write_termination_log(Path(env.get(ENV_TERMINATION_LOG, TERMINATION_MESSAGE_PATH)), res, instance_id)
-    return 1
+    return code
 
 
 def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], gpus: int) -> dict[str, str]:
@@ -89,7 +89,10 @@ def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str],
 def run_launcher(env: Mapping[str, str]) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "kubepool.runtime.launcher"], env=dict(env))
     try:
-        return proc.wait()
+        code = proc.wait()
+        if code < 0:  # killed (the OOM killer's SIGKILL, say) before it could report: report for it
+            return fail(f"the payload was killed by signal {-code}", env, 128 - code)
+        return code
     finally:
         if proc.poll() is None:  # only on SIGTERM: stop the payload before Ray goes away under it
             proc.terminate()
