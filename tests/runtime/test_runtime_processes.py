@@ -355,3 +355,12 @@ def ray_processes(marker: Path) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_a_broken_contract_fails_with_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "contract.json").write_text("{}")
+    env = {**os.environ, ENV_CONTRACT_FILE: str(tmp_path / "contract.json"), ENV_INSTANCE_ID: "0",
+           ENV_TERMINATION_LOG: str(tmp_path / "termination")}
+    proc = subprocess.run([sys.executable, "-m", "kubepool.runtime"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert json.loads((tmp_path / "termination").read_text())["error"].startswith("ValidationError: ")

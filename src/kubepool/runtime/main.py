@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
@@ -180,7 +181,9 @@ def main() -> int:
     try:
         return run(dict(os.environ))
     except Terminated:
-        log("SIGTERM: stopped the payload and Ray")
-        return EXIT_SIGTERM
-    except (ray_node.RayStartError, OSError) as e:
-        return fail(f"error: {e}", os.environ)
+        return fail("SIGTERM: stopped the payload and Ray", os.environ, EXIT_SIGTERM)
+    except ray_node.RayStartError as e:
+        return fail(str(e), os.environ)
+    except Exception as e:  # noqa: BLE001 - whatever stops an instance, the operator gets the reason
+        traceback.print_exc()
+        return fail(f"{type(e).__name__}: {e}", os.environ)
