@@ -89,7 +89,7 @@ class PyTorchDistributorResult:
 
 @dataclass(frozen=True)
 class _RunSpec:
-    """Everything one worker needs for one run; shipped once per run."""
+    """Everything one rank needs for one run, shipped with its task."""
 
     train_func: Callable[..., Any]
     store_prefix: str
@@ -249,11 +249,10 @@ class PyTorchDistributor:
             for rank in range(cfg.world_size):
                 node, local = divmod(rank, cfg.num_workers_per_node)
                 me = _Rank(rank, local, node, cfg.world_size, cfg.num_workers_per_node, backend)
+                shards = {name: per_rank[rank] for name, per_rank in datasets.items()}
                 spec = _RunSpec(
-                    self.train_func, prefix, ip,
-                    int(store.port), hyper_params, {name: shards[rank] for name, shards in datasets.items()},
-                    artifact_stage_location,
-                )  # fmt: skip
+                    self.train_func, prefix, ip, int(store.port), hyper_params, shards, artifact_stage_location
+                )
                 refs.append(
                     task.options(
                         num_cpus=res.num_cpus, num_gpus=res.num_gpus, scheduling_strategy=in_bundle(pg, bundles[node])
