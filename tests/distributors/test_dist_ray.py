@@ -158,3 +158,35 @@ def test_xgb_failing_worker_surfaces_its_traceback(ray_cluster: LoopbackRayClust
     with pytest.raises(RuntimeError) as err:
         XGBEstimator(n_estimators=2, scaling_config=XGBScalingConfig(3, 1)).fit(df, input_cols=["f0", "nope"], label_col="y")
     assert "XGBEstimator: rank" in str(err.value) and "KeyError" in str(err.value) and "Traceback" in str(err.value)
+
+
+def _two_local_ranks() -> None:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    ctx = get_context()
+    t = torch.tensor([float(ctx.get_rank() + 1)])
+    dist.all_reduce(t)  # 1 + 2
+    me = (ctx.get_rank(), ctx.get_local_rank(), ctx.get_local_world_size(), ctx.get_node_rank())
+    everyone: list[Any] = [None] * ctx.get_world_size()
+    dist.all_gather_object(everyone, me)
+    am = ctx.get_artifact_manager()
+    assert am is not None
+    if ctx.get_rank() == 0:
+        ckpt = os.path.join(ctx.get_model_dir(), "ckpt.txt")
+        with open(ckpt, "w") as f:
+            f.write("epoch 1")
+        am.upload(ckpt, "checkpoints/ckpt.txt")
+        ctx.get_metrics_reporter().log_metrics({"sum": t.item(), "ranks": everyone, "stage": am.list()})
+
+
+def test_pytorch_two_workers_on_one_node_with_artifact_stage(ray_cluster: LoopbackRayCluster, tmp_path: Path) -> None:
+    cfg = PyTorchScalingConfig(num_nodes=1, num_workers_per_node=2, resource_requirements_per_worker=WorkerResourceConfig(1))
+    result = PyTorchDistributor(_two_local_ranks, cfg).run(artifact_stage_location=str(tmp_path / "stage"))
+    assert result.metrics["sum"] == 3.0
+    assert result.metrics["ranks"] == [(0, 0, 2, 0), (1, 1, 2, 0)]
+    assert result.metrics["stage"] == ["checkpoints/ckpt.txt"]
+    assert result.model_dir == str(tmp_path / "stage" / "model")
+    assert (tmp_path / "stage" / "model" / "ckpt.txt").read_text() == "epoch 1"
