@@ -40,8 +40,8 @@ def test_second_replica_pauses(kubectl: Any, cluster: Any, crds: None, namespace
         pool = compute_pool("cpu", max_nodes=1)
         apply(mljob("peered", computePool=pool, entrypoint={"file": "x.py"}, backend="kuberay"))
         wait_phase(kubectl, namespace, "peered", {"FAILED"}, 60, active)
-        assert "Handler 'reconcile_mljob' succeeded" in active.logs()
-        assert "Handler 'reconcile_mljob'" not in paused[0].logs()
+        wait_for(lambda: "Handler 'reconcile_mljob' succeeded" in active.logs(), 30, "the active replica's handler")
+        assert "Handler 'reconcile_mljob'" not in paused[0].logs(), paused[0].logs()[-3000:]
     finally:
         first.stop()
         second.stop()
