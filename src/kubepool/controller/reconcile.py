@@ -86,7 +86,7 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
         await _write_status(op, key, job, new)
     plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now())
     await _apply_plan(op, key, job, new, plan, pools)
-    _announce(body, prev, new)
+    _announce(op, body, prev, new)
     _schedule(op, key, plan)
     if _holds_capacity(prev) != _holds_capacity(new):
         # Freed capacity may admit the next jobs; a new admission may unblock jobs queued behind this one.
@@ -132,14 +132,14 @@ async def _apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatu
         await op.api.delete_job(*key)
 
 
-def _announce(body: dict[str, Any], prev: MLJobStatus | None, new: MLJobStatus) -> None:
+def _announce(op: OperatorState, body: dict[str, Any], prev: MLJobStatus | None, new: MLJobStatus) -> None:
     """One Event per transition of (phase, reason)."""
     before = (prev.phase, prev.reason) if prev else (None, None)
     if before == (new.phase, new.reason) or new.phase is None:
         return
     warning = new.phase in _WARNING_PHASES or new.reason in _WARNING_REASONS
-    kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Warning" if warning else "Normal", reason=new.reason or str(new.phase),
-               message=f"{new.phase}: {new.message or ''}"[:1024])
+    op.post_event(kopf.Body(cast(kopf.RawBody, body)), type="Warning" if warning else "Normal",
+                  reason=new.reason or str(new.phase), message=f"{new.phase}: {new.message or ''}"[:1024])
 
 
 def _holds_capacity(st: MLJobStatus | None) -> bool:

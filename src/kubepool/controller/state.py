@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import kopf
 from pydantic import ValidationError
 
 from kubepool.api import ComputePool, MLJob, MLJobStatus
@@ -43,6 +44,7 @@ class OperatorState:
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
     pending: set[JobKey] = field(default_factory=set)  # background passes queued but not started
+    post_event: Callable[..., None] = field(default=kopf.event)  # kopf's Event poster; tests record instead
 
     def lock(self, key: JobKey) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())

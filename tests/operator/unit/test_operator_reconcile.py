@@ -1,0 +1,102 @@
+"""The reconcile orchestration with an in-memory stand-in for kubepool.kube.aio.Api (the handler tier: no
+cluster). Checks ordering (status persisted before children), idempotency and queue progression."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from operator_factories import job, pod, pool
+
+from kubepool.api import MLJob
+from kubepool.controller import reconcile
+from kubepool.controller.config import OperatorConfig
+from kubepool.controller.observed import PodView
+from kubepool.controller.state import OperatorState
+from kubepool.kube.aio import Api
+
+
+class RecordingApi:
+    """Keeps what the operator wrote, in order; objects are keyed by (kind, name)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.statuses: dict[str, dict[str, Any]] = {}
+
+    async def apply(self, obj: dict[str, Any]) -> None:
+        self.calls.append(("apply", obj["kind"]))
+        self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
+
+    async def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        key = (obj["kind"], obj["metadata"]["name"])
+        self.calls.append(("create", obj["kind"]))
+        if key in self.objects:
+            return False
+        self.objects[key] = obj
+        return True
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        self.calls.append(("delete", name))
+        self.objects.pop(("Pod", name), None)
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete-job", name))
+
+    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.calls.append(("status", name))
+        self.statuses[name] = status
+
+    async def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
+        self.calls.append(("pool-status", name))
+
+    async def crd_exists(self, name: str) -> bool:
+        return False
+
+    def pods(self) -> list[str]:
+        return sorted(name for kind, name in self.objects if kind == "Pod")
+
+
+def state(jobs: list[MLJob], pods: list[PodView] | None = None,
+          max_nodes: int = 3) -> tuple[OperatorState, RecordingApi, list[str]]:
+    api = RecordingApi()
+    events: list[str] = []
+    op = OperatorState(cfg=OperatorConfig(), api=cast(Api, api),
+                       post_event=lambda body, *, type, reason, message: events.append(reason))
+    op.indexes = {
+        "mljob_index": {("ns", j.metadata["name"]): [j.model_dump(mode="json", by_alias=True, exclude_none=True)] for j in jobs},
+        "pod_index": {("ns", "train"): list(pods or [])},
+        "pool_index": {"cpu": [pool(max_nodes=max_nodes).model_dump(mode="json", by_alias=True, exclude_none=True)]},
+        "node_index": {},
+    }
+    return op, api, events
+
+
+async def test_status_is_persisted_before_children_and_passes_are_idempotent() -> None:
+    op, api, events = state([job(targetInstances=2)])
+    await reconcile.reconcile_job(op, ("ns", "train"))
+    assert api.calls[0] == ("status", "train"), "admission is written before anything is created"
+    assert api.statuses["train"]["phase"] == "PENDING" and len(api.statuses["train"]["instances"]) == 2
+    assert api.pods() == ["train-homogeneouscluster-0", "train-homogeneouscluster-1"]
+    assert {k for k, _ in api.objects} >= {"ConfigMap", "Service", "NetworkPolicy", "Secret", "Role"}
+    assert events == ["WaitingForInstances"]
+    api.calls.clear()
+    await reconcile.reconcile_job(op, ("ns", "train"))
+    assert ("status", "train") not in api.calls, "an unchanged status is not written again"
+    assert api.pods() == ["train-homogeneouscluster-0", "train-homogeneouscluster-1"]
+    assert not [c for c in api.calls if c[0] == "apply"], "children are applied once per attempt"
+
+
+async def test_done_frees_capacity_for_the_queued_job() -> None:
+    first = job("train", targetInstances=1, created="2026-01-01T12:00:00Z")
+    second = job("next", targetInstances=1, created="2026-01-01T12:00:05Z")
+    op, api, events = state([first, second], max_nodes=1)
+    await reconcile.reconcile_job(op, ("ns", "train"))
+    await reconcile.reconcile_job(op, ("ns", "next"))
+    assert api.statuses["next"]["reason"] == "Queued" and api.pods() == ["train-homogeneouscluster-0"]
+    op.indexes["pod_index"][("ns", "train")] = [pod(0, "Succeeded", False)]
+    await reconcile.reconcile_job(op, ("ns", "train"))
+    assert api.statuses["train"]["phase"] == "DONE" and "Completed" in events
+    await asyncio.sleep(0.05)  # the queued job's pass runs in the background
+    assert api.statuses["next"]["phase"] == "PENDING" and "admittedAt" in api.statuses["next"]
+    assert "next-homogeneouscluster-0" in api.pods()
