@@ -49,6 +49,7 @@ class Controller:
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)  # /tmp is shared: someone may have cleaned it
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -56,9 +57,9 @@ class Controller:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} did not start; see {self.log_path}")
             time.sleep(0.3)
-        self._settle()
+        self.settle()
 
-    def _settle(self, quiet_s: float = 2.0, timeout: float = 120.0) -> None:
+    def settle(self, quiet_s: float = 2.0, timeout: float = 120.0) -> None:
         """Wait until the controller has used < 5% CPU for `quiet_s`: its start-up (listing, resuming every
         existing object) must be over before the clock starts."""
         deadline = time.monotonic() + timeout

@@ -113,7 +113,7 @@ async def _one(bench: BenchCluster, ns: str, name: str) -> dict[str, Any]:
                 marks.setdefault("admitted", t)
             if st.get("phase") in ("DONE", "FAILED", "CANCELLED"):
                 marks.setdefault("done", t)
-                outcome.append(st["phase"])
+                outcome.append(f"{st['phase']} ({st.get('reason')}: {st.get('message')})")
                 finished.set()
 
         def on_pod(kind: str, obj: dict[str, Any], t: float) -> None:
@@ -143,7 +143,7 @@ async def _one(bench: BenchCluster, ns: str, name: str) -> dict[str, Any]:
         finally:
             for t in tasks:
                 t.cancel()
-    if outcome[0] != "DONE":
+    if not outcome[0].startswith("DONE"):
         raise RuntimeError(f"{name} ended {outcome[0]}; head log:\n" + "\n".join(text for _, text in lines[-30:]))
     marks.update(log_marks(lines))
     return breakdown(submit, marks)

@@ -1,0 +1,94 @@
+"""`python -m bench.summary`: one table of every benchmark's headline numbers beside its target, from the
+JSON the parts wrote (bench/results/{operator_scale,latency,distributors}.json); writes results/summary.md.
+A part that has not run yet is left out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import stats
+
+RESULTS = Path(__file__).with_name("results")
+Row = list[str]
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def verdict(value: float | None, target: float | None) -> str:
+    """'yes'/'NO' when there is a target (lower is better for every target here), else ''."""
+    if target is None:
+        return ""
+    if value is None or value != value:
+        return "NO (no value)"
+    return "yes" if value <= target else "NO"
+
+
+def row(measure: str, value: float | None, target: float | None = None, digits: int = 2, unit: str = "") -> Row:
+    return [measure, stats.fmt(value, digits) + unit, f"≤ {target:g}{unit}" if target is not None else "", verdict(value, target)]
+
+
+def scale_rows(rep: dict[str, Any]) -> list[Row]:
+    rows = [row("local cluster up to Ready, cached binaries", rep["cluster_up_s"], None, 1, " s"),
+            ["cold build of the binaries", rep["cold_build"], "", ""]]
+    p1 = rep.get("p1")
+    if p1:
+        med = p1["median"]
+        for s, m in med.items():
+            stalled = f" ({m['stalled']} run(s) stalled)" if m.get("stalled") else ""
+            rows.append([f"P1 {p1['jobs']}x{p1['pods_per_job']} pods Running: {s}{stalled}",
+                         f"{stats.fmt(m['wall_s'], 1)} s, {stats.fmt(m['pods_per_s'], 1)} pods/s, "
+                         f"{stats.fmt(m['requests_per_job'], 1)} req/job, RSS {stats.fmt(m['controller_peak_rss_mib'], 0)} MiB, "
+                         f"CPU {stats.fmt(m['controller_cpu_s'], 1)} s", "", ""])  # fmt: skip
+        rows += [row(f"P1 wall {k}", v, p1["targets"].get(k)) for k, v in p1["ratios"].items()]
+    p2 = rep.get("p2")
+    if p2:
+        if p2["stalled"]:
+            rows.append(["P2 churn (stalled; the rows below are up to the stall)", p2["stalled"], "", "NO"])
+        rows += [row(f"P2 operator RSS at {p2['live_jobs']} live jobs", p2["rss_mib_at_live_jobs"], p2["targets"]["rss_mib_at_live_jobs"], 0, " MiB"),
+                 row("P2 status lag p50 (pod Succeeded → MLJob DONE)", p2["status_lag_p50_s"], None, 2, " s"),
+                 row("P2 status lag p99", p2["status_lag_p99_s"], p2["targets"]["status_lag_p99_s"], 2, " s")]  # fmt: skip
+    return rows
+
+
+def latency_rows(rep: dict[str, Any]) -> list[Row]:
+    med = rep["p3"]["median"]
+    return [row("P3 submit → payload start (3 instances, process nodes)", med["payload_start"], rep["p3"]["target_payload_start_s"], 1, " s"),
+            row("P3 submit → DONE", med["done"], None, 1, " s")]  # fmt: skip
+
+
+def distributor_rows(rep: dict[str, Any]) -> list[Row]:
+    return [row(f"distributors: {k}", v, rep["targets"].get(k)) for k, v in rep["ratios"].items()]
+
+
+def markdown() -> str:
+    rows: list[Row] = []
+    machine = None
+    for name, fn in (("operator_scale", scale_rows), ("latency", latency_rows), ("distributors", distributor_rows)):
+        rep = _load(name)
+        if rep:
+            rows += fn(rep)
+            machine = machine or rep.get("machine")
+    head = ["# kubepool benchmarks: summary", ""]
+    if machine:
+        head += [f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB. "
+                 "Details, repeats and per-run numbers: operator_scale.md, latency.md, distributors.md.", ""]
+    return "\n".join(head) + "\n" + stats.markdown_table(["measure", "value", "target", "met"], rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    text = markdown()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "summary.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
