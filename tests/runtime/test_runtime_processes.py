@@ -364,3 +364,26 @@ def test_a_broken_contract_fails_with_the_reason(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "kubepool.runtime"], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert json.loads((tmp_path / "termination").read_text())["error"].startswith("ValidationError: ")
+
+
+def test_a_packed_payload_runs_from_its_tree(tmp_path: Path) -> None:
+    """The SDK's payload ConfigMap (flat keys + manifest), mounted as Kubernetes mounts it: one file per key."""
+    from kubepool.jobs.payload import directory_payload, pack
+
+    proj = tmp_path / "proj"
+    (proj / "pkg").mkdir(parents=True)
+    (proj / "pkg" / "__init__.py").write_text("")
+    (proj / "pkg" / "util.py").write_text("GREETING = 'hello from a package'\n")
+    (proj / "main.py").write_text("import sys\nfrom pkg.util import GREETING\nprint(GREETING, sys.argv[1:])\n")
+    mounted = tmp_path / "payload"
+    mounted.mkdir()
+    packed = pack(directory_payload(proj))
+    for key, text in packed.data.items():
+        (mounted / key).write_text(text)
+    c = job(RunMode.PARALLEL, [Group(name="g", instance_type="cpu", count=1)], Entrypoint(path="main.py", args=["--x", "1"]),
+            target=1, minimum=1)
+    runner = Instances(tmp_path, c, tmp_path / "ray")
+    runner.start(0)
+    assert runner.wait(0, 60) == 0, runner.log(0)
+    assert "hello from a package ['--x', '1']" in runner.log(0)
+    assert (tmp_path / "opt-ml-0" / "code" / "pkg" / "util.py").is_file()

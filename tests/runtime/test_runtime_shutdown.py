@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kubepool.runtime.shutdown import ShutdownServer, WorkerOutcome, ask_head, await_leave, poll_url
+from kubepool.runtime.shutdown import (
+    HeadWatch,
+    ShutdownServer,
+    WorkerOutcome,
+    ask_head,
+    await_leave,
+    poll_url,
+)
 
 HOST = "127.0.5.21"
 
@@ -47,5 +54,19 @@ class Clock:
 )
 def test_worker_loop(answers: list[bool | None], alive: bool, outcome: WorkerOutcome, elapsed: float) -> None:
     clock, it = Clock(), iter(answers)
-    got = await_leave("u", node_alive=lambda: alive, lost_timeout=10, interval=1, clock=clock, sleep=clock.sleep, ask=lambda _: next(it))
-    assert got is outcome and clock.now == elapsed
+    watch = HeadWatch("u", 10, clock=clock, ask=lambda _: next(it))
+    assert await_leave(watch, node_alive=lambda: alive, interval=1, sleep=clock.sleep) is outcome
+    assert clock.now == elapsed
+
+
+def test_joining_counts_a_lost_head_only_after_it_answered() -> None:
+    clock = Clock()
+    answers = iter([None] * 100 + [False] + [None] * 100)
+    watch = HeadWatch("u", 10, clock=clock, ask=lambda _: next(answers))
+    for _ in range(100):  # the head's pod is not there yet: keep waiting (the instances timeout bounds it)
+        assert watch.check() is None
+        clock.sleep(1)
+    assert watch.check() is None  # first answer
+    while watch.check() is None:
+        clock.sleep(1)
+    assert watch.outcome is WorkerOutcome.HEAD_LOST and clock.now == 110

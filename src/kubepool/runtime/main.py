@@ -38,6 +38,7 @@ from kubepool.contract import (
     RunMode,
     load_contract,
 )
+from kubepool.jobs import payload
 from kubepool.runtime import channels, hosts, ray_node, result, sagemaker, shutdown, snowflake
 
 LEAVE_ACK_SECONDS = 15.0  # Snowflake's signal_workers --wait-time
@@ -67,6 +68,17 @@ def fail(msg: str, env: Mapping[str, str], code: int = 1) -> int:
     instance_id = int(env.get(ENV_INSTANCE_ID, "-1"))
     result.write_termination_log(Path(env.get(ENV_TERMINATION_LOG, TERMINATION_MESSAGE_PATH)), res, instance_id)
     return code
+
+
+def unpack_payload(mounted: Path, env: Mapping[str, str]) -> Path:
+    """The SDK ships code as a flat ConfigMap plus a manifest (`kubepool.jobs.payload`): rebuild its tree in
+    SageMaker's code dir, which is writable. Code without a manifest (a PVC, the image) runs where it is."""
+    if not (mounted / payload.MANIFEST_KEY).is_file():
+        return mounted
+    code_dir = sagemaker.Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR))).code_dir
+    files = payload.unpack(mounted, code_dir)
+    log(f"payload: {len(files)} files in {code_dir}")
+    return code_dir
 
 
 def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], gpus: int) -> dict[str, str]:
@@ -126,24 +138,23 @@ def run_head(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpe
 
 
 def run_worker(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpec, env: dict[str, str], deadline: float) -> int:
-    url = shutdown.poll_url(spec.head_ip, naming.SHUTDOWN_PORT, me.instance_id)
-    node = ray_node.start_node(contract, me, spec, env, deadline, give_up=lambda: shutdown.ask_head(url, timeout=2) is True)
-    if node is None:  # the head ran the job without this instance (min instances) and has finished
-        log("the head finished the job before this instance joined; leaving")
-        return 0
-    log(f"Worker node started on {spec.pod_ip}, joined {spec.head_ip}:{contract.ray.gcs_port}")
-    try:
-        outcome = shutdown.await_leave(
-            url,
-            node_alive=node.alive,
-            lost_timeout=float(env.get(ENV_HEAD_LOST_TIMEOUT, DEFAULT_HEAD_LOST_TIMEOUT_SECONDS)),
-        )
-    finally:
-        node.stop()
+    watch = shutdown.HeadWatch(
+        shutdown.poll_url(spec.head_ip, naming.SHUTDOWN_PORT, me.instance_id),
+        float(env.get(ENV_HEAD_LOST_TIMEOUT, DEFAULT_HEAD_LOST_TIMEOUT_SECONDS)),
+    )
+    node = ray_node.start_node(contract, me, spec, env, deadline, give_up=lambda: watch.check() is not None)
+    if node is None:
+        outcome = watch.outcome
+    else:
+        log(f"Worker node started on {spec.pod_ip}, joined {spec.head_ip}:{contract.ray.gcs_port}")
+        try:
+            outcome = shutdown.await_leave(watch, node_alive=node.alive)
+        finally:
+            node.stop()
     if outcome is shutdown.WorkerOutcome.LEAVE:
         log("the head finished the job; leaving")
         return 0
-    return fail(f"leaving without the head's word: {outcome.value}", env)
+    return fail(f"leaving without the head's word: {outcome.value if outcome else 'unknown'}", env)
 
 
 def run_ray_mode(contract: JobContract, me: InstanceIdentity, env: dict[str, str], gpus: int, deadline: float) -> int:
@@ -166,13 +177,17 @@ def run(env: dict[str, str]) -> int:
     me = contract.identity(instance_id)
     deadline = time.monotonic() + contract.instances_timeout_seconds
     log(f"{contract.job_name}: instance {me.instance_id} ({me.host}, group {me.group}), mode {contract.mode.value}")
+    env[ENV_PAYLOAD_DIR] = str(unpack_payload(Path(env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR)), env))
     gpus = ray_node.detect_gpus()
     sm_env = prepare(contract, me, env, gpus)
     if contract.mode is RunMode.HEAD:
         return run_ray_mode(contract, me, env, gpus, deadline)
-    # Like SageMaker's toolkit, wait until every peer's name resolves: a static rendezvous needs them all.
-    ips = [hosts.resolve(i.dns, deadline) for i in sorted(contract.instances, key=lambda i: i.instance_id)]
-    env.update(sm_env if contract.mode is RunMode.SAGEMAKER else snowflake.parallel_env(me, ips))
+    if contract.mode is RunMode.SAGEMAKER:
+        env.update(sm_env)  # peers are names (algo-N, MASTER_ADDR): the script resolves what it uses
+    else:
+        # Snowflake's static topology is IPs: every peer's name must resolve first.
+        ips = [hosts.resolve(i.dns, deadline) for i in sorted(contract.instances, key=lambda i: i.instance_id)]
+        env.update(snowflake.parallel_env(me, ips))
     return run_launcher(env)
 
 

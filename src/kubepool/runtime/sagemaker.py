@@ -49,6 +49,10 @@ class Layout:
     base: Path
 
     @property
+    def code_dir(self) -> Path:
+        return self.base / "code"
+
+    @property
     def input_dir(self) -> Path:
         return self.base / "input"
 

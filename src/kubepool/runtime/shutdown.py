@@ -2,8 +2,8 @@
 
 The head serves one tiny HTTP endpoint on `<pod IP>:naming.SHUTDOWN_PORT`. Workers poll
 `GET /poll?instance=N`; the answer is `{"leave": false}` while the payload runs and `{"leave": true}` after
-it ends. A poll answered with `leave: true` is the worker's acknowledgement. A worker that cannot reach
-the head for `lost_timeout` seconds concludes the head died without telling it and fails.
+it ends. A poll answered with `leave: true` is the worker's acknowledgement. A worker that loses its head
+for `lost_timeout` seconds (while joining or after) concludes the head died without telling it and fails.
 """
 
 from __future__ import annotations
@@ -101,26 +101,55 @@ def ask_head(url: str, timeout: float = 5.0) -> bool | None:
         return None
 
 
+class HeadWatch:
+    """What a worker knows of its head: LEAVE once the head says so; HEAD_LOST once the head, having answered
+    before, has been unreachable for `lost_timeout` seconds. Before the first answer only the instances
+    timeout applies: a head pod may legitimately start minutes after its workers."""
+
+    def __init__(
+        self,
+        url: str,
+        lost_timeout: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        ask: Callable[[str], bool | None] = ask_head,
+    ) -> None:
+        self.url = url
+        self.lost_timeout = lost_timeout
+        self.clock = clock
+        self.ask = ask
+        self.last_contact: float | None = None
+        self.outcome: WorkerOutcome | None = None
+
+    def joined(self) -> None:
+        """This worker's node is in the head's cluster: the head was alive just now."""
+        if self.last_contact is None:
+            self.last_contact = self.clock()
+
+    def check(self) -> WorkerOutcome | None:
+        answer = self.ask(self.url)
+        now = self.clock()
+        if answer:
+            self.outcome = WorkerOutcome.LEAVE
+        elif answer is not None:
+            self.last_contact = now
+        elif self.last_contact is not None and now - self.last_contact >= self.lost_timeout:
+            self.outcome = WorkerOutcome.HEAD_LOST
+        return self.outcome
+
+
 def await_leave(
-    url: str,
+    watch: HeadWatch,
     *,
     node_alive: Callable[[], bool],
-    lost_timeout: float,
     interval: float = 1.0,
-    clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    ask: Callable[[str], bool | None] = ask_head,
 ) -> WorkerOutcome:
-    last_contact = clock()
+    watch.joined()
     while True:
-        answer = ask(url)
-        if answer:
-            return WorkerOutcome.LEAVE
-        now = clock()
-        if answer is not None:
-            last_contact = now
-        elif now - last_contact >= lost_timeout:
-            return WorkerOutcome.HEAD_LOST
+        outcome = watch.check()
+        if outcome is not None:
+            return outcome
         if not node_alive():
             return WorkerOutcome.NODE_DIED
         sleep(interval)
