@@ -97,8 +97,6 @@ def test_remote_returns_a_value_with_min_instances(operator: Any, compute_pool: 
     assert job.status == "DONE"
 
 
-@pytest.mark.xfail(reason="sagemaker mode: instances wait forever for every peer's DNS name on the local cluster "
-                          "(kubepool.runtime.main, hosts.resolve of each instance); max_run ends the job", strict=False)
 def test_heterogeneous_estimator(operator: Any, compute_pool: Any, namespace: str, tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     # The local GPU nodes have 4 CPUs, less than GPU_NV_S's 6: size the instances to fit them.
@@ -115,8 +113,6 @@ def test_heterogeneous_estimator(operator: Any, compute_pool: Any, namespace: st
     assert "instance_group_2" in job.get_logs(instance_id=2)  # type: ignore[operator]
 
 
-@pytest.mark.xfail(reason="the runtime runs the entrypoint from the mounted ConfigMap (flat keys); nested paths "
-                          "need kubepool.jobs.payload.unpack(PAYLOAD_DIR, workdir) first", strict=False)
 def test_directory_with_a_package(operator: Any, compute_pool: Any, namespace: str, tmp_path: Path) -> None:
     pool = compute_pool("cpu", max_nodes=3)
     (tmp_path / "proj" / "pkg").mkdir(parents=True)
