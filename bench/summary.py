@@ -60,7 +60,8 @@ def scale_rows(rep: dict[str, Any]) -> list[Row]:
 def latency_rows(rep: dict[str, Any]) -> list[Row]:
     med = rep["p3"]["median"]
     return [row("P3 submit → payload start (3 instances, process nodes)", med["payload_start"], rep["p3"]["target_payload_start_s"], 1, " s"),
-            row("P3 submit → DONE", med["done"], None, 1, " s")]  # fmt: skip
+            row("P3 submit → finished (DONE or FAILED)", med["done"], None, 1, " s"),
+            ["P3 outcomes", "; ".join(r["outcome"] for r in rep["p3"]["runs"]), "", ""]]  # fmt: skip
 
 
 def distributor_rows(rep: dict[str, Any]) -> list[Row]:
