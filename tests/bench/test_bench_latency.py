@@ -1,0 +1,38 @@
+"""Pure helpers of the P3 latency benchmark (bench/latency.py) and the summary's verdicts: no cluster."""
+
+from __future__ import annotations
+
+from bench.latency import MARK, STAGES, breakdown, job, log_marks
+from bench.summary import row, verdict
+
+
+def test_log_marks_take_arrival_times_and_the_payloads_own_clock() -> None:
+    lines = [
+        (10.0, "kubepool[0]: Ray head started on 127.191.0.1:6979"),
+        (11.0, "kubepool[0]: Waiting for instances: 1/3 available (min 3), 0s elapsed"),
+        (12.5, "kubepool[0]: Target instance requirement met: 3/3 instances available"),
+        (13.0, f"{MARK} 12.75"),
+        (14.0, "kubepool[0]: Ray head started on 127.191.0.1:6979"),  # only the first one counts
+    ]
+    assert log_marks(lines) == {"ray_head": 10.0, "ray_formed": 12.5, "payload_start": 12.75}
+
+
+def test_breakdown_is_seconds_since_submit_with_none_for_unseen_stages() -> None:
+    b = breakdown(100.0, {"admitted": 100.5, "payload_start": 107.0})
+    assert list(b) == [k for k, _ in STAGES]
+    assert b["admitted"] == 0.5 and b["payload_start"] == 7.0 and b["done"] is None
+
+
+def test_job_is_a_three_instance_trivial_payload() -> None:
+    spec = job("lat-1")["spec"]
+    assert spec["targetInstances"] == 3 and spec["computePool"] == "bench-local"
+    assert spec["entrypoint"]["command"][:2] == ["python", "-c"]
+
+
+def test_verdicts() -> None:
+    assert verdict(0.9, 1.0) == "yes"
+    assert verdict(1.1, 1.0) == "NO"
+    assert verdict(None, 1.0) == "NO (no value)"
+    assert verdict(float("nan"), 1.0) == "NO (no value)"
+    assert verdict(5.0, None) == ""
+    assert row("x", 7.25, 8, 1, " s") == ["x", "7.2 s", "≤ 8 s", "yes"]
