@@ -37,6 +37,10 @@ ENV_RAY_TEMP_DIR = "KUBEPOOL_RAY_TEMP_DIR"  # Ray's --temp-dir; one node per pod
 # head's GCS/dashboard/client ports are the contract's and never shift). Unset in real pods.
 ENV_RAY_PORT_OFFSET = "KUBEPOOL_RAY_PORT_OFFSET"
 ENV_HEAD_LOST_TIMEOUT = "KUBEPOOL_HEAD_LOST_TIMEOUT"  # seconds a worker keeps going without its head
+# KubeRay backend: one pod template per worker group carries the group's first instance id and port offset;
+# the pod's replica index (downward API) and the port stride shift both (`resolve_replica_index`).
+ENV_REPLICA_INDEX = "KUBEPOOL_REPLICA_INDEX"
+ENV_RAY_PORT_STRIDE = "KUBEPOOL_RAY_PORT_STRIDE"
 
 CONTRACT_DIR = "/etc/kubepool"
 CONTRACT_FILENAME = "contract.json"
@@ -294,6 +298,23 @@ def load_contract(env: Mapping[str, str] | None = None) -> tuple[JobContract, in
     if ENV_INSTANCE_ID not in env:
         raise KeyError(f"{ENV_INSTANCE_ID} is not set: this process was not started by kubepool")
     return parse_contract(path.read_text()), int(env[ENV_INSTANCE_ID])
+
+
+def resolve_replica_index(env: Mapping[str, str]) -> dict[str, str]:
+    """This pod's instance id and Ray port offset when it is replica N of a KubeRay worker group: the template's
+    values shifted by N. Unchanged without a replica index (the pod backend sets both per pod)."""
+    out = dict(env)
+    if ENV_REPLICA_INDEX not in env:
+        return out
+    raw = env[ENV_REPLICA_INDEX]
+    if not raw.isdigit():
+        raise ValueError(f"{ENV_REPLICA_INDEX}={raw!r}: the KubeRay operator must run with --feature-gates="
+                         "RayMultiHostIndexing=true (the default from KubeRay v1.6.0)")
+    index = int(raw)
+    out[ENV_INSTANCE_ID] = str(int(env[ENV_INSTANCE_ID]) + index)
+    if ENV_RAY_PORT_OFFSET in env:
+        out[ENV_RAY_PORT_OFFSET] = str(int(env[ENV_RAY_PORT_OFFSET]) + index * int(env.get(ENV_RAY_PORT_STRIDE, "0")))
+    return out
 
 
 def shard(keys: Sequence[str], num_shards: int, index: int) -> list[str]:

@@ -48,6 +48,10 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [ray.io]
   resources: [rayclusters/status]
   verbs: [get]
+# Application: KubeRay's pods carry kubepool's finalizer until the operator has seen their exit.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [patch]
 {{- end }}
 # Framework: the operator's Lease (kopf peering or leader lease).
 - apiGroups: [coordination.k8s.io]

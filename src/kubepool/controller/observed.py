@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubepool import naming
+from kubepool.api.kuberay import LABEL_INSTANCE_BASE, LABEL_REPLICA_INDEX
 
 SUCCEEDED, FAILED, PENDING, RUNNING = "Succeeded", "Failed", "Pending", "Running"
 
@@ -26,6 +27,7 @@ class PodView:
     deleting: bool = False
     exit_code: int | None = None
     message: str | None = None
+    finalizers: tuple[str, ...] = ()
 
     @property
     def is_head(self) -> bool:
@@ -53,7 +55,7 @@ class PodView:
                             if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
         return cls(
             name=meta.get("name", ""),
-            instance_id=int(labels.get(naming.LABEL_INSTANCE, "-1")),
+            instance_id=instance_id_of(labels),
             attempt=int(labels.get(naming.LABEL_ATTEMPT, "0")),
             job_uid=labels.get(naming.LABEL_JOB_UID, ""),
             phase=status.get("phase") or PENDING,
@@ -62,7 +64,19 @@ class PodView:
             deleting=bool(meta.get("deletionTimestamp")),
             exit_code=exit_code,
             message=message,
+            finalizers=tuple(meta.get("finalizers") or ()),
         )
+
+
+def instance_id_of(labels: Mapping[str, str]) -> int:
+    """The pod backend labels each pod with its instance id. KubeRay names worker pods itself from one template
+    per group: the template's first instance id plus the pod's replica index (0.., lowest free first). -1: none."""
+    if naming.LABEL_INSTANCE in labels:
+        return int(labels[naming.LABEL_INSTANCE])
+    base, index = labels.get(LABEL_INSTANCE_BASE), labels.get(LABEL_REPLICA_INDEX)
+    if base is not None and index is not None and base.isdigit() and index.isdigit():
+        return int(base) + int(index)
+    return -1
 
 
 @dataclass(frozen=True)

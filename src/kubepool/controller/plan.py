@@ -1,6 +1,7 @@
-"""PURE plan of what to do with a job's children given its new status: pods to create or delete, whether
-the shared children must exist, whether the job itself is due for deletion (TTL), and when the next
-time-based change is due (so the operator sleeps instead of polling)."""
+"""PURE plan of what to do with a job's children given its new status: pods to create or delete (or, with
+`backend: kuberay`, the RayCluster to apply or delete and KubeRay's pods to let go), whether the shared
+children must exist, whether the job itself is due for deletion (TTL), and when the next time-based change is
+due (so the operator sleeps instead of polling)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from kubepool.api import ComputePool, JobPhase, MLJob, MLJobStatus
+from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
+from kubepool.api.kuberay import POD_FINALIZER
 from kubepool.controller import status as job_status
 from kubepool.controller.builders import Obj, build_instance_pods
+from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PodView
 
@@ -26,6 +29,9 @@ class Plan:
     create_pods: list[Obj] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
     delete_job: bool = False
+    apply_raycluster: Obj | None = None
+    delete_raycluster: bool = False
+    release_pods: list[PodView] = field(default_factory=list)  # KubeRay's deleted pods whose exit was seen
     wake_at: datetime | None = None
 
     def wake(self, at: datetime) -> None:
@@ -33,17 +39,26 @@ class Plan:
 
 
 def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[str, ComputePool], *,
-             cfg: OperatorConfig, now: datetime) -> Plan:
+             cfg: OperatorConfig, now: datetime, backend: Backend = Backend.PODS) -> Plan:
     plan = Plan()
+    kuberay = backend is Backend.KUBERAY
+    finished = st.phase is not None and st.phase.finished
+    # A pod KubeRay deleted is held until its exit counted: a terminated pod of the running attempt is the
+    # outcome (the head's exit, a worker's release or failure); anything else has nothing left to tell.
+    plan.release_pods = [p for p in pods if p.deleting and POD_FINALIZER in p.finalizers
+                         and (finished or p.attempt != st.attempt or not p.terminated)]
     if st.admitted_at is None or st.phase is None:
         return plan
     spec = job.spec
     live = [p for p in pods if not p.terminated and not p.deleting]
     if not st.phase.finished:
         plan.ensure_children = True
-        have = {p.name for p in pods}
-        wanted = build_instance_pods(job, pools, granted=len(st.instances), attempt=st.attempt, cfg=cfg)
-        plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
+        if kuberay:
+            plan.apply_raycluster = build_raycluster(job, pools, granted=len(st.instances), attempt=st.attempt, cfg=cfg)
+        else:
+            have = {p.name for p in pods}
+            wanted = build_instance_pods(job, pools, granted=len(st.instances), attempt=st.attempt, cfg=cfg)
+            plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
         plan.delete_pods = [p.name for p in live if p.attempt != st.attempt]
         if st.phase is JobPhase.PENDING:
             plan.wake(st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds))
@@ -52,7 +67,11 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
             plan.wake(since + timedelta(seconds=spec.active_deadline_seconds))
         return plan
     done_at = st.completion_time or now
-    if st.reason in _REMOVE_AT_ONCE or st.phase is JobPhase.CANCELLED:
+    if kuberay:
+        # KubeRay would recreate every pod that ends, the head included (and rerun the payload): the cluster
+        # goes as soon as the job is finished; its workers already had the head's word to leave.
+        plan.delete_raycluster = bool(pods)
+    elif st.reason in _REMOVE_AT_ONCE or st.phase is JobPhase.CANCELLED:
         plan.delete_pods = [p.name for p in live]
     else:
         grace_end = done_at + timedelta(seconds=cfg.worker_grace_seconds)

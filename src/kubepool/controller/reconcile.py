@@ -15,6 +15,7 @@ import kopf
 
 from kubepool import naming
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
+from kubepool.api.kuberay import POD_FINALIZER, RAYCLUSTER_CRD
 from kubepool.controller import admission, metrics
 from kubepool.controller.builders import (
     JobRef,
@@ -26,7 +27,9 @@ from kubepool.controller.builders import (
     build_runtime_rbac,
 )
 from kubepool.controller.builders.common import local_port_shift, pools_of
+from kubepool.controller.builders.raycluster import raycluster_name
 from kubepool.controller.config import RuntimeAccountPolicy
+from kubepool.controller.observed import PodView
 from kubepool.controller.plan import Plan, plan_job
 from kubepool.controller.state import JobKey, OperatorState, claim_of
 from kubepool.controller.status import (
@@ -39,7 +42,6 @@ from kubepool.controller.status import (
 from kubepool.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
-KUBERAY_CRD = "rayclusters.ray.io"
 RETRY_SECONDS = 5.0  # a reconcile that hit an API error outside a kopf handler runs again after this
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
 _WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
@@ -55,11 +57,10 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
     async with op.lock(key):
         op.pending.discard(key)  # events from here on need a new pass; earlier ones are covered by this one
         found = op.job(key)
-        if found is None:
+        if found is None or found[1].get("metadata", {}).get("deletionTimestamp"):
+            await _release_pods(op, key, [p for p in op.pods(key) if p.deleting])  # nothing left to decide
             return
         job, body = found
-        if body.get("metadata", {}).get("deletionTimestamp"):
-            return
         await _reconcile_locked(op, key, job, body)
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
@@ -71,7 +72,7 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
     pools = op.pools()
     backend = job.spec.backend or op.cfg.default_backend
     finished = prev is not None and prev.phase is not None and prev.phase.finished
-    kuberay = backend is Backend.KUBERAY and not finished and await op.api.crd_exists(KUBERAY_CRD)
+    kuberay = backend is Backend.KUBERAY and not finished and await op.api.crd_exists(RAYCLUSTER_CRD)
     if prev is None or prev.admitted_at is None and not finished:
         # Decide and persist under one lock, so two jobs never take the same capacity.
         async with op.admission_lock:
@@ -84,7 +85,7 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
     else:
         new = compute_job_status(job, Observed(pods=pods, now=_now(), backend=backend, kuberay_installed=kuberay))
         await _write_status(op, key, job, new)
-    plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now())
+    plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now(), backend=backend)
     await _apply_plan(op, key, job, new, plan, pools)
     _announce(op, body, prev, new)
     _schedule(op, key, plan)
@@ -125,11 +126,24 @@ async def _apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatu
         await _ensure_children(op, job, st, pools)
     for pod in plan.create_pods:
         await op.api.create_if_absent(pod)
+    uid = job.metadata.get("uid", "")
+    if plan.apply_raycluster is not None and op.rayclusters.get(uid) != plan.apply_raycluster:
+        await op.api.apply(plan.apply_raycluster)  # replicas follow the granted instances (scale_cluster)
+        op.rayclusters[uid] = plan.apply_raycluster
+    if plan.delete_raycluster:
+        await op.api.delete_raycluster(key[0], raycluster_name(key[1]))
+        op.rayclusters.pop(uid, None)
+    await _release_pods(op, key, plan.release_pods)
     for name in plan.delete_pods:
         await op.api.delete_pod(key[0], name, op.cfg.pod_termination_grace_seconds)
     if plan.delete_job:
         log.info("MLJob %s/%s: ttlSecondsAfterFinished passed; deleting it", *key)
         await op.api.delete_job(*key)
+
+
+async def _release_pods(op: OperatorState, key: JobKey, pods: list[PodView]) -> None:
+    for p in pods:
+        await op.api.remove_pod_finalizer(key[0], p.name, p.finalizers, POD_FINALIZER)
 
 
 def _announce(op: OperatorState, body: dict[str, Any], prev: MLJobStatus | None, new: MLJobStatus) -> None:

@@ -40,6 +40,7 @@ class OperatorState:
     indexes: Mapping[str, Any] = field(default_factory=dict)  # kopf indexes: live views, refreshed by every handler
     written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written
     children_ready: set[tuple[str, int]] = field(default_factory=set)  # (job uid, attempt) whose children exist
+    rayclusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # job uid → RayCluster last applied
     locks: dict[JobKey, asyncio.Lock] = field(default_factory=dict)
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
@@ -52,6 +53,7 @@ class OperatorState:
     def forget(self, key: JobKey, uid: str) -> None:
         self.written.pop(uid, None)
         self.children_ready = {c for c in self.children_ready if c[0] != uid}
+        self.rayclusters.pop(uid, None)
         self.locks.pop(key, None)
         handle = self.wakeups.pop(key, None)
         if handle is not None:
@@ -81,8 +83,9 @@ class OperatorState:
             if found is not None:
                 yield key, found[0]
 
-    def pods(self, key: JobKey, uid: str) -> list[PodView]:
-        return [p for p in _values(self.indexes.get("pod_index", {}), key) if p.job_uid == uid]
+    def pods(self, key: JobKey, uid: str | None = None) -> list[PodView]:
+        """The job's pods; with uid None, also those of an earlier job of the same name."""
+        return [p for p in _values(self.indexes.get("pod_index", {}), key) if uid is None or p.job_uid == uid]
 
     def pools(self) -> dict[str, ComputePool]:
         out = {}

@@ -38,7 +38,6 @@ RETRYING = "Retrying"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 SUSPENDED = "Suspended"
 KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
-BACKEND_NOT_IMPLEMENTED = "BackendNotImplemented"
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def _instances(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) 
         out.append(InstanceStatus(
             instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
             host=naming.sagemaker_host(inst.instance_id),
-            pod=naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
+            pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
             node=pod.node if pod else None, phase=pod.phase if pod else None, ready=bool(pod and pod.ready),
             exit_code=pod.exit_code if pod else None, message=_cut(pod.message) if pod else None,
         ))
@@ -116,8 +115,6 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
         if not obs.kuberay_installed:
             return _finish(st, JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
                            "backend kuberay needs the ray.io RayCluster CRD, which is not installed", now)
-        return _finish(st, JobPhase.FAILED, BACKEND_NOT_IMPLEMENTED,
-                       "backend kuberay is not implemented yet; use backend: pods", now)
     if st.admitted_at is None:
         d = obs.decision or Decision(False, reason="Pending", message="waiting for admission")
         if not d.admitted:

@@ -23,6 +23,8 @@ _CLIENT_ERRORS = (ApiError, httpx.HTTPError)
 # kopf's peering kinds (CRDs shipped by kopf, not by kubepool).
 ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
 KopfPeering = create_namespaced_resource("kopf.dev", "v1", "KopfPeering", "kopfpeerings")
+# KubeRay's cluster kind (backend: kuberay); registered so `apply` can encode it.
+RayClusterResource = create_namespaced_resource("ray.io", "v1", "RayCluster", "rayclusters")
 
 
 def _what(obj: Mapping[str, Any]) -> str:
@@ -61,6 +63,24 @@ class Api:
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; one already gone counts as success."""
         await self._delete(Pod, name, namespace, grace_seconds)
+
+    async def delete_raycluster(self, namespace: str, name: str) -> None:
+        """Delete a RayCluster; KubeRay's pods go with it (owner references)."""
+        await self._delete(RayClusterResource, name, namespace, None)
+
+    async def remove_pod_finalizer(self, namespace: str, name: str, finalizers: tuple[str, ...], finalizer: str) -> None:
+        """Remove one finalizer from a pod whose finalizers were last seen as `finalizers` (a JSON patch that
+        tests the entry first, so a concurrent change fails instead of removing another's finalizer)."""
+        if finalizer not in finalizers:
+            return
+        path = f"/metadata/finalizers/{finalizers.index(finalizer)}"
+        patch = [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
+        try:
+            await self._client.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.JSON)
+        except _CLIENT_ERRORS as e:
+            err = translate(e, f"remove finalizer of Pod {namespace}/{name}")
+            if not isinstance(err, NotFound):
+                raise err from e
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Delete an MLJob; the garbage collector removes its children in the background."""

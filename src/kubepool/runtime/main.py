@@ -37,6 +37,7 @@ from kubepool.contract import (
     JobContract,
     RunMode,
     load_contract,
+    resolve_replica_index,
 )
 from kubepool.jobs import payload
 from kubepool.runtime import channels, hosts, ray_node, result, sagemaker, shutdown, snowflake
@@ -185,8 +186,10 @@ def run(env: dict[str, str]) -> int:
     if contract.mode is RunMode.SAGEMAKER:
         env.update(sm_env)  # peers are names (algo-N, MASTER_ADDR): the script resolves what it uses
     else:
-        # Snowflake's static topology is IPs: every peer's name must resolve first.
-        ips = [hosts.resolve(i.dns, deadline) for i in sorted(contract.instances, key=lambda i: i.instance_id)]
+        # Snowflake's static topology is IPs: every peer's name must resolve first. This instance's own IP is
+        # the pod's: its own DNS record may not exist yet (not Ready) and must not fail the job.
+        ips = [hosts.pod_ip(env) if i.instance_id == me.instance_id else hosts.resolve(i.dns, deadline)
+               for i in sorted(contract.instances, key=lambda i: i.instance_id)]
         env.update(snowflake.parallel_env(me, ips))
     return run_launcher(env)
 
@@ -194,6 +197,7 @@ def run(env: dict[str, str]) -> int:
 def main() -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        os.environ.update(resolve_replica_index(os.environ))  # a KubeRay worker learns its instance here
         return run(dict(os.environ))
     except Terminated:
         return fail("SIGTERM: stopped the payload and Ray", os.environ, EXIT_SIGTERM)

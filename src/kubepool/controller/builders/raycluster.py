@@ -1,0 +1,120 @@
+"""Builds the KubeRay RayCluster of a job attempt (`spec.backend: kuberay`). Pure.
+
+The head group is instance 0; each instance group gets one worker group holding its instances other than the
+head (the first group's workers start at instance 1). Replicas are the granted instances, min the instances
+inside the job's minInstances, max the group's full count. Pod templates are the pod backend's instance pods,
+so the runtime contract, pool selector, tolerations, anti-affinity, resources and security are identical, and
+every container runs kubepool's runtime (`python -m kubepool.runtime`), not KubeRay's generated
+`ray start --block` (annotation `ray.io/overwrite-container-cmd`): the runtime starts Ray itself, runs the gate
+and the payload on the head, and releases the workers, exactly as with the pod backend.
+
+KubeRay names worker pods itself, so a worker template carries its group's first instance id and Ray port
+offset; the pod's `ray.io/worker-group-replica-index` label (downward API) shifts both at start
+(`contract.resolve_replica_index`). The operator maps pods to instances the same way (`observed.PodView`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from kubepool import contract, naming
+from kubepool.api import ComputePool, MLJob
+from kubepool.api.kuberay import (
+    ANNOTATION_OVERWRITE_CMD,
+    LABEL_INSTANCE_BASE,
+    LABEL_REPLICA_INDEX,
+    POD_FINALIZER,
+    HeadGroupSpec,
+    RayCluster,
+    RayClusterSpec,
+    WorkerGroupSpec,
+)
+from kubepool.controller.builders.common import (
+    JobRef,
+    Obj,
+    Placement,
+    local_port_shift,
+    placement_of,
+    pool_named,
+)
+from kubepool.controller.builders.pods import build_instance_pod
+from kubepool.controller.config import OperatorConfig
+
+# Ray's node-ready marker under --temp-dir (kubepool.runtime.ray_node.READY_FILE): a pod is Ready once its Ray
+# node is up. Our own probes also keep KubeRay from injecting its wget probes on fixed ports we may shift.
+_READY_FILE = "ray_current_cluster"
+_PROBE_PERIOD_SECONDS = 5
+_LIVENESS_FAILURES = 6
+
+
+def raycluster_name(job: str) -> str:
+    """The RayCluster is named after the job (KubeRay derives `<name>-head-svc` and pod names from it)."""
+    return job
+
+
+def worker_group_name(group: str) -> str:
+    return naming.dns_label(group)
+
+
+def _probes(container: Obj, job: MLJob) -> None:
+    ready = {"exec": {"command": ["test", "-e", f"{contract.DEFAULT_RAY_TEMP_DIR}/{_READY_FILE}"]},
+             "periodSeconds": _PROBE_PERIOD_SECONDS, "timeoutSeconds": 2}
+    container["readinessProbe"] = ready
+    # A node not up by the instances timeout has failed the job anyway; after that, a lost node restarts nothing
+    # (restartPolicy Never) but tells KubeRay the pod is gone.
+    container["livenessProbe"] = {**ready, "initialDelaySeconds": job.spec.instances_timeout_seconds,
+                                  "failureThreshold": _LIVENESS_FAILURES}
+
+
+def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, cfg: OperatorConfig,
+              head: bool) -> Obj:
+    pod = build_instance_pod(job, pool, inst, attempt=attempt, cfg=cfg)
+    meta, spec = pod["metadata"], copy.deepcopy(pod["spec"])
+    labels = dict(meta["labels"])
+    container = spec["containers"][0]
+    _probes(container, job)
+    if not head:
+        # One template for all replicas: no per-pod hostname; the replica index picks the instance.
+        spec.pop("hostname", None)
+        labels.pop(naming.LABEL_INSTANCE, None)
+        labels[LABEL_INSTANCE_BASE] = str(inst.instance_id)
+        container["env"].append({"name": contract.ENV_REPLICA_INDEX, "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.labels['{LABEL_REPLICA_INDEX}']"}}})
+        if cfg.ray_port_stride:
+            container["env"].append({"name": contract.ENV_RAY_PORT_STRIDE, "value": str(cfg.ray_port_stride)})
+    # KubeRay owns its pods (owner reference to the RayCluster) and names them; the finalizer keeps a terminated
+    # pod (and its exit) until the operator has seen it.
+    return {"metadata": {"labels": labels, "finalizers": [POD_FINALIZER]}, "spec": spec}
+
+
+def build_raycluster(job: MLJob, pools: dict[str, ComputePool], *, granted: int, attempt: int,
+                     cfg: OperatorConfig) -> Obj:
+    """The job's RayCluster for `granted` instances (a prefix that contains the head)."""
+    ref = JobRef.of(job)
+    placement = placement_of(job)
+    head = placement[0]
+    minimum = job.spec.resolved_min()
+    groups: list[WorkerGroupSpec] = []
+    for name in dict.fromkeys(p.group for p in placement):
+        workers = [p for p in placement if p.group == name and p.instance_id != 0]
+        if not workers:
+            continue  # a one-instance first group is just the head
+        first = workers[0]
+        replicas = sum(1 for p in workers if p.instance_id < granted)
+        groups.append(WorkerGroupSpec(
+            group_name=worker_group_name(name), replicas=replicas,
+            min_replicas=min(replicas, sum(1 for p in workers if p.instance_id < minimum)), max_replicas=len(workers),
+            template=_template(job, pool_named(pools, first.pool), first, attempt=attempt, cfg=cfg, head=False),
+        ))
+    # KubeRay's worker init container waits on the head's GCS at `port`, and sets RAY_ADDRESS from it.
+    gcs_port = naming.RAY_GCS_PORT + local_port_shift(ref.uid, cfg.ray_port_stride)  # as in the job's contract
+    spec = RayClusterSpec(
+        head_group_spec=HeadGroupSpec(
+            ray_start_params={"port": str(gcs_port)},
+            template=_template(job, pool_named(pools, head.pool), head, attempt=attempt, cfg=cfg, head=True)),
+        worker_group_specs=groups,
+    )
+    meta = ref.metadata(raycluster_name(ref.name))
+    meta["annotations"] = {ANNOTATION_OVERWRITE_CMD: "true"}
+    return RayCluster(metadata=meta, spec=spec).wire()
+
