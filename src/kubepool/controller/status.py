@@ -132,9 +132,13 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     if head is not None and head.phase == SUCCEEDED:
         st.instances = _instances(job, granted, obs.pods, st.attempt)
         return _finish(st, JobPhase.DONE, COMPLETED, "the head finished successfully", now)
+    # A head that failed, vanished while RUNNING or is being deleted (by hand, eviction, node loss) is a failed
+    # head: retried per backoffLimit, never merely counted as one lost instance.
     head_gone = head is None and st.phase is JobPhase.RUNNING
-    if (head is not None and head.phase == FAILED) or head_gone:
-        why = "the head's pod disappeared" if head is None else (head.message or f"exit code {head.exit_code}")
+    head_deleted = head is not None and head.deleting and head.phase != FAILED
+    if (head is not None and head.phase == FAILED) or head_gone or head_deleted:
+        why = ("the head's pod disappeared" if head is None else "the head's pod was deleted" if head_deleted
+               else head.message or f"exit code {head.exit_code}")
         if st.attempt < spec.backoff_limit:
             st.attempt += 1
             st.admitted_at = now  # the new attempt gets the whole instances timeout again
@@ -184,7 +188,12 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
     st.observed_generation = generation
     if prev.phase is not None and prev.phase.finished:
         if st.instances:
-            st.instances = _instances(job, len(st.instances), obs.pods, st.attempt)
+            # A finished job's record outlives its pods (KubeRay's all go when the job ends): an instance whose
+            # pod is gone keeps what was last seen of it.
+            seen = {p.instance_id for p in obs.pods if p.attempt == st.attempt}
+            last = {i.instance_id: i for i in prev.instances}
+            st.instances = [i if i.instance_id in seen or i.instance_id not in last else last[i.instance_id]
+                            for i in _instances(job, len(st.instances), obs.pods, st.attempt)]
     else:
         _advance(job, st, obs)
         if st.admitted_at is not None and st.phase is JobPhase.RUNNING:

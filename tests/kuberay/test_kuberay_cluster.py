@@ -1,0 +1,97 @@
+"""The KubeRay backend end to end on the local cluster: kubepool's operator creates and owns a RayCluster,
+the real ray-operator (v1.5.0) creates its pods, and those pods really run kubepool's runtime on the
+process-backed nodes. One namespace, ray-operator and kubepool operator for the module (see conftest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+
+from kubepool import naming
+from kubepool.api.kuberay import LABEL_CLUSTER, LABEL_NODE_TYPE
+
+pytestmark = pytest.mark.cluster
+
+JOB_TIMEOUT_S = 420.0  # a Ray cluster of 3 on a loaded, shared 2-core machine
+PAYLOAD = {
+    "ok.py": "import ray, socket\nray.init()\nprint('nodes', len(ray.nodes()), 'on', socket.gethostname())\n"
+             "__return__ = len(ray.nodes())\n",
+    "sleep.py": "import sys, time\ntime.sleep(float(sys.argv[1]))\n",
+}
+
+
+@pytest.fixture(scope="module")
+def env(kubectl: Any, kuberay_namespace: str, ray_operator: Path, kubepool_operator: Operator,
+        cpu_pool: str) -> dict[str, Any]:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": PAYLOAD}
+    kubectl("apply", "-n", kuberay_namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
+    return {"ns": kuberay_namespace, "op": kubepool_operator, "pool": cpu_pool, "ray_log": ray_operator}
+
+
+def _apply(kubectl: Any, ns: str, obj: dict[str, Any]) -> None:
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(obj), check=True)
+
+
+def _pods(kubectl: Any, ns: str, cluster: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(kubectl, ns, "pods", "-l", f"{LABEL_CLUSTER}={cluster}")["items"]
+    return items
+
+
+def _rayclusters(kubectl: Any, ns: str) -> list[str]:
+    return [rc["metadata"]["name"] for rc in get_json(kubectl, ns, "rayclusters")["items"]]
+
+
+def test_three_instances_done_on_process_nodes(kubectl: Any, env: dict[str, Any]) -> None:
+    ns = env["ns"]
+    _apply(kubectl, ns, mljob("tri", computePool=env["pool"], targetInstances=3, backend="kuberay",
+                              entrypoint={"file": "ok.py"}, code={"configMap": "payload"}, instancesTimeoutSeconds=240))
+    rc = wait_for(lambda: "tri" in _rayclusters(kubectl, ns) and get_json(kubectl, ns, "raycluster", "tri"), 60,
+                  "the RayCluster")
+    assert rc["metadata"]["ownerReferences"][0]["kind"] == "MLJob"
+    assert [(g["groupName"], g["replicas"]) for g in rc["spec"]["workerGroupSpecs"]] == [("homogeneouscluster", 2)]
+    seen: dict[str, dict[str, Any]] = {}
+
+    def all_running() -> bool:
+        for p in _pods(kubectl, ns, "tri"):
+            seen[p["metadata"]["name"]] = p
+        running = [p for p in seen.values() if (p.get("status") or {}).get("phase") in ("Running", "Succeeded")]
+        return len(running) >= 3
+
+    wait_for(all_running, JOB_TIMEOUT_S, "3 KubeRay pods running")
+    st = wait_phase(kubectl, ns, "tri", {"DONE", "FAILED"}, JOB_TIMEOUT_S, env["op"])
+    assert st["phase"] == "DONE", st
+    # KubeRay's pods ran on the process-backed nodes, one per node (the pool's anti-affinity), with both labels.
+    nodes = {p["spec"]["nodeName"] for p in seen.values() if p["spec"].get("nodeName")}
+    assert len(nodes) == 3 and all(n.startswith("cpu-node-") for n in nodes)
+    types = sorted(p["metadata"]["labels"][LABEL_NODE_TYPE] for p in seen.values())
+    assert types[:3] == ["head", "worker", "worker"]
+    assert {p["metadata"]["labels"][naming.LABEL_JOB] for p in seen.values()} == {"tri"}
+    assert sorted(i["instanceId"] for i in st["instances"]) == [0, 1, 2]
+    assert all(i["pod"] in seen for i in st["instances"])  # status names KubeRay's pods
+    # A finished job's cluster goes at once (KubeRay would rerun the head); its pods go with it.
+    wait_for(lambda: "tri" not in _rayclusters(kubectl, ns), 60, "the RayCluster deleted after DONE")
+    wait_for(lambda: not _pods(kubectl, ns, "tri"), 120, "the RayCluster's pods deleted")
+
+
+def test_two_groups_worker_groups_then_delete_job(kubectl: Any, env: dict[str, Any]) -> None:
+    ns, pool = env["ns"], env["pool"]
+    groups = [{"name": "instance_group_1", "computePool": pool, "instanceCount": 2},
+              {"name": "extra", "computePool": pool, "instanceCount": 1}]
+    _apply(kubectl, ns, mljob("two", instanceGroups=groups, backend="kuberay", entrypoint={"file": "sleep.py"},
+                              args=["600"], code={"configMap": "payload"}, instancesTimeoutSeconds=240))
+    rc = wait_for(lambda: "two" in _rayclusters(kubectl, ns) and get_json(kubectl, ns, "raycluster", "two"), 60,
+                  "the RayCluster")
+    got = [(g["groupName"], g["replicas"], g["minReplicas"], g["maxReplicas"]) for g in rc["spec"]["workerGroupSpecs"]]
+    assert got == [("instance-group-1", 1, 1, 1), ("extra", 1, 1, 1)]
+    st = wait_phase(kubectl, ns, "two", {"RUNNING", "FAILED"}, JOB_TIMEOUT_S, env["op"])
+    assert st["phase"] == "RUNNING", st
+    by_group = sorted((i["group"], i["instanceId"]) for i in st["instances"])
+    assert by_group == [("extra", 2), ("instance_group_1", 0), ("instance_group_1", 1)]
+    # Deleting the job deletes its RayCluster (owner reference) and so KubeRay's pods.
+    kubectl("delete", "mljob", "two", "-n", ns, "--wait=true", check=True)
+    wait_for(lambda: "two" not in _rayclusters(kubectl, ns), 90, "the RayCluster deleted with the job")
+    wait_for(lambda: not _pods(kubectl, ns, "two"), 120, "no pods left after deleting the job")
