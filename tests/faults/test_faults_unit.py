@@ -1,0 +1,49 @@
+"""Pure regressions for the bugs the fault suite found (no cluster): the verdicts the cluster tests time."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator" / "unit"))
+
+from operator_factories import at, job, pod, with_status  # noqa: E402
+
+from kubepool.api import JobPhase, MLJob  # noqa: E402
+from kubepool.controller import status as S  # noqa: E402
+from kubepool.controller.admission import Decision  # noqa: E402
+from kubepool.controller.observed import PodView  # noqa: E402
+from kubepool.controller.status import Observed, compute_job_status  # noqa: E402
+
+
+def _running(j: MLJob, n: int) -> MLJob:
+    st = compute_job_status(j, Observed(pods=[], now=at(0), decision=Decision(True, granted=n)))
+    st = compute_job_status(with_status(j, st), Observed(pods=[pod(i) for i in range(n)], now=at(1)))
+    assert st.phase is JobPhase.RUNNING
+    return with_status(j, st)
+
+
+def _deleting(p: PodView) -> PodView:
+    return dataclasses.replace(p, deleting=True)
+
+
+def test_deleted_head_is_a_head_failure_not_a_lost_instance() -> None:
+    j = _running(job(targetInstances=2), 2)
+    st = compute_job_status(j, Observed(pods=[_deleting(pod(0)), pod(1)], now=at(5)))
+    assert (st.phase, st.reason, st.message) == (JobPhase.FAILED, S.HEAD_FAILED, "the head's pod was deleted")
+
+
+def test_deleted_head_is_retried_per_backoff_limit() -> None:
+    j = _running(job(targetInstances=1, backoffLimit=1), 1)
+    st = compute_job_status(j, Observed(pods=[_deleting(pod(0))], now=at(5)))
+    assert (st.phase, st.reason, st.attempt) == (JobPhase.PENDING, S.RETRYING, 1)
+
+
+def test_deleted_worker_below_min_is_lost_above_min_runs_on() -> None:
+    above = _running(job(targetInstances=3, minInstances=2), 3)
+    st = compute_job_status(above, Observed(pods=[pod(0), _deleting(pod(1)), pod(2)], now=at(5)))
+    assert st.phase is JobPhase.RUNNING
+    below = _running(job(targetInstances=2), 2)
+    st = compute_job_status(below, Observed(pods=[pod(0), _deleting(pod(1))], now=at(5)))
+    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
