@@ -40,6 +40,9 @@ class OperatorConfig(BaseModel):
     ray_port_stride: int = Field(0, ge=0, le=3000)
     # Workers leave on their own once the head is done; this is how long they get before being deleted.
     worker_grace_seconds: int = Field(30, ge=0)
+    # An instance whose node is NotReady or unreachable this long is evicted (a NoExecute toleration), so the
+    # job's verdict (instances lost, head failed) follows a lost node; Kubernetes' own default is 300 s.
+    node_lost_seconds: int = Field(60, ge=0)
     # Deleting a pod gives it this long to exit on SIGTERM (Ray shuts down in a few seconds).
     pod_termination_grace_seconds: int = Field(10, ge=0)
     liveness_port: int = 8080

@@ -22,6 +22,8 @@ from kubepool.controller.builders.common import local_port_shift
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
 
 CFG = OperatorConfig(default_image="img:1")
+NODE_LOST = [{"key": t, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
+             for t in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
 POOLS = {"cpu": pool(), "gpu": gpu_pool()}
 GROUPS = [{"name": "instance_group_1", "computePool": "cpu", "instanceCount": 2},
           {"name": "gpu_group", "computePool": "gpu", "instanceCount": 1}]
@@ -63,7 +65,8 @@ def test_pod_shape_cpu() -> None:
     anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti == {"labelSelector": {"matchLabels": {naming.LABEL_POOL: "cpu"}}, "namespaceSelector": {},
                     "topologyKey": "kubernetes.io/hostname"}
-    assert "tolerations" not in spec and "nodeSelector" not in spec
+    assert "nodeSelector" not in spec
+    assert spec["tolerations"] == NODE_LOST  # a lost node's instances are evicted after node_lost_seconds
     env = _env(p)
     assert env[contract.ENV_INSTANCE_ID]["value"] == "1"
     assert env[contract.ENV_POD_IP]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
@@ -76,7 +79,7 @@ def test_pod_shape_gpu_group() -> None:
     c = p["spec"]["containers"][0]
     assert c["resources"]["limits"] == {"cpu": "6", "memory": "27Gi", "nvidia.com/gpu": "1"}
     assert p["spec"]["nodeSelector"] == {"kubepool.dev/node-pool": "gpu"}
-    assert p["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert p["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, *NODE_LOST]
     assert p["metadata"]["labels"][naming.LABEL_GROUP] == "gpu-group"
 
 

@@ -21,6 +21,8 @@ from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
 
 CONTAINER = "runtime"
 TMP_DIR = "/tmp"
+# Taints of a lost node: instances leave it after cfg.node_lost_seconds instead of Kubernetes' default 300 s.
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 SHM_DIR = "/dev/shm"
 
 
@@ -161,8 +163,9 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
         spec["serviceAccountName"] = naming.runtime_service_account_name(ref.name)
     if pool.spec.node_selector:
         spec["nodeSelector"] = dict(pool.spec.node_selector)
-    if pool.spec.tolerations:
-        spec["tolerations"] = [t.wire() for t in pool.spec.tolerations]
+    spec["tolerations"] = [t.wire() for t in pool.spec.tolerations] + [
+        {"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": cfg.node_lost_seconds}
+        for taint in NODE_LOST_TAINTS]
     role = naming.ROLE_HEAD if inst.instance_id == 0 else naming.ROLE_WORKER
     meta = ref.metadata(
         naming.pod_name(ref.name, inst.group, inst.rank, attempt),
