@@ -63,7 +63,8 @@ def _env(job: MLJob, inst: Placement, ref: JobRef, cfg: OperatorConfig) -> list[
         env.append({"name": contract.ENV_RAY_PORT_OFFSET, "value": str(offset)})
     ours = {e["name"] for e in env}
     # User env cannot override the contract's variables: the runtime would read a lie.
-    env.extend({"name": e.name, "value": e.value} for e in spec.env if e.name not in ours)
+    # Literal values: Kubernetes expands `$(VAR)` in env values, so every `$` is escaped (`$$`).
+    env.extend({"name": e.name, "value": e.value.replace("$", "$$")} for e in spec.env if e.name not in ours)
     return env
 
 
