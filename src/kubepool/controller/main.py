@@ -5,7 +5,9 @@ state in memo. Handlers live in `handlers`."""
 from __future__ import annotations
 
 import logging
+import os
 import random
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -20,6 +22,24 @@ from kubepool.kube.errors import KubeError
 __all__ = ["handlers"]  # importing this module registers the handlers
 
 PEERING_NAME = "kubepool"
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+@kopf.on.login()
+def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """An explicit KUBECONFIG wins; in a pod, reach the API server where client-go would
+    (KUBERNETES_SERVICE_HOST/PORT): kopf's own in-cluster login assumes kubernetes.default.svc:443."""
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if not os.environ.get("KUBECONFIG") and host and port and (SA_DIR / "token").is_file():
+        server_host = f"[{host}]" if ":" in host else host
+        return kopf.ConnectionInfo(
+            server=f"https://{server_host}:{port}",
+            ca_path=str(SA_DIR / "ca.crt"),
+            scheme="Bearer",
+            token=(SA_DIR / "token").read_text().strip(),  # re-read on 401: kopf calls login again
+            default_namespace=(SA_DIR / "namespace").read_text().strip() if (SA_DIR / "namespace").is_file() else None,
+        )
+    return kopf.login_with_kubeconfig(settings=settings, **kwargs)
 
 
 @kopf.on.startup()
@@ -48,7 +68,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
                 logger.warning("kopf's peering CRDs are not installed: running without peering")
         except KubeError as e:  # e.g. RBAC allows patching the peering object but not creating it
             logger.warning("cannot create the peering object %r: %s", PEERING_NAME, e)
-    metrics.serve(cfg.metrics_port)
+    try:
+        metrics.serve(cfg.metrics_port)
+    except OSError as e:  # a taken port must not stop the operator (retrying startup would, every 60 s)
+        logger.warning("metrics disabled: cannot listen on port %s: %s", cfg.metrics_port, e)
     logger.info("kubepool operator configured: %s", cfg.model_dump(mode="json"))
 
 
