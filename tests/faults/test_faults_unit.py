@@ -47,3 +47,17 @@ def test_deleted_worker_below_min_is_lost_above_min_runs_on() -> None:
     below = _running(job(targetInstances=2), 2)
     st = compute_job_status(below, Observed(pods=[pod(0), _deleting(pod(1))], now=at(5)))
     assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+
+
+def test_env_values_reach_the_payload_literally() -> None:
+    from operator_factories import pool
+
+    from kubepool.controller.builders import build_instance_pods
+    from kubepool.controller.config import OperatorConfig
+    from kubepool.local.agent.podspec import expand
+
+    hostile = "$(HOME) $$(X) $(KUBEPOOL_INSTANCE_ID) ; rm -rf / `id` $"
+    j = job(targetInstances=1, env=[{"name": "LIT", "value": hostile}])
+    spec = build_instance_pods(j, {"cpu": pool()}, granted=1, attempt=0, cfg=OperatorConfig())[0]["spec"]
+    value = next(e["value"] for e in spec["containers"][0]["env"] if e["name"] == "LIT")
+    assert expand(value, {"HOME": "/root", "X": "x", "KUBEPOOL_INSTANCE_ID": "0"}) == hostile

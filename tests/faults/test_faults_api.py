@@ -1,0 +1,92 @@
+"""API trouble: the kube-apiserver killed and restarted mid-run (every watch stream drops with it) and
+concurrent spec patches while the operator reconciles (conflicting writers). The operator survives and
+converges: every job ends in its expected phase, a job submitted afterwards still runs."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from typing import Any
+
+import yaml
+from faultkit import (
+    job,
+    kill_component,
+    local_up,
+    orphans,
+    record,
+    sleep_cmd,
+    wait_terminal,
+)
+from operator_cluster import Operator, wait_for, wait_phase
+
+
+def test_apiserver_restart_mid_run(cluster: Any, kubectl: Any, namespace: str, operator: Operator, small_pool: Any,
+                                   recorder: Any) -> None:
+    pool = small_pool(max_nodes=3)
+    names = [f"api-{i}" for i in range(3)]
+    kubectl("apply", "-n", namespace, "-f", "-", check=True,
+            input=yaml.safe_dump_all([job(n, pool, sleep_cmd(15)) for n in names]))
+    for n in names:
+        wait_phase(kubectl, namespace, n, {"RUNNING"}, 90, operator)
+    kill_component(cluster, "kube-apiserver")
+    time.sleep(3)  # the operator's watches and writes fail meanwhile
+    local_up()  # restarts what is missing (the apiserver), as an operator of the cluster would
+    back = time.monotonic()
+    kubectl("apply", "-n", namespace, "-f", "-", check=True, input=yaml.safe_dump(job("after", pool, sleep_cmd(1))))
+    final = wait_terminal(kubectl, namespace, [*names, "after"], 150)
+    assert all(final[n]["phase"] == "DONE" for n in [*names, "after"]), json.dumps(final, indent=1)[:3000]
+    converged = max(recorder.first_time(n, {"DONE"}) or time.monotonic() for n in [*names, "after"]) - back
+    assert operator.proc is not None and operator.proc.poll() is None, "the operator died with the apiserver"
+    assert not recorder.backwards(), recorder.backwards()
+    assert converged < 60, f"converged {converged:.0f}s after the apiserver came back"
+    wait_for(lambda: not orphans(kubectl, namespace), 30, "no orphans")
+    record(cluster, "apiserver-restart", faults=1, jobs=4, lost=0, orphaned=0, converge_s=converged)
+
+
+def test_concurrent_spec_patches_while_reconciling(cluster: Any, kubectl: Any, namespace: str, operator: Operator,
+                                                   small_pool: Any, recorder: Any) -> None:
+    pool = small_pool(max_nodes=3)
+    names = [f"conflict-{i}" for i in range(3)]
+    kubectl("apply", "-n", namespace, "-f", "-", check=True,
+            input=yaml.safe_dump_all([job(n, pool, sleep_cmd(12)) for n in names]))
+    stop = threading.Event()
+    patches = [0]
+
+    def patcher(seed: int) -> None:
+        rng = random.Random(seed)
+        while not stop.is_set():
+            n = rng.choice(names)
+            body = {"spec": {"ttlSecondsAfterFinished": rng.randint(600, 900)}, "metadata": {"labels": {"poke": str(rng.random())[2:8]}}}
+            kubectl("patch", "mljob", n, "-n", namespace, "--type=merge", "-p", json.dumps(body))
+            patches[0] += 1
+
+    threads = [threading.Thread(target=patcher, args=(s,), daemon=True) for s in range(2)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    try:
+        wait_phase(kubectl, namespace, names[0], {"RUNNING"}, 90, operator)
+        # A spec change that matters, made while others patch: a deadline already passed.
+        kubectl("patch", "mljob", names[0], "-n", namespace, "--type=merge", "-p",
+                '{"spec":{"activeDeadlineSeconds":1}}', check=True)
+        patched = time.monotonic()
+        st = wait_phase(kubectl, namespace, names[0], {"FAILED", "DONE"}, 30, operator)
+        assert (st["phase"], st["reason"]) == ("FAILED", "DeadlineExceeded"), st
+        took = (recorder.first_time(names[0], {"FAILED"}) or time.monotonic()) - patched
+        assert took < 10, f"the new deadline took {took:.1f}s to apply"
+        final = wait_terminal(kubectl, namespace, names[1:], 120)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert all(final[n]["phase"] == "DONE" for n in names[1:]), final
+    assert patches[0] >= 10, patches
+    logs = operator.logs()
+    assert "reconcile failed" not in logs and "Traceback" not in logs, logs[-3000:]
+    assert not recorder.backwards(), recorder.backwards()
+    record(cluster, "spec-patch-conflicts", faults=patches[0], jobs=3, lost=0,
+           orphaned=len(orphans(kubectl, namespace)), converge_s=took)
+    del t0

@@ -1,0 +1,105 @@
+"""Pod and node loss: a deleted or killed worker above minInstances leaves the job running to DONE; below it
+the job FAILS InstancesLost; a deleted head FAILS the job (backoffLimit 0) or retries it (backoffLimit 1).
+Each verdict within 30 s of the fault being visible to Kubernetes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import yaml
+from faultkit import (
+    job,
+    kill_group,
+    orphans,
+    pod_process_group,
+    pod_running,
+    record,
+    sleep_cmd,
+    wait_terminal,
+)
+from operator_cluster import Operator, get_json, wait_for, wait_phase
+
+from kubepool import naming
+
+VERDICT_S = 30.0
+
+
+def _role(pods: list[dict[str, Any]], role: str) -> dict[str, Any]:
+    return next(p for p in pods if p["metadata"]["labels"].get(naming.LABEL_ROLE) == role)
+
+
+def _pod_failed_at(kubectl: Any, namespace: str, name: str) -> float:
+    """Waits until the pod is visibly gone (Failed, deleting or deleted); returns when that was seen."""
+    def gone() -> bool:
+        proc = kubectl("get", "pod", name, "-n", namespace, "-o", "json")
+        if proc.returncode != 0:
+            return True
+        p = get_json(kubectl, namespace, "pod", name)
+        return p["status"].get("phase") == "Failed" or bool(p["metadata"].get("deletionTimestamp"))
+
+    wait_for(gone, 60, f"pod {name} failed or deleted", 0.25)
+    return time.monotonic()
+
+
+def test_worker_and_head_loss(cluster: Any, kubectl: Any, namespace: str, operator: Operator, small_pool: Any,
+                              recorder: Any) -> None:
+    pool = small_pool(max_nodes=3)
+    pool2 = small_pool(max_nodes=3)
+    pool3 = small_pool(max_nodes=3)
+    jobs = [
+        job("above-min", pool, sleep_cmd(25), targetInstances=3, minInstances=2),   # lose 1 worker: continues
+        job("below-min", pool2, sleep_cmd(120), targetInstances=2),                 # lose 1 worker: FAILED
+        job("killed", pool3, sleep_cmd(120), targetInstances=2),                    # worker's processes killed
+        job("head-gone", pool3, sleep_cmd(120)),                                    # head deleted, no retries
+        job("head-retry", pool2, sleep_cmd(15), backoffLimit=1),                    # head deleted, retried
+    ]
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(jobs), check=True)
+    for name, n in (("above-min", 3), ("below-min", 2), ("killed", 2), ("head-gone", 1), ("head-retry", 1)):
+        pod_running(kubectl, namespace, name, n=n)
+        wait_phase(kubectl, namespace, name, {"RUNNING"}, 60, operator)
+    verdicts: dict[str, float] = {}
+
+    def pods(name: str) -> list[dict[str, Any]]:
+        return get_json(kubectl, namespace, "pods", "-l", f"{naming.LABEL_JOB}={name}")["items"]
+
+    # 1. above minInstances: delete one worker; the job keeps running and ends DONE.
+    worker = _role(pods("above-min"), "worker")["metadata"]["name"]
+    kubectl("delete", "pod", worker, "-n", namespace, "--wait=false", check=True)
+    # 2. below minInstances: delete the only worker.
+    lost = _role(pods("below-min"), "worker")["metadata"]["name"]
+    kubectl("delete", "pod", lost, "-n", namespace, "--wait=false", check=True)
+    seen_lost = _pod_failed_at(kubectl, namespace, lost)
+    # 3. kill -9 a worker's whole process group (the pod's container), found from the agent's per-pod state.
+    victim = _role(pods("killed"), "worker")
+    kill_group(pod_process_group(cluster, victim))
+    seen_killed = _pod_failed_at(kubectl, namespace, victim["metadata"]["name"])
+    # 4. delete the head (backoffLimit 0) and 5. the head of a job that may retry once.
+    head = _role(pods("head-gone"), "head")["metadata"]["name"]
+    kubectl("delete", "pod", head, "-n", namespace, "--wait=false", check=True)
+    seen_head = _pod_failed_at(kubectl, namespace, head)
+    retry_head = _role(pods("head-retry"), "head")["metadata"]["name"]
+    kubectl("delete", "pod", retry_head, "-n", namespace, "--wait=false", check=True)
+    seen_retry = _pod_failed_at(kubectl, namespace, retry_head)
+
+    st = wait_phase(kubectl, namespace, "below-min", {"FAILED", "DONE"}, VERDICT_S + 30, operator)
+    verdicts["below-min"] = (recorder.first_time("below-min", {"FAILED"}) or time.monotonic()) - seen_lost
+    assert (st["phase"], st["reason"]) == ("FAILED", "InstancesLost") and lost in st["message"], st
+    st = wait_phase(kubectl, namespace, "killed", {"FAILED", "DONE"}, VERDICT_S + 30, operator)
+    verdicts["killed"] = (recorder.first_time("killed", {"FAILED"}) or time.monotonic()) - seen_killed
+    assert (st["phase"], st["reason"]) == ("FAILED", "InstancesLost"), st
+    st = wait_phase(kubectl, namespace, "head-gone", {"FAILED", "DONE"}, VERDICT_S + 30, operator)
+    verdicts["head-gone"] = (recorder.first_time("head-gone", {"FAILED"}) or time.monotonic()) - seen_head
+    assert (st["phase"], st["reason"]) == ("FAILED", "HeadFailed"), st
+    retried = wait_for(lambda: recorder.first_time("head-retry", {"PENDING"}) if any(
+        r == "Retrying" for _, _, r in recorder.phases.get("head-retry", [])) else None, VERDICT_S + 30, "a retry")
+    verdicts["head-retry"] = max(retried - seen_retry, 0.0)
+    final = wait_terminal(kubectl, namespace, ["above-min", "head-retry"], 120)
+    assert final["above-min"]["phase"] == "DONE", final["above-min"]
+    assert final["head-retry"]["phase"] == "DONE" and final["head-retry"]["attempt"] == 1, final["head-retry"]
+    late = {k: round(v, 1) for k, v in verdicts.items() if v > VERDICT_S}
+    assert not late, f"verdicts later than {VERDICT_S:.0f}s after the fault: {late}"
+    assert not recorder.backwards(), recorder.backwards()
+    wait_for(lambda: not orphans(kubectl, namespace), 30, "no orphaned pods")
+    record(cluster, "pod-loss", faults=5, jobs=5, lost=0, orphaned=len(orphans(kubectl, namespace)),
+           converge_s=max(verdicts.values()))

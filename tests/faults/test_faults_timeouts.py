@@ -1,0 +1,52 @@
+"""Timeouts fire on time: the min-instances timeout within ±5 s of instancesTimeoutSeconds,
+activeDeadlineSeconds → FAILED DeadlineExceeded on time, ttlSecondsAfterFinished deletes the job on time."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import yaml
+from faultkit import job, record, sleep_cmd, wait_terminal
+from operator_cluster import Operator, get_json, wait_for
+
+TOLERANCE_S = 5.0
+
+
+def _t(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def test_timeouts_fire_on_time(cluster: Any, kubectl: Any, namespace: str, operator: Operator, small_pool: Any,
+                               recorder: Any) -> None:
+    pool = small_pool(max_nodes=3)
+    # No node matches this pool: its pods stay Pending, so the min-instances timeout must fire.
+    nowhere = small_pool(max_nodes=2, nodeSelector={"kubepool.dev/node-pool": "nowhere"})
+    jobs = [
+        job("starved", nowhere, sleep_cmd(1), targetInstances=2, instancesTimeoutSeconds=12),
+        job("deadline", pool, sleep_cmd(300), activeDeadlineSeconds=12),
+        job("ttl", pool, sleep_cmd(1), ttlSecondsAfterFinished=8),
+    ]
+    t0 = time.monotonic()
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(jobs), check=True)
+    st = wait_terminal(kubectl, namespace, ["starved", "deadline"], 90)
+    starved, deadline = st["starved"], st["deadline"]
+    assert (starved["phase"], starved["reason"]) == ("FAILED", "InstancesUnavailable"), starved
+    took = _t(starved["completionTime"]) - _t(starved["admittedAt"])
+    assert abs(took - 12) <= TOLERANCE_S, f"instances timeout fired after {took:.0f}s, not 12s"
+    seen = (recorder.first_time("starved", {"FAILED"}) or 0) - (recorder.first_time("starved", {"PENDING"}) or 0)
+    assert abs(seen - 12) <= TOLERANCE_S + 2, f"FAILED seen {seen:.1f}s after PENDING"
+    assert (deadline["phase"], deadline["reason"]) == ("FAILED", "DeadlineExceeded"), deadline
+    took = _t(deadline["completionTime"]) - _t(deadline["admittedAt"])
+    assert abs(took - 12) <= TOLERANCE_S, f"activeDeadlineSeconds fired after {took:.0f}s, not 12s"
+    wait_for(lambda: not [p for p in get_json(kubectl, namespace, "pods", "-l", "kubepool.dev/job=deadline")["items"]
+                          if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")],
+             30, "the deadline job's pods stopped")
+    # TTL: the job is deleted ttlSecondsAfterFinished after it finished (the recorder saw it finish).
+    done_at = wait_for(lambda: recorder.first_time("ttl", {"DONE"}), 90, "ttl DONE")
+    wait_for(lambda: kubectl("get", "mljob", "ttl", "-n", namespace).returncode != 0, 40, "the ttl job deleted", 0.25)
+    gone = time.monotonic() - done_at
+    assert abs(gone - 8) <= TOLERANCE_S + 1, f"deleted {gone:.1f}s after DONE, not 8s"
+    wait_for(lambda: not get_json(kubectl, namespace, "pods", "-l", "kubepool.dev/job=ttl")["items"], 60, "ttl pods gone")
+    record(cluster, "timeouts", faults=3, jobs=3, lost=0, orphaned=0, converge_s=time.monotonic() - t0)
