@@ -1,6 +1,6 @@
 """The benchmarks' private local cluster and their API client.
 
-A cluster of its own (state dir under /tmp, ports shifted past the default cluster's and the tests') so that
+A cluster of its own (state dir under /var/tmp, ports shifted past the default cluster's and the tests') so that
 thousands of benchmark pods never disturb the tests or the shared `.kubepool/` cluster. Fake nodes (kwok)
 carry the scale runs; local process nodes are added later for the latency run. `BenchCluster.down` stops it.
 """
@@ -27,7 +27,10 @@ from kubepool.local import controlplane, kwok
 from kubepool.local.controlplane import Layout, Ports
 
 ROOT = Path(__file__).resolve().parents[1]
-STATE_DIR = Path(os.environ.get("KUBEPOOL_BENCH_STATE_DIR", "/tmp/kubepool-bench"))
+# Not under /tmp: a local node mounts each pod's own emptyDir at /tmp, which would hide the node's state dir
+# (the pod's log and exit files) from the pod's sandbox process.
+STATE_DIR = Path(os.environ.get("KUBEPOOL_BENCH_STATE_DIR", "/var/tmp/kubepool-bench"))
+LOG_DIR = STATE_DIR.with_name(STATE_DIR.name + "-logs")  # controller logs; outlives the cluster
 PORT_OFFSETS = (4100, 4200, 4300, 4400)  # the default cluster uses 0; tests pick random offsets
 FAKE_POOL_LABEL = {"kubepool.dev/node-pool": "fake"}
 COMPLETE_ENV = "BENCH_COMPLETE"  # jobs whose head pods the completion stage below moves to Succeeded

@@ -49,7 +49,7 @@ class Controller:
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)  # /tmp is shared: someone may have cleaned it
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)  # a shared temp dir: someone may have cleaned it
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -31,6 +31,7 @@ from bench import stats
 from bench.cluster import (
     COMPLETE_ENV,
     FAKE_POOL_LABEL,
+    LOG_DIR,
     BenchCluster,
     bounded,
     create,
@@ -54,7 +55,6 @@ RESOURCES = {"cpu": "100m", "memory": "128Mi"}
 IMAGE = "fake.invalid/bench:1"  # never pulled: kwok runs nothing
 TARGETS = {"kubepool / kuberay": 1.0, "kubepool / floor": 1.3}
 P2_TARGETS = {"rss_mib_at_live_jobs": 200.0, "status_lag_p99_s": 2.0}
-LOG_DIR = Path("/tmp/kubepool-bench-logs")
 
 
 # --- manifests ------------------------------------------------------------------------------------------------

@@ -46,7 +46,8 @@ def scale_rows(rep: dict[str, Any]) -> list[Row]:
                          f"{stats.fmt(m['wall_s'], 1)} s, {stats.fmt(m['pods_per_s'], 1)} pods/s, "
                          f"{stats.fmt(m['requests_per_job'], 1)} req/job, RSS {stats.fmt(m['controller_peak_rss_mib'], 0)} MiB, "
                          f"CPU {stats.fmt(m['controller_cpu_s'], 1)} s", "", ""])  # fmt: skip
-        rows += [row(f"P1 wall {k}", v, p1["targets"].get(k)) for k, v in p1["ratios"].items()]
+        # kubepool-shared is kubepool too: the same targets apply.
+        rows += [row(f"P1 wall {k}", v, p1["targets"].get(k.replace("kubepool-shared", "kubepool"))) for k, v in p1["ratios"].items()]
     p2 = rep.get("p2")
     if p2:
         if p2["stalled"]:
