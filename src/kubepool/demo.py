@@ -51,10 +51,15 @@ def install_chart(lay: Layout) -> None:
     values_file = lay.state_dir / "demo-values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     say("installing the chart: helm upgrade --install kubepool charts/kubepool")
+    existed = run(helm, "--kubeconfig", kubeconfig, "status", RELEASE, "--namespace", SYSTEM_NS, check=False, quiet=True).returncode == 0
     run(helm, "--kubeconfig", kubeconfig, "upgrade", "--install", RELEASE, str(REPO / "charts" / "kubepool"),
         "--namespace", SYSTEM_NS, "--create-namespace", "--values", str(values_file), "--wait", "--timeout", "5m",
         quiet=True)
-    run(lay.bin("kubectl"), "--kubeconfig", kubeconfig, "-n", SYSTEM_NS, "get", "pods", "-o", "wide")
+    kubectl = (lay.bin("kubectl"), "--kubeconfig", kubeconfig, "-n", SYSTEM_NS)
+    if existed:  # local pods run this checkout's code: a rerun restarts the operator so it runs the current code
+        run(*kubectl, "rollout", "restart", "deployment", "-l", f"app.kubernetes.io/instance={RELEASE}", quiet=True)
+        run(*kubectl, "rollout", "status", "deployment", "-l", f"app.kubernetes.io/instance={RELEASE}", "--timeout=300s", quiet=True)
+    run(*kubectl, "get", "pods", "-o", "wide")
 
 
 def submit(lay: Layout) -> None:
