@@ -31,7 +31,7 @@ def run(*cmd: str, check: bool = True, quiet: bool = False) -> subprocess.Comple
     if check and proc.returncode != 0:
         raise SystemExit(f"demo: `{' '.join(cmd[:4])} ...` failed:\n{proc.stdout}{proc.stderr}")
     if not quiet and proc.stdout.strip():
-        print(proc.stdout.rstrip())
+        print(proc.stdout.rstrip(), flush=True)
     return proc
 
 
