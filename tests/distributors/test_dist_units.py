@@ -177,3 +177,11 @@ def test_failure_report_blames_the_earliest_failing_rank() -> None:
     text = _failure_report("PyTorchDistributor", [effect, cause])
     assert text.startswith("PyTorchDistributor: rank 1 on 10.0.0.2 failed: ValueError: boom")
     assert "ranks 2 failed too" in text and text.endswith("tb1")
+
+
+def test_eval_set_accepts_a_dict_and_xgboost_style_pairs() -> None:
+    from kubepool.distributors.xgboost import named_evals
+
+    assert named_evals({"test": "a.parquet", "val": "b.parquet"}) == [("test", "a.parquet"), ("val", "b.parquet")]
+    assert named_evals([("a.parquet", "test")]) == [("test", "a.parquet")]
+    assert named_evals(None) == []

@@ -84,6 +84,13 @@ def training_params(params: dict[str, Any] | None, objective: str, cpus: int, gp
     return out
 
 
+def named_evals(eval_set: Sequence[tuple[Shardable, str]] | dict[str, Shardable] | None) -> list[tuple[str, Shardable]]:
+    """`eval_set` as (name, data) pairs: a dict maps name → data, a list holds xgboost's (data, name) tuples."""
+    if isinstance(eval_set, dict):
+        return list(eval_set.items())
+    return [(name, data) for data, name in eval_set or []]
+
+
 def _fit_rank(rank: int, job: _FitJob, train: ShardSpec, evals: list[tuple[str, ShardSpec]]) -> Any:
     """One worker of one fit (a Ray task, so its process, xgboost imported, returns to Ray's pool)."""
     joined: list[bool] = []
@@ -173,9 +180,8 @@ class XGBEstimator:
         pg = reserve([dict(bundle) for _ in range(workers)], strategy, "XGBEstimator")
         refs: list[ray.ObjectRef] = []
         try:
-            evals = list(eval_set.items()) if isinstance(eval_set, dict) else [(d, n) for d, n in eval_set or []]
             per_node = 1 if one_per_node else None
-            eval_specs = [(name, plan_shards(d, workers, per_node)) for d, name in evals]
+            eval_specs = [(name, plan_shards(d, workers, per_node)) for name, d in named_evals(eval_set)]
             train_specs = plan_shards(data, workers, per_node)
             cols = input_cols or _columns_of(data, label_col)
             # The tracker binds the driver's node IP, which every worker can reach (in a pod: the pod IP).
