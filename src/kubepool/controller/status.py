@@ -21,6 +21,7 @@ from kubepool.api import (
     MLJobStatus,
     PoolPhase,
 )
+from kubepool.contract import RunMode
 from kubepool.controller.admission import Claim, Decision, usage
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.observed import FAILED, SUCCEEDED, NodeView, PodView
@@ -34,6 +35,7 @@ INSTANCES_UNAVAILABLE = "InstancesUnavailable"
 INSTANCES_LOST = "InstancesLost"
 COMPLETED = "Completed"
 HEAD_FAILED = "HeadFailed"
+INSTANCE_FAILED = "InstanceFailed"
 RETRYING = "Retrying"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 SUSPENDED = "Suspended"
@@ -122,6 +124,8 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
             return None
         st.admitted_at = now
         st.instances = _instances(job, d.granted, [], st.attempt)
+    elif obs.decision is not None and obs.decision.admitted and obs.decision.granted != len(st.instances):
+        st.instances = _instances(job, obs.decision.granted, obs.pods, st.attempt)  # resized (scale_cluster)
     since = first_admitted(st)
     if spec.active_deadline_seconds and since and now >= since + timedelta(seconds=spec.active_deadline_seconds):
         return _finish(st, JobPhase.FAILED, DEADLINE_EXCEEDED,
@@ -129,16 +133,25 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     granted = len(st.instances)
     current = [p for p in obs.pods if p.attempt == st.attempt]
     head = next((p for p in current if p.is_head), None)
-    if head is not None and head.phase == SUCCEEDED:
+    # parallel and sagemaker modes run the payload on every instance: as on SageMaker, the job is done when
+    # every instance succeeded and failed when any instance failed; in head mode the head's exit decides.
+    every = spec.mode is not RunMode.HEAD
+    if every and granted and sum(1 for p in current if p.phase == SUCCEEDED) >= granted:
+        st.instances = _instances(job, granted, obs.pods, st.attempt)
+        return _finish(st, JobPhase.DONE, COMPLETED, f"all {granted} instances finished successfully", now)
+    if not every and head is not None and head.phase == SUCCEEDED:
         st.instances = _instances(job, granted, obs.pods, st.attempt)
         return _finish(st, JobPhase.DONE, COMPLETED, "the head finished successfully", now)
+    failed_peer = next((p for p in current if every and not p.is_head and p.phase == FAILED), None)
     # A head that failed, vanished while RUNNING or is being deleted (by hand, eviction, node loss) is a failed
     # head: retried per backoffLimit, never merely counted as one lost instance.
     head_gone = head is None and st.phase is JobPhase.RUNNING
     head_deleted = head is not None and head.deleting and head.phase != FAILED
-    if (head is not None and head.phase == FAILED) or head_gone or head_deleted:
+    if (head is not None and head.phase == FAILED) or head_gone or head_deleted or failed_peer is not None:
         why = ("the head's pod disappeared" if head is None else "the head's pod was deleted" if head_deleted
-               else head.message or f"exit code {head.exit_code}")
+               else head.message or f"exit code {head.exit_code}" if head.phase == FAILED
+               else f"instance {failed_peer.instance_id} failed: {failed_peer.message or f'exit code {failed_peer.exit_code}'}"
+               if failed_peer is not None else "")
         if st.attempt < spec.backoff_limit:
             st.attempt += 1
             st.admitted_at = now  # the new attempt gets the whole instances timeout again
@@ -147,7 +160,8 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
             st.message = _cut(f"attempt {st.attempt} of {spec.backoff_limit} after the head failed: {why}")
             return None
         st.instances = _instances(job, granted, obs.pods, st.attempt)
-        return _finish(st, JobPhase.FAILED, HEAD_FAILED, why, now)
+        head_failed = head is None or head_deleted or head.phase == FAILED
+        return _finish(st, JobPhase.FAILED, HEAD_FAILED if head_failed else INSTANCE_FAILED, why, now)
     st.instances = _instances(job, granted, obs.pods, st.attempt)
     ready = sum(1 for i in st.instances if i.ready)
     if st.phase is JobPhase.RUNNING:

@@ -95,6 +95,19 @@ def test_released_workers_are_not_lost() -> None:
     assert st.phase is JobPhase.RUNNING  # released: the head's exit decides
 
 
+@pytest.mark.parametrize("mode", ["parallel", "sagemaker"])
+def test_every_instance_modes_end_when_all_instances_end(mode: str) -> None:
+    """The payload runs on every instance: the head finishing first is not the end (SageMaker's rule)."""
+    j = admitted(job(targetInstances=3, mode=mode))
+    running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
+    assert run(running, [pod(0, "Succeeded", False), pod(1), pod(2)], 2).phase is JobPhase.RUNNING
+    done = run(running, [pod(0, "Succeeded", False), pod(1, "Succeeded", False), pod(2, "Succeeded", False)], 3)
+    assert (done.phase, done.reason) == (JobPhase.DONE, S.COMPLETED)
+    failed = run(running, [pod(0, "Succeeded", False), pod(1, "Failed", False, message="bad shard"), pod(2)], 3)
+    assert (failed.phase, failed.reason) == (JobPhase.FAILED, S.INSTANCE_FAILED)
+    assert failed.message == "instance 1 failed: bad shard"
+
+
 def test_head_failure_retries_then_fails() -> None:
     j = admitted(job(targetInstances=2, backoffLimit=1))
     st = run(j, [pod(0, "Failed", False, message="oom"), pod(1)], 5)
