@@ -43,7 +43,7 @@ crds: venv
 	rm -rf charts/kubepool/crds && mkdir -p charts/kubepool && cp -r crds charts/kubepool/crds
 
 lint: venv
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 
 test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray" $(PYTEST_ARGS)
@@ -57,9 +57,12 @@ demo: venv k8s-bin
 bench: venv k8s-bin
 	$(BIN)/python -m bench
 
-images:
+images:  # needs a Docker engine (not on the CI machines); CUDA runtime: see runtime-image/README.md
 	docker build -f operator/Dockerfile -t kubepool/operator:dev .
 	docker build -f runtime-image/Dockerfile -t kubepool/runtime:dev .
+
+kind-e2e:  # machines with Docker: kind cluster, images loaded, helm install, the e2e tests
+	hack/kind-e2e.sh
 
 clean: cluster-down
 	rm -rf .kubepool
