@@ -11,8 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from kubetest import Cluster, Kubectl
 from kubepool.local import controlplane, kwok
+from kubetest import Cluster, Kubectl
 
 pytestmark = pytest.mark.cluster
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kubetest import Cluster, Kubectl
 from kubepool.local.pki import create_ca, issue_cert
+from kubetest import Cluster, Kubectl
 
 pytestmark = pytest.mark.cluster
 NODE_IP = "127.0.250.1"  # outside every configured node's address

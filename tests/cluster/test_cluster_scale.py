@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from kubetest import Cluster, Kubectl
 from kubepool.local import cli, kwok
+from kubetest import Cluster, Kubectl
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 NODES, REPLICAS = 100, 1000

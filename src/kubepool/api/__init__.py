@@ -1,7 +1,13 @@
 """The kubepool.dev/v1alpha1 API: pydantic models that are the single source of the CRDs."""
 
 from kubepool.api.common import Condition, ConditionStatus, Toleration
-from kubepool.api.computepool import ComputePool, ComputePoolSpec, ComputePoolStatus, InstanceResources, PoolPhase
+from kubepool.api.computepool import (
+    ComputePool,
+    ComputePoolSpec,
+    ComputePoolStatus,
+    InstanceResources,
+    PoolPhase,
+)
 from kubepool.api.families import FAMILIES, FamilySize, InstanceFamily
 from kubepool.api.mljob import (
     Backend,
