@@ -103,6 +103,10 @@ class Recorder:
         with self._lock:
             return next((t for t, ph, _ in self.phases.get(job_name, []) if ph in phases), None)
 
+    def first_reason(self, job_name: str, reason: str) -> float | None:
+        with self._lock:
+            return next((t for t, _, why in self.phases.get(job_name, []) if why == reason), None)
+
     def backwards(self) -> list[str]:
         """Jobs whose phase moved backwards (other than a retry), with their sequences."""
         bad = []

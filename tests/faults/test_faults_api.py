@@ -90,3 +90,48 @@ def test_concurrent_spec_patches_while_reconciling(cluster: Any, kubectl: Any, n
     record(cluster, "spec-patch-conflicts", faults=patches[0], jobs=3, lost=0,
            orphaned=len(orphans(kubectl, namespace)), converge_s=took)
     del t0
+
+
+def _refuse_writes(namespace: str) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (CEL, no webhook) that refuses the namespace's pod creations and every MLJob
+    status write: the operator's writes fail as they would while the API server sheds load."""
+    name = f"fault-refuse-{namespace}"[:63]
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": name},
+              "spec": {"failurePolicy": "Fail",
+                       "matchConstraints": {"resourceRules": [
+                           {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+                           {"apiGroups": ["kubepool.dev"], "apiVersions": ["*"], "operations": ["UPDATE"],
+                            "resources": ["mljobs/status"]}]},
+                       "validations": [{"expression": "false", "message": "fault injection: write refused"}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": name},
+               "spec": {"policyName": name, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}}
+    return [policy, binding]
+
+
+def test_refused_writes_then_recovery(cluster: Any, kubectl: Any, namespace: str, operator: Operator, small_pool: Any,
+                                      recorder: Any) -> None:
+    pool = small_pool(max_nodes=3)
+    objs = _refuse_writes(namespace)
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs), check=True)
+    try:
+        # The policy takes effect once the API server has loaded it: a probe write is refused.
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+                 "spec": {"containers": [{"name": "c", "image": "local"}]}}
+        wait_for(lambda: "write refused" in kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                                                    input=yaml.safe_dump(probe)).stderr, 30, "the policy in force")
+        kubectl("apply", "-n", namespace, "-f", "-", check=True, input=yaml.safe_dump(job("refused", pool, sleep_cmd(1))))
+        time.sleep(12)  # the operator's status and pod writes fail meanwhile
+        assert operator.proc is not None and operator.proc.poll() is None, "the operator died"
+        assert not kubectl.json("get", "pods", "-n", namespace)["items"]
+    finally:
+        kubectl("delete", "validatingadmissionpolicybinding", objs[1]["metadata"]["name"], "--wait=true")
+        kubectl("delete", "validatingadmissionpolicy", objs[0]["metadata"]["name"], "--wait=true")
+    healed = time.monotonic()
+    st = wait_terminal(kubectl, namespace, ["refused"], 120)["refused"]
+    assert st["phase"] == "DONE", st
+    converged = (recorder.first_time("refused", {"DONE"}) or time.monotonic()) - healed
+    assert converged < 30, f"DONE {converged:.0f}s after writes were allowed again"
+    record(cluster, "refused-writes", faults=1, jobs=1, lost=0, orphaned=0, converge_s=converged)

@@ -1,0 +1,76 @@
+"""Node loss: SIGKILL a node agent (the local kubelet). Once the node's lease lapses Kubernetes marks it
+NotReady; the operator's instances tolerate that for node_lost_seconds, are evicted, and each job gets its
+verdict: above minInstances it runs on to DONE, below it FAILS InstancesLost, a head there fails the job.
+`kubepool local up` restarts the agent afterwards. Slow: the node-monitor grace period alone is ~50 s."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from faultkit import (
+    job,
+    kill_component,
+    local_up,
+    node_ready,
+    orphans,
+    pod_running,
+    record,
+    sleep_cmd,
+    wait_terminal,
+)
+from operator_cluster import Operator, wait_for
+
+from kubepool import naming
+
+VERDICT_S = 30.0
+NODE_LOST_SECONDS = 5
+
+
+@pytest.mark.slow
+def test_node_agent_killed(cluster: Any, kubectl: Any, crds: None, namespace: str, tmp_path: Path, small_pool: Any,
+                           recorder: Any) -> None:
+    os.environ["KUBEPOOL_OPERATOR_NODE_LOST_SECONDS"] = str(NODE_LOST_SECONDS)
+    operator = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log")
+    try:
+        operator.start()
+    finally:
+        os.environ.pop("KUBEPOOL_OPERATOR_NODE_LOST_SECONDS", None)
+    node = ""
+    try:
+        above, below = small_pool(max_nodes=3), small_pool(max_nodes=3)
+        kubectl("apply", "-n", namespace, "-f", "-", check=True, input=yaml.safe_dump_all([
+            job("node-above", above, sleep_cmd(100), targetInstances=3, minInstances=2),
+            job("node-below", below, sleep_cmd(300), targetInstances=2)]))
+        pods = pod_running(kubectl, namespace, "node-above", n=3) + pod_running(kubectl, namespace, "node-below", n=2)
+        worker = next(p for p in pods if p["metadata"]["labels"][naming.LABEL_JOB] == "node-below"
+                      and p["metadata"]["labels"][naming.LABEL_ROLE] == "worker")
+        node = worker["spec"]["nodeName"]
+        on_node = {p["metadata"]["labels"][naming.LABEL_JOB]: p["metadata"]["labels"][naming.LABEL_ROLE]
+                   for p in pods if p["spec"]["nodeName"] == node}
+        expect = {"node-below": ("FAILED", "InstancesLost"),
+                  "node-above": ("FAILED", "HeadFailed") if on_node.get("node-above") == "head" else ("DONE", "Completed")}
+        kill_component(cluster, f"agent-{node}")
+        killed = time.monotonic()
+        wait_for(lambda: not node_ready(kubectl, node), 120, f"{node} NotReady", 1.0)
+        visible = time.monotonic()
+        final = wait_terminal(kubectl, namespace, ["node-below"], VERDICT_S + 30)
+        verdict = (recorder.first_time("node-below", {"FAILED"}) or time.monotonic()) - visible
+        local_up()  # the agent comes back; the evicted pods are cleaned up
+        wait_for(lambda: node_ready(kubectl, node), 120, f"{node} Ready again", 1.0)
+        final = wait_terminal(kubectl, namespace, ["node-above", "node-below"], 180)
+        got = {n: (final[n]["phase"], final[n]["reason"]) for n in expect}
+        assert got == expect, (got, final)
+        assert verdict <= VERDICT_S, f"verdict {verdict:.0f}s after the node went NotReady"
+        assert not recorder.backwards(), recorder.backwards()
+        wait_for(lambda: not orphans(kubectl, namespace), 60, "no orphans")
+        record(cluster, "node-agent-killed", faults=1, jobs=2, lost=0, orphaned=0, converge_s=verdict)
+        print(f"NotReady after {visible - killed:.0f}s; verdict {verdict:.1f}s later")
+    finally:
+        if node and not node_ready(kubectl, node):
+            local_up()
+        operator.stop()
