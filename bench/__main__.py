@@ -7,7 +7,7 @@ import sys
 
 PARTS = ["distributors", "operator_scale", "latency", "summary"]  # each is a module bench.<part> with main(argv) -> int
 # `--quick`: the arguments that make each part a smaller run.
-QUICK = {"distributors": ["--repeats", "1"], "operator_scale": ["--quick"], "latency": ["--quick"], "summary": []}
+QUICK = {"distributors": ["--repeats", "1"], "operator_scale": ["--quick"], "latency": ["--quick"], "summary": ["--quick"]}
 
 
 def main(argv: list[str]) -> int:

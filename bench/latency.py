@@ -210,8 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         bench.down()
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latency.json").write_text(json.dumps(report, indent=1))
-    (RESULTS / "latency.md").write_text(markdown(report))
+    name = "latency-quick" if args.quick else "latency"  # a quick run never overwrites the full run's results
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1))
+    (RESULTS / f"{name}.md").write_text(markdown(report))
     print("\n" + markdown(report))
     return 0
 

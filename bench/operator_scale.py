@@ -399,13 +399,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, help="P1 timed repeats after the warm-up round (default 3)")
     ap.add_argument("--churn", type=int, help="P2 jobs (default 1000; 0 skips P2)")
     ap.add_argument("--skip-p1", action="store_true")
-    ap.add_argument("--render", action="store_true", help="only rewrite results/operator_scale.md from the JSON")
+    ap.add_argument("--render", action="store_true", help="only rewrite the Markdown from the JSON (with --quick: the quick run's)")
     args = ap.parse_args(argv)
     if args.render:
-        report = json.loads((RESULTS / "operator_scale.json").read_text())
+        report = json.loads((RESULTS / f"{result_name(args.quick)}.json").read_text())
         if "p1" in report:
             report["p1"].update(summarize_p1(report["p1"]["runs"]))
-        write(report)
+        write(report, args.quick)
         return 0
     jobs = args.jobs or (20 if args.quick else 200)
     repeats = args.repeats or (1 if args.quick else 3)
@@ -425,14 +425,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["p2"] = churn(bench, churn_jobs, 4 if churn_jobs >= 400 else 2)
     finally:
         bench.down()
-    write(report)
+    write(report, args.quick)
     return 0
 
 
-def write(report: dict[str, Any]) -> None:
+def result_name(quick: bool) -> str:
+    """A quick run never overwrites the full run's results."""
+    return "operator_scale-quick" if quick else "operator_scale"
+
+
+def write(report: dict[str, Any], quick: bool) -> None:
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "operator_scale.json").write_text(json.dumps(report, indent=1))
-    (RESULTS / "operator_scale.md").write_text(markdown(report))
+    (RESULTS / f"{result_name(quick)}.json").write_text(json.dumps(report, indent=1))
+    (RESULTS / f"{result_name(quick)}.md").write_text(markdown(report))
     print("\n" + markdown(report))
 
 

@@ -1,6 +1,6 @@
-"""`python -m bench.summary`: one table of every benchmark's headline numbers beside its target, from the
-JSON the parts wrote (bench/results/{operator_scale,latency,distributors}.json); writes results/summary.md.
-A part that has not run yet is left out."""
+"""`python -m bench.summary [--quick]`: one table of every benchmark's headline numbers beside its target,
+from the JSON the parts wrote (bench/results/{operator_scale,latency,distributors}.json, or the `-quick`
+files of a quick run); writes results/summary.md (summary-quick.md). A part that has not run is left out."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ Row = list[str]
 
 def _load(name: str) -> dict[str, Any] | None:
     path = RESULTS / f"{name}.json"
+    if not path.exists() and name.endswith("-quick"):  # distributors writes one file either way
+        path = RESULTS / f"{name.removesuffix('-quick')}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -69,11 +71,11 @@ def distributor_rows(rep: dict[str, Any]) -> list[Row]:
     return [row(f"distributors: {k}", v, rep["targets"].get(k)) for k, v in rep["ratios"].items()]
 
 
-def markdown() -> str:
+def markdown(suffix: str = "") -> str:
     rows: list[Row] = []
     machine = None
     for name, fn in (("operator_scale", scale_rows), ("latency", latency_rows), ("distributors", distributor_rows)):
-        rep = _load(name)
+        rep = _load(name + suffix)
         if rep:
             rows += fn(rep)
             machine = machine or rep.get("machine")
@@ -85,9 +87,10 @@ def markdown() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    text = markdown()
+    suffix = "-quick" if "--quick" in (argv or []) else ""
+    text = markdown(suffix)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "summary.md").write_text(text)
+    (RESULTS / f"summary{suffix}.md").write_text(text)
     print(text)
     return 0
 
