@@ -35,6 +35,8 @@ def shapes(pools: list[str], n: int) -> list[tuple[dict[str, Any], tuple[str, st
         (lambda name, pool: job(name, pool, sleep_cmd(1, exit_code=3)), ("FAILED", "HeadFailed")),
         (lambda name, pool: job(name, pool, sleep_cmd(300), activeDeadlineSeconds=15), ("FAILED", "DeadlineExceeded")),
         (lambda name, pool: job(name, pool, sleep_cmd(5), targetInstances=2), ("DONE", "Completed")),
+        # min < target: admitted with what the pool has free; instances never admitted are not waited for.
+        (lambda name, pool: job(name, pool, sleep_cmd(5), targetInstances=3, minInstances=1), ("DONE", "Completed")),
     ]
     out = []
     for i in range(n):

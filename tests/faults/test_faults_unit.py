@@ -61,3 +61,30 @@ def test_env_values_reach_the_payload_literally() -> None:
     spec = build_instance_pods(j, {"cpu": pool()}, granted=1, attempt=0, cfg=OperatorConfig())[0]["spec"]
     value = next(e["value"] for e in spec["containers"][0]["env"] if e["name"] == "LIT")
     assert expand(value, {"HOME": "/root", "X": "x", "KUBEPOOL_INSTANCE_ID": "0"}) == hostile
+
+
+def test_parallel_mode_runs_without_instances_that_were_never_admitted(monkeypatch: object) -> None:
+    """min < target on a short pool: the operator creates only the admitted prefix of instances; the others'
+    names never resolve, and the instances must not wait for them until the instances timeout."""
+    import socket
+    import time
+
+    from operator_factories import pool
+
+    from kubepool.controller.builders import build_job_contract
+    from kubepool.runtime import main as runtime
+
+    doc = build_job_contract(job(targetInstances=3, minInstances=2, mode="parallel", instancesTimeoutSeconds=600),
+                             {"cpu": pool()})
+    known = {doc.instances[1].dns: "10.0.0.2"}
+
+    def resolve(name: str) -> str:
+        if name in known:
+            return known[name]
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "gethostbyname", resolve)  # type: ignore[attr-defined]
+    doc = doc.model_copy(update={"min_wait_seconds": 0.5})
+    started = time.monotonic()
+    ips = runtime.parallel_ips(doc, doc.identity(0), {"KUBEPOOL_POD_IP": "10.0.0.1"}, time.monotonic() + 600)
+    assert ips == ["10.0.0.1", "10.0.0.2"] and time.monotonic() - started < 5

@@ -173,6 +173,26 @@ def run_ray_mode(contract: JobContract, me: InstanceIdentity, env: dict[str, str
     return run_worker(contract, me, spec, ray_env, deadline)
 
 
+def parallel_ips(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], deadline: float) -> list[str]:
+    """Snowflake's static topology: the IPs of the instances that take part, in instance order. This instance's
+    own is the pod's (its DNS record may not exist yet). The first minInstances must resolve (until the instances
+    timeout); the others may never exist (the operator admits a job with fewer than target when the pool is
+    short), so each gets until the min wait and is left out if it has no address by then."""
+    optional_until = min(deadline, time.monotonic() + contract.effective_min_wait())
+    ips = []
+    for inst in sorted(contract.instances, key=lambda i: i.instance_id):
+        if inst.instance_id == me.instance_id:
+            ips.append(hosts.pod_ip(env))
+        elif inst.instance_id < contract.min_instances:
+            ips.append(hosts.resolve(inst.dns, deadline))
+        else:
+            try:
+                ips.append(hosts.resolve(inst.dns, optional_until))
+            except OSError:
+                log(f"instance {inst.instance_id} ({inst.dns}) has no address: running without it")
+    return ips
+
+
 def run(env: dict[str, str]) -> int:
     contract, instance_id = load_contract(env)
     me = contract.identity(instance_id)
@@ -186,11 +206,7 @@ def run(env: dict[str, str]) -> int:
     if contract.mode is RunMode.SAGEMAKER:
         env.update(sm_env)  # peers are names (algo-N, MASTER_ADDR): the script resolves what it uses
     else:
-        # Snowflake's static topology is IPs: every peer's name must resolve first. This instance's own IP is
-        # the pod's: its own DNS record may not exist yet (not Ready) and must not fail the job.
-        ips = [hosts.pod_ip(env) if i.instance_id == me.instance_id else hosts.resolve(i.dns, deadline)
-               for i in sorted(contract.instances, key=lambda i: i.instance_id)]
-        env.update(snowflake.parallel_env(me, ips))
+        env.update(snowflake.parallel_env(me, parallel_ips(contract, me, env, deadline)))
     return run_launcher(env)
 
 
