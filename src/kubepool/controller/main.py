@@ -58,6 +58,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     settings.posting.reporting_component = naming.FIELD_MANAGER
     settings.execution.max_workers = 4  # handlers are async; the executor only serves kopf's sync helpers
     settings.networking.connect_timeout = 10
+    # Watch streams that die silently (no TCP reset: a NAT or proxy dropped them; kopf #787/#957, dask-kubernetes
+    # #620) would leave the operator blind: the server ends each watch within 5 min and the client gives up on
+    # one after 6, so every stream is re-established (kopf lists again and resumes) at least that often.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 360
+    settings.watching.connect_timeout = 10
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
     memo.op = OperatorState(cfg=cfg, api=Api())
