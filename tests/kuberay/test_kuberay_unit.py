@@ -20,10 +20,12 @@ from kubepool.api.kuberay import (
     POD_FINALIZER,
     RayCluster,
 )
+from kubepool.controller.admission import Claim, Decision, regrant
 from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PodView, instance_id_of
 from kubepool.controller.plan import plan_job
+from kubepool.controller.status import Observed, compute_job_status
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = OperatorConfig(default_image="img:1")
@@ -233,3 +235,31 @@ def test_built_cluster_uses_only_schema_fields() -> None:
     assert set(rc["spec"]["headGroupSpec"]) <= set(schema["properties"]["headGroupSpec"]["properties"])
     tmeta = schema["properties"]["headGroupSpec"]["properties"]["template"]["properties"]["metadata"]["properties"]
     assert set(rc["spec"]["headGroupSpec"]["template"]["metadata"]) <= set(tmeta)  # finalizers survive pruning
+
+
+# --- resizing (scale_cluster patches the spec; both backends follow the grant) ----------------------------------
+def _claim(name: str, pools: tuple[str, ...], granted: int) -> Claim:
+    return Claim(namespace="ns", name=name, created="", pools=pools, min_instances=1, granted=granted)
+
+
+@pytest.mark.parametrize(("pools", "granted", "others", "capacity", "want"), [
+    (("cpu",) * 2, 3, 0, 4, 2),  # shrink: at once
+    (("cpu",) * 4, 2, 0, 4, 4),  # grow into free capacity
+    (("cpu",) * 4, 2, 1, 4, 3),  # grow as far as the other job leaves room
+    (("cpu",) * 4, 3, 0, 2, 3),  # maxNodes lowered under it: keeps what it holds
+], ids=["shrink", "grow", "grow-partly", "keep"])
+def test_regrant(pools: tuple[str, ...], granted: int, others: int, capacity: int, want: int) -> None:
+    me = _claim("me", pools, granted)
+    claims = [me, _claim("other", ("cpu",) * others, others)] if others else [me]
+    assert regrant(me, claims, {"cpu": capacity}) == want
+
+
+def test_shrink_lowers_replicas_and_deletes_the_last_instances() -> None:
+    running = _job(targetInstances=2).model_copy(update={"status": _status(JobPhase.RUNNING, granted=3)})
+    pods = [_pod(0), _pod(1), _pod(2)]
+    st = compute_job_status(running, Observed(pods=pods, now=T0, decision=Decision(True, 2), backend=Backend.KUBERAY,
+                                              kuberay_installed=True))
+    assert [i.instance_id for i in st.instances] == [0, 1] and st.phase is JobPhase.RUNNING
+    plan = plan_job(running, st, pods, POOLS, cfg=CFG, now=T0, backend=Backend.KUBERAY)
+    assert plan.apply_raycluster is not None and plan.apply_raycluster["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+    assert plan.delete_pods == ["train-2"]

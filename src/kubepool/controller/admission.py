@@ -97,3 +97,12 @@ def decide(claim: Claim, claims: Iterable[Claim], capacity: Mapping[str, int], s
         return Decision(True, granted=granted)
     state = ", ".join(f"{p}: {free[p]} of {capacity[p]} free" for p in needed)
     return Decision(False, reason=QUEUED, message=f"waiting for capacity: needs {claim.min_instances} instance(s) ({state})")
+
+
+def regrant(claim: Claim, claims: Iterable[Claim], capacity: Mapping[str, int]) -> int:
+    """How many instances an admitted job may hold after its size changed (scale_cluster): a shrink at once, a
+    growth as far as the free capacity left by the other admitted jobs goes. Never fewer than it holds for lack
+    of capacity (a pool's maxNodes lowered under a running job): only its own size takes instances away."""
+    used = usage(c for c in claims if (c.namespace, c.name) != (claim.namespace, claim.name))
+    free = {p: max(n - used[p], 0) for p, n in capacity.items()}
+    return max(_prefix_fits(claim.pools, free), min(claim.granted, len(claim.pools)))

@@ -59,7 +59,8 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
             have = {p.name for p in pods}
             wanted = build_instance_pods(job, pools, granted=len(st.instances), attempt=st.attempt, cfg=cfg)
             plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
-        plan.delete_pods = [p.name for p in live if p.attempt != st.attempt]
+        # Pods of an earlier attempt, and instances beyond the grant after a shrink.
+        plan.delete_pods = [p.name for p in live if p.attempt != st.attempt or p.instance_id >= len(st.instances)]
         if st.phase is JobPhase.PENDING:
             plan.wake(st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds))
         since = job_status.first_admitted(st)

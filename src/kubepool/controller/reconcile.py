@@ -26,7 +26,7 @@ from kubepool.controller.builders import (
     build_ray_token_secret,
     build_runtime_rbac,
 )
-from kubepool.controller.builders.common import local_port_shift, pools_of
+from kubepool.controller.builders.common import local_port_shift, placement_of, pools_of
 from kubepool.controller.builders.raycluster import raycluster_name
 from kubepool.controller.config import RuntimeAccountPolicy
 from kubepool.controller.observed import PodView
@@ -82,6 +82,14 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
             new = compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
                                                    kuberay_installed=kuberay))
             await _write_status(op, key, job, new)
+    elif not finished and len(placement_of(job)) != len(prev.instances):
+        # Resized while admitted (scale_cluster patched targetInstances or an instanceCount).
+        async with op.admission_lock:
+            capacity = {name: p.spec.max_nodes for name, p in pools.items()}
+            granted = admission.regrant(claim_of(job, *key), op.claims(), capacity)
+            new = compute_job_status(job, Observed(pods=pods, now=_now(), decision=admission.Decision(True, granted),
+                                                   backend=backend, kuberay_installed=kuberay))
+            await _write_status(op, key, job, new)
     else:
         new = compute_job_status(job, Observed(pods=pods, now=_now(), backend=backend, kuberay_installed=kuberay))
         await _write_status(op, key, job, new)
@@ -105,7 +113,8 @@ async def _write_status(op: OperatorState, key: JobKey, job: MLJob, new: MLJobSt
 
 async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools: dict[str, ComputePool]) -> None:
     ref = JobRef.of(job)
-    if (ref.uid, st.attempt) in op.children_ready:
+    generation = int(job.metadata.get("generation") or 0)
+    if (ref.uid, st.attempt, generation) in op.children_ready:
         return
     if op.cfg.runtime_account is RuntimeAccountPolicy.PER_JOB:
         for obj in build_runtime_rbac(ref):
@@ -117,7 +126,7 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
     await op.api.apply(build_contract_configmap(ref, doc))
     await op.api.apply(build_headless_service(ref))
     await op.api.apply(build_network_policy(ref))
-    op.children_ready.add((ref.uid, st.attempt))
+    op.children_ready.add((ref.uid, st.attempt, generation))  # a resize changes the contract's instances
 
 
 async def _apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus, plan: Plan,

@@ -39,7 +39,7 @@ class OperatorState:
     api: Api
     indexes: Mapping[str, Any] = field(default_factory=dict)  # kopf indexes: live views, refreshed by every handler
     written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written
-    children_ready: set[tuple[str, int]] = field(default_factory=set)  # (job uid, attempt) whose children exist
+    children_ready: set[tuple[str, int, int]] = field(default_factory=set)  # (job uid, attempt, generation) done
     rayclusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # job uid → RayCluster last applied
     locks: dict[JobKey, asyncio.Lock] = field(default_factory=dict)
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
