@@ -97,8 +97,9 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
     await _apply_plan(op, key, job, new, plan, pools)
     _announce(op, body, prev, new)
     _schedule(op, key, plan)
-    if _holds_capacity(prev) != _holds_capacity(new):
-        # Freed capacity may admit the next jobs; a new admission may unblock jobs queued behind this one.
+    if _holds_capacity(prev) != _holds_capacity(new) or (prev is not None and len(prev.instances) > len(new.instances)):
+        # Freed capacity (an ending or a shrink) may admit the next jobs; a new admission may unblock jobs
+        # queued behind this one.
         trigger_waiting(op, pools_of(job))
     elif prev is None or (prev.phase, prev.reason, prev.admitted_at) != (new.phase, new.reason, new.admitted_at):
         refresh_pools(op, pools_of(job))
