@@ -49,6 +49,8 @@ SHARED = "kubepool-shared"  # kubepool with 10 pools shared by all jobs (documen
 WORKERS = 3
 POOLS = 10  # kubepool places one instance of a pool per node: 10 pools x 100 fake nodes hold 1000 instances
 OWN_POOL_LABEL = {"bench.kubepool.dev/pool": "per-job"}
+PROFILE_INCLUDE = ("kubepool/", "pydantic/", "lightkube/", "kopf/_core/reactor/processing", "copy.py", "logging/")
+PROFILE_EXCLUDE = ("__main__",)  # the entry frames: in every sample
 STALL_S = 60.0  # no pod became Running (no job DONE) for this long: the run is recorded as stalled
 CONCURRENCY = 16  # requests in flight when submitting (the same client for all three systems)
 RESOURCES = {"cpu": "100m", "memory": "128Mi"}
@@ -226,14 +228,17 @@ def fanout(bench: BenchCluster, jobs: int, repeats: int, warmup_jobs: int) -> di
     install_kuberay_crds(bench, home)
     create_pools(bench, [pool(shared_pool(i), 100) for i in range(POOLS)])
     print(f"P1 fan-out: {jobs} jobs x {WORKERS + 1} pods; warm-up round of {warmup_jobs} jobs, then {repeats} repeat(s)", flush=True)
+    profile = LOG_DIR / "kubepool-p1.pyspy.txt"
+    profile.unlink(missing_ok=True)
     for s in SYSTEMS:  # the kubepool warm-up run doubles as its profile (untimed anyway)
-        fanout_run(bench, s, warmup_jobs, "warmup", home, LOG_DIR / "kubepool-p1.pyspy.txt" if s == "kubepool" else None)
+        fanout_run(bench, s, warmup_jobs, "warmup", home, profile if s == "kubepool" else None)
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in (*SYSTEMS, SHARED)}
     for r in range(repeats):
         for s in (*SYSTEMS, SHARED) if r == 0 else SYSTEMS:
             runs[s].append(fanout_run(bench, s, jobs, f"r{r}", home))
+    top = stats.profile_top(profile.read_text(), PROFILE_INCLUDE, PROFILE_EXCLUDE) if profile.exists() else []
     return {"jobs": jobs, "pods_per_job": WORKERS + 1, "repeats": repeats, "warmup_jobs": warmup_jobs,
-            "runs": runs, **summarize_p1(runs), "targets": TARGETS}
+            "runs": runs, **summarize_p1(runs), "targets": TARGETS, "profile_top": top}
 
 
 # --- P2 -------------------------------------------------------------------------------------------------------
@@ -364,6 +369,10 @@ def markdown(report: dict[str, Any]) -> str:
         out.append(stats.markdown_table(["ratio (wall time)", "value", "target"],
                                         [[k, stats.fmt(v), f"≤ {targets[k]}" if k in targets else ""] for k, v in p1["ratios"].items()],
                                         right=(1,)))  # fmt: skip
+    if p1 and p1.get("profile_top"):
+        out += ["", f"### Where the kubepool operator spends its CPU (py-spy, warm-up run of {p1['warmup_jobs']} jobs)", "",
+                stats.markdown_table(["function (file)", "share of samples, inclusive"],
+                                     [[f"`{f}`", f"{100 * v:.1f} %"] for f, v in p1["profile_top"]], right=(1,))]  # fmt: skip
     p2 = report.get("p2")
     if p2:
         out += ["", f"## P2 churn: {p2['jobs']} one-instance jobs in {p2['waves']} waves on {POOLS} shared pools", ""]

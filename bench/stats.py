@@ -84,3 +84,19 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]], rig
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def profile_top(collapsed: str, include: Sequence[str], exclude: Sequence[str] = (), n: int = 15) -> list[tuple[str, float]]:
+    """Inclusive share of the samples per function in py-spy's raw output (lines `f (file:line);g (...) N`),
+    for functions whose file path contains one of `include` and none of `exclude`; largest first."""
+    share: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        frames = {f.rsplit(":", 1)[0] + ")" if "(" in f else f for f in stack.split(";")}  # drop line numbers
+        wanted = (f for f in frames if any(i in f for i in include) and not any(x in f for x in exclude))
+        share.update(dict.fromkeys(wanted, int(count)))
+    return [(f, c / total) for f, c in share.most_common(n)] if total else []

@@ -89,3 +89,15 @@ def test_summarize_p1_ratios_pair_by_pair() -> None:
     assert s["median"]["floor"]["controller_peak_rss_mib"] is None
     assert s["ratios"]["kubepool / kuberay"] == 1.5  # median of 2.0 and 1.0, not 20 / 17.5
     assert s["ratios"]["kubepool / floor"] == 2.5
+
+
+def test_profile_top_counts_each_function_once_per_stack() -> None:
+    collapsed = (
+        "run (kopf/x.py:1);reconcile (kubepool/r.py:10);reconcile (kubepool/r.py:12);validate (pydantic/m.py:5) 3\n"
+        "run (kopf/x.py:1);pools (kubepool/s.py:90) 1\n"
+        "garbage\n"
+    )
+    top = stats.profile_top(collapsed, ["kubepool/", "pydantic/"])
+    assert top == [("reconcile (kubepool/r.py)", 0.75), ("validate (pydantic/m.py)", 0.75), ("pools (kubepool/s.py)", 0.25)]
+    assert stats.profile_top(collapsed, ["kubepool/"], exclude=["s.py"]) == [("reconcile (kubepool/r.py)", 0.75)]
+    assert stats.profile_top("", ["x"]) == []
