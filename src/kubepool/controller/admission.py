@@ -99,6 +99,13 @@ def decide(claim: Claim, claims: Iterable[Claim], capacity: Mapping[str, int], s
     return Decision(False, reason=QUEUED, message=f"waiting for capacity: needs {claim.min_instances} instance(s) ({state})")
 
 
+def waiting_in_order(claims: Iterable[Claim], pools: Iterable[str]) -> list[Claim]:
+    """The waiting claims on any of `pools`, oldest first: the order in which they re-decide after the pools'
+    admitted set changed, so a job queued behind one that was just admitted (or left) is always looked at again."""
+    names = set(pools)
+    return sorted((c for c in claims if c.waiting and names & set(c.pools)), key=lambda c: c.order)
+
+
 def regrant(claim: Claim, claims: Iterable[Claim], capacity: Mapping[str, int]) -> int:
     """How many instances an admitted job may hold after its size changed (scale_cluster): a shrink at once, a
     growth as far as the free capacity left by the other admitted jobs goes. Never fewer than it holds for lack

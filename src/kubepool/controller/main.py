@@ -4,6 +4,7 @@ state in memo. Handlers live in `handlers`."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -13,7 +14,7 @@ from typing import Any
 import kopf
 
 from kubepool import naming
-from kubepool.controller import handlers, metrics
+from kubepool.controller import handlers, metrics, reconcile
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.state import OperatorState
 from kubepool.kube.aio import Api
@@ -67,6 +68,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
     memo.op = OperatorState(cfg=cfg, api=Api())
+    memo.op.recheck = asyncio.get_running_loop().create_task(reconcile.recheck_queue_forever(memo.op))
     if not settings.peering.standalone:
         try:
             scope = () if settings.peering.clusterwide else cfg.namespaces
@@ -87,4 +89,6 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     if op is not None:
         for handle in op.wakeups.values():
             handle.cancel()
+        if op.recheck is not None:
+            op.recheck.cancel()
         await op.api.close()

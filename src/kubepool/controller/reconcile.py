@@ -43,6 +43,7 @@ from kubepool.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 5.0  # a reconcile that hit an API error outside a kopf handler runs again after this
+QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
 _WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
 
@@ -93,16 +94,16 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
     else:
         new = compute_job_status(job, Observed(pods=pods, now=_now(), backend=backend, kuberay_installed=kuberay))
         await _write_status(op, key, job, new)
+    # Wake the queue right after the status is persisted, before the children: if creating them fails, the
+    # retried pass sees no transition any more and the jobs queued behind this one would never be woken.
+    if _queue_moved(prev, new):
+        trigger_waiting(op, pools_of(job))
+    elif prev is None or (prev.phase, prev.reason, prev.admitted_at) != (new.phase, new.reason, new.admitted_at):
+        refresh_pools(op, pools_of(job))
     plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now(), backend=backend)
     await _apply_plan(op, key, job, new, plan, pools)
     _announce(op, body, prev, new)
     _schedule(op, key, plan)
-    if _holds_capacity(prev) != _holds_capacity(new) or (prev is not None and len(prev.instances) > len(new.instances)):
-        # Freed capacity (an ending or a shrink) may admit the next jobs; a new admission may unblock jobs
-        # queued behind this one.
-        trigger_waiting(op, pools_of(job))
-    elif prev is None or (prev.phase, prev.reason, prev.admitted_at) != (new.phase, new.reason, new.admitted_at):
-        refresh_pools(op, pools_of(job))
 
 
 async def _write_status(op: OperatorState, key: JobKey, job: MLJob, new: MLJobStatus) -> None:
@@ -170,6 +171,17 @@ def _holds_capacity(st: MLJobStatus | None) -> bool:
     return st is not None and st.admitted_at is not None and not (st.phase is not None and st.phase.finished)
 
 
+def _waiting(st: MLJobStatus | None) -> bool:
+    return st is None or st.admitted_at is None and not (st.phase is not None and st.phase.finished)
+
+
+def _queue_moved(prev: MLJobStatus | None, new: MLJobStatus) -> bool:
+    """Whether the job changed its pools' queue or admitted set: admitted, left the queue unadmitted (cancelled
+    or timed out while waiting), finished, or shrank. Jobs waiting on those pools must then decide again."""
+    return (_holds_capacity(prev) != _holds_capacity(new) or _waiting(prev) != _waiting(new)
+            or (prev is not None and len(prev.instances) > len(new.instances)))
+
+
 def _schedule(op: OperatorState, key: JobKey, plan: Plan) -> None:
     """Wake the job when its next deadline passes (timeouts, TTL, worker grace): no polling."""
     old = op.wakeups.pop(key, None)
@@ -204,11 +216,22 @@ async def _guarded(op: OperatorState, key: JobKey) -> None:
 
 def trigger_waiting(op: OperatorState, pool_names: list[str]) -> None:
     """Capacity or a pool changed: reconcile the jobs waiting on those pools (oldest first) and the pools."""
-    names = set(pool_names)
-    waiting = sorted((c for c in op.claims() if c.waiting and names & set(c.pools)), key=lambda c: c.order)
-    for c in waiting:
+    for c in admission.waiting_in_order(op.claims(), pool_names):
         spawn_job(op, (c.namespace, c.name))
     refresh_pools(op, pool_names)
+
+
+async def recheck_queue_forever(op: OperatorState) -> None:
+    """Safety net against a lost wake-up: every QUEUE_RECHECK_SECONDS the waiting jobs decide again, oldest
+    first. Cheap when nothing waits; a waiting job's pass writes nothing when its decision is unchanged."""
+    while True:
+        await asyncio.sleep(QUEUE_RECHECK_SECONDS)
+        try:
+            claims = op.claims()
+            for c in admission.waiting_in_order(claims, {p for c in claims for p in c.pools}):
+                spawn_job(op, (c.namespace, c.name))
+        except Exception:  # never let the safety net die with one bad read
+            log.exception("queue re-check failed")
 
 
 def refresh_pools(op: OperatorState, pool_names: list[str]) -> None:

@@ -45,6 +45,7 @@ class OperatorState:
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
     pending: set[JobKey] = field(default_factory=set)  # background passes queued but not started
+    recheck: asyncio.Task[None] | None = None  # the queue's periodic re-check (reconcile.recheck_queue_forever)
     post_event: Callable[..., None] = field(default=kopf.event)  # kopf's Event poster; tests record instead
 
     def lock(self, key: JobKey) -> asyncio.Lock:

@@ -12,6 +12,7 @@ from kubepool.controller.admission import (
     Claim,
     decide,
     usage,
+    waiting_in_order,
 )
 
 
@@ -57,3 +58,26 @@ def test_usage_counts_granted_prefix_only() -> None:
 def test_queue_message_says_what_is_free() -> None:
     d = decide(claim("a", 2), [claim("x", 2, granted=2)], CAP)
     assert "1 of 3 free" in d.message
+
+
+def test_waiting_in_order_is_fifo_per_pool() -> None:
+    """Same-second jobs order by name ("job-12" < "job-2"); whatever the order they were decided in, a wake-up
+    re-decides every waiting job of the pools, oldest first, and skips admitted ones and other pools."""
+    claims = [claim("job-2", 1, t=1), claim("job-12", 1, t=1), claim("run", 1, t=0, granted=1),
+              claim("old", 1, t=0), claim("g", 1, pool="gpu", t=0)]
+    assert [c.name for c in waiting_in_order(claims, ["cpu"])] == ["old", "job-12", "job-2"]
+    assert [c.name for c in waiting_in_order(claims, ["cpu", "gpu"])] == ["g", "old", "job-12", "job-2"]
+    assert waiting_in_order(claims, ["none"]) == []
+
+
+def test_burst_admits_everyone_when_woken_in_order() -> None:
+    """A burst decided youngest first: all but the oldest queue behind it; after it is admitted, re-deciding
+    the waiting jobs in waiting_in_order admits every one that fits (no job stays queued behind an admitted one)."""
+    claims = {c.name: c for c in (claim(f"j{i}", 1, t=i) for i in range(3))}
+    for name in ("j2", "j1"):
+        assert decide(claims[name], claims.values(), CAP).reason == QUEUED
+    while waiting := waiting_in_order(claims.values(), ["cpu"]):
+        d = decide(waiting[0], claims.values(), CAP)
+        assert d.admitted
+        claims[waiting[0].name] = claim(waiting[0].name, 1, t=int(waiting[0].created[-3:-1]), granted=d.granted)
+    assert all(not c.waiting for c in claims.values())

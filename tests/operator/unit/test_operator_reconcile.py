@@ -100,3 +100,34 @@ async def test_done_frees_capacity_for_the_queued_job() -> None:
     await asyncio.sleep(0.05)  # the queued job's pass runs in the background
     assert api.statuses["next"]["phase"] == "PENDING" and "admittedAt" in api.statuses["next"]
     assert "next-homogeneouscluster-0" in api.pods()
+
+
+async def test_admission_wakes_the_queue_even_when_creating_children_fails() -> None:
+    """A younger job decided first queues behind the older one; the older one's admission must wake it even if
+    its pass then fails (the retry sees no transition any more)."""
+    older = job("job-12", targetInstances=1, created="2026-01-01T12:00:00Z")  # same second: "job-12" < "job-2"
+    younger = job("job-2", targetInstances=1, created="2026-01-01T12:00:00Z")
+    op, api, _ = state([older, younger], max_nodes=2)
+    await reconcile.reconcile_job(op, ("ns", "job-2"))
+    assert api.statuses["job-2"]["reason"] == "Queued"
+
+    async def refuse(obj: dict[str, Any]) -> None:
+        raise RuntimeError("apply refused")
+    api.apply = refuse  # type: ignore[method-assign]
+    try:
+        await reconcile.reconcile_job(op, ("ns", "job-12"))
+    except RuntimeError:
+        pass
+    assert "admittedAt" in api.statuses["job-12"]
+    await asyncio.sleep(0.05)  # the woken job's pass runs in the background (and fails the same way)
+    assert "admittedAt" in api.statuses["job-2"]
+
+
+async def test_periodic_recheck_admits_a_stranded_job(monkeypatch: Any) -> None:
+    """The safety net: a waiting job nobody wakes is re-decided within QUEUE_RECHECK_SECONDS."""
+    op, api, _ = state([job("train", targetInstances=1)], max_nodes=1)
+    monkeypatch.setattr(reconcile, "QUEUE_RECHECK_SECONDS", 0.01)
+    task = asyncio.ensure_future(reconcile.recheck_queue_forever(op))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    assert "admittedAt" in api.statuses["train"]
