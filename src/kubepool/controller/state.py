@@ -45,6 +45,11 @@ class OperatorState:
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
     pending: set[JobKey] = field(default_factory=set)  # background passes queued but not started
+    # Parsed models by resourceVersion: every decision reads every job and pool, and pydantic validation of
+    # the whole index per decision made bursts quadratic. Models handed out are never mutated.
+    parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
+    parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
+    claim_cache: dict[JobKey, tuple[Any, MLJobStatus | None, Claim]] = field(default_factory=dict)
     recheck: asyncio.Task[None] | None = None  # the queue's periodic re-check (reconcile.recheck_queue_forever)
     post_event: Callable[..., None] = field(default=kopf.event)  # kopf's Event poster; tests record instead
 
@@ -56,6 +61,8 @@ class OperatorState:
         self.children_ready = {c for c in self.children_ready if c[0] != uid}
         self.rayclusters.pop(uid, None)
         self.locks.pop(key, None)
+        self.parsed_jobs.pop(key, None)
+        self.claim_cache.pop(key, None)
         handle = self.wakeups.pop(key, None)
         if handle is not None:
             handle.cancel()
@@ -67,15 +74,27 @@ class OperatorState:
         if not bodies:
             return None
         body = bodies[0]
+        job = self._parsed_job(key, body)
+        if job is None:
+            return None
+        mine = self.written.get(job.metadata.get("uid", ""))
+        if mine is not None and mine is not job.status:
+            job = job.model_copy(update={"status": mine})  # shallow: the cached model stays as watched
+        return job, body
+
+    def _parsed_job(self, key: JobKey, body: dict[str, Any]) -> MLJob | None:
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        hit = self.parsed_jobs.get(key)
+        if rv and hit is not None and hit[0] == rv:
+            return hit[1]
         try:
             job = MLJob.model_validate(body)
         except ValidationError as e:
             log.warning("MLJob %s/%s does not parse: %s", *key, e)
             return None
-        mine = self.written.get(job.metadata.get("uid", ""))
-        if mine is not None:
-            job.status = mine
-        return job, body
+        if rv:
+            self.parsed_jobs[key] = (rv, job)
+        return job
 
     def jobs(self) -> Iterator[tuple[JobKey, MLJob]]:
         index = self.indexes.get("mljob_index", {})
@@ -93,10 +112,20 @@ class OperatorState:
         index = self.indexes.get("pool_index", {})
         for name in list(index):
             for body in _values(index, name):
+                rv = (body.get("metadata") or {}).get("resourceVersion")
+                hit = self.parsed_pools.get(name)
+                if rv and hit is not None and hit[0] == rv:
+                    out[name] = hit[1]
+                    continue
                 try:
                     out[name] = ComputePool.model_validate(body)
                 except ValidationError as e:
                     log.warning("ComputePool %s does not parse: %s", name, e)
+                    continue
+                if rv:
+                    self.parsed_pools[name] = (rv, out[name])
+        for gone in self.parsed_pools.keys() - out.keys():
+            del self.parsed_pools[gone]
         return out
 
     def nodes(self) -> list[NodeView]:
@@ -106,11 +135,16 @@ class OperatorState:
     def claims(self) -> list[Claim]:
         """Every unfinished job's claim on its pools."""
         out = []
-        for (ns, name), job in self.jobs():
+        for key, job in self.jobs():
             st = job.status or MLJobStatus()
             if st.phase is not None and st.phase.finished:
                 continue
-            out.append(claim_of(job, ns, name))
+            # A claim depends only on the parsed job and its status: reuse it while both are the same objects.
+            hit = self.claim_cache.get(key)
+            if hit is None or hit[0] is not job.spec or hit[1] is not job.status:
+                hit = (job.spec, job.status, claim_of(job, *key))
+                self.claim_cache[key] = hit
+            out.append(hit[2])
         return out
 
 
