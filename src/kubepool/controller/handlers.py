@@ -13,6 +13,7 @@ from kubepool import naming
 from kubepool.controller import metrics, reconcile
 from kubepool.controller.observed import NodeView, PodView
 from kubepool.controller.state import OperatorState
+from kubepool.controller.status import pools_affected_by_node
 from kubepool.kube.errors import KubeError
 
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
@@ -91,6 +92,12 @@ async def reconcile_computepool(name: str, memo: kopf.Memo, **kwargs: Any) -> No
 
 
 @kopf.on.event("nodes")
-async def node_event(memo: kopf.Memo, **kwargs: Any) -> None:
+async def node_event(event: kopf.RawEvent, body: kopf.Body, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    # Only the pools the node matched before or matches now, and only when readiness, labels, taints or
+    # cordoning changed: heartbeats are most node events, and every pool per event made start-up O(nodes × pools²).
     op = _op(memo, kwargs)
-    reconcile.refresh_pools(op, list(op.pools()))
+    new = None if event["type"] == "DELETED" else NodeView.of(body)
+    old = op.node_views.pop(name, None)
+    if new is not None:
+        op.node_views[name] = new
+    reconcile.refresh_pools(op, pools_affected_by_node(op.pools(), old, new))

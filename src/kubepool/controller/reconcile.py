@@ -43,6 +43,8 @@ from kubepool.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 5.0  # a reconcile that hit an API error outside a kopf handler runs again after this
+POOL_REFRESH_SECONDS = 1.0  # pool status passes are coalesced over this window
+EXPORT_DUE = ""  # the job-phase gauges' entry in OperatorState.pools_due (no pool has an empty name)
 QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
 _WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
@@ -235,9 +237,24 @@ async def recheck_queue_forever(op: OperatorState) -> None:
 
 
 def refresh_pools(op: OperatorState, pool_names: list[str]) -> None:
+    """Refresh the pools' status (and the job gauges) POOL_REFRESH_SECONDS from now: a pool's status is
+    informational, so every trigger in that window costs one pass and at most one write per pool."""
+    loop = asyncio.get_running_loop()
     for name in dict.fromkeys(pool_names):
+        if name not in op.pools_due:
+            op.pools_due.add(name)
+            loop.call_later(POOL_REFRESH_SECONDS, _start_pool_refresh, op, name)
+    if EXPORT_DUE not in op.pools_due:
+        op.pools_due.add(EXPORT_DUE)
+        loop.call_later(POOL_REFRESH_SECONDS, _start_pool_refresh, op, EXPORT_DUE)
+
+
+def _start_pool_refresh(op: OperatorState, name: str) -> None:
+    op.pools_due.discard(name)  # triggers from here on schedule the next pass
+    if name == EXPORT_DUE:
+        _export(op)
+    else:
         asyncio.ensure_future(reconcile_pool_guarded(op, name))
-    _export(op)
 
 
 async def reconcile_pool(op: OperatorState, name: str) -> None:

@@ -50,6 +50,8 @@ class OperatorState:
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
     parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
     claim_cache: dict[JobKey, tuple[Any, MLJobStatus | None, Claim]] = field(default_factory=dict)
+    node_views: dict[str, NodeView] = field(default_factory=dict)  # node name → as last handled by node_event
+    pools_due: set[str] = field(default_factory=set)  # pool status refreshes scheduled, not started (coalescing)
     recheck: asyncio.Task[None] | None = None  # the queue's periodic re-check (reconcile.recheck_queue_forever)
     post_event: Callable[..., None] = field(default=kopf.event)  # kopf's Event poster; tests record instead
 

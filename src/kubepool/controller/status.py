@@ -3,7 +3,7 @@ decision and the time; a ComputePool's status from its nodes and the jobs' claim
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -244,6 +244,15 @@ def node_matches(pool: ComputePool, node: NodeView) -> bool:
                    for t in pool.spec.tolerations):
             return False
     return True
+
+
+def pools_affected_by_node(pools: Mapping[str, ComputePool], old: NodeView | None,
+                           new: NodeView | None) -> list[str]:
+    """The pools whose status a node change can move: those the node matched before or matches now; none when
+    nothing a pool reads changed (heartbeats and status-only updates)."""
+    if old == new:
+        return []
+    return [name for name, p in pools.items() if any(n is not None and node_matches(p, n) for n in (old, new))]
 
 
 def compute_pool_status(pool: ComputePool, nodes: Iterable[NodeView], claims: Iterable[Claim],

@@ -131,3 +131,12 @@ async def test_periodic_recheck_admits_a_stranded_job(monkeypatch: Any) -> None:
     await asyncio.sleep(0.1)
     task.cancel()
     assert "admittedAt" in api.statuses["train"]
+
+
+async def test_pool_refreshes_are_coalesced(monkeypatch: Any) -> None:
+    op, api, _ = state([])
+    monkeypatch.setattr(reconcile, "POOL_REFRESH_SECONDS", 0.01)
+    for _ in range(5):
+        reconcile.refresh_pools(op, ["cpu", "cpu"])
+    await asyncio.sleep(0.1)
+    assert api.calls == [("pool-status", "cpu")] and not op.pools_due

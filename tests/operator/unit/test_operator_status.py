@@ -170,3 +170,15 @@ def test_pool_status(p, claims, phase, ready, in_use, running, queued) -> None: 
     st = compute_pool_status(p, NODES, claims, T0)
     assert (st.phase, st.ready_nodes, st.instances_in_use, st.running_jobs, st.queued_jobs) == (
         phase, ready, in_use, running, queued)
+
+
+def test_node_change_touches_only_the_pools_it_matched_or_matches() -> None:
+    pools = {"cpu": pool(nodeSelector={"kubepool.dev/node-pool": "cpu"}), "gpu": gpu_pool(),
+             "other": pool("other", nodeSelector={"kubepool.dev/node-pool": "other"})}
+    cpu, gpu = NODES[0], NODES[2]
+    assert S.pools_affected_by_node(pools, cpu, NodeView("cpu-node-1", True, {"kubepool.dev/node-pool": "cpu"})) == []
+    assert S.pools_affected_by_node(pools, None, cpu) == ["cpu"]  # added
+    assert S.pools_affected_by_node(pools, gpu, None) == ["gpu"]  # deleted
+    relabelled = NodeView("cpu-node-1", True, {"kubepool.dev/node-pool": "other"})
+    assert S.pools_affected_by_node(pools, cpu, relabelled) == ["cpu", "other"]
+    assert S.pools_affected_by_node(pools, cpu, NodeView("cpu-node-1", False, dict(cpu.labels))) == ["cpu"]
