@@ -9,6 +9,7 @@ import logging
 import secrets
 import time
 from datetime import UTC, datetime
+from collections.abc import Awaitable
 from typing import Any, cast
 
 import kopf
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 RETRY_SECONDS = 5.0  # a reconcile that hit an API error outside a kopf handler runs again after this
 POOL_REFRESH_SECONDS = 1.0  # pool status passes are coalesced over this window
 EXPORT_DUE = ""  # the job-phase gauges' entry in OperatorState.pools_due (no pool has an empty name)
+EXPECT_POD_SECONDS = 30.0  # a created pod not yet in the watch is not created again for this long
+WRITE_CONCURRENCY = 8  # independent child writes of one job in flight at once
 QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
 _WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
@@ -72,6 +75,10 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
     uid = job.metadata.get("uid", "")
     prev = job.status
     pods = op.pods(key, uid)
+    expected = op.created_pods.get(uid)
+    if expected:  # the watch caught up with these creates
+        for p in pods:
+            expected.pop(p.name, None)
     pools = op.pools()
     backend = job.spec.backend or op.cfg.default_backend
     finished = prev is not None and prev.phase is not None and prev.phase.finished
@@ -120,16 +127,18 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
     generation = int(job.metadata.get("generation") or 0)
     if (ref.uid, st.attempt, generation) in op.children_ready:
         return
+    # Independent writes, sent together (a RoleBinding may name its Role before the Role exists); the pods come
+    # after them (their ServiceAccount must exist).
+    writes: list[Awaitable[Any]] = []
     if op.cfg.runtime_account is RuntimeAccountPolicy.PER_JOB:
-        for obj in build_runtime_rbac(ref):
-            await op.api.apply(obj)
+        writes += [op.api.apply(obj) for obj in build_runtime_rbac(ref)]
     if job.spec.ray.auth_mode == "token":
-        await op.api.create_if_absent(build_ray_token_secret(ref, secrets.token_urlsafe(32)))
+        writes.append(op.api.create_if_absent(build_ray_token_secret(ref, secrets.token_urlsafe(32))))
     shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
     doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift)
-    await op.api.apply(build_contract_configmap(ref, doc))
-    await op.api.apply(build_headless_service(ref))
-    await op.api.apply(build_network_policy(ref))
+    writes += [op.api.apply(build_contract_configmap(ref, doc)), op.api.apply(build_headless_service(ref)),
+               op.api.apply(build_network_policy(ref))]
+    await _all(writes)
     op.children_ready.add((ref.uid, st.attempt, generation))  # a resize changes the contract's instances
 
 
@@ -137,9 +146,15 @@ async def _apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatu
                       pools: dict[str, ComputePool]) -> None:
     if plan.ensure_children:
         await _ensure_children(op, job, st, pools)
-    for pod in plan.create_pods:
-        await op.api.create_if_absent(pod)
     uid = job.metadata.get("uid", "")
+    # Pods created by an earlier pass but not yet in the watch would be planned again (a 409 per pod): remember
+    # them until the watch shows them, or EXPECT_POD_SECONDS passed (a create that never landed is retried).
+    expected = op.created_pods.setdefault(uid, {})
+    now = time.monotonic()
+    todo = [p for p in plan.create_pods if expected.get(p["metadata"]["name"], 0.0) <= now]
+    await _all([op.api.create_if_absent(p) for p in todo])
+    for p in todo:
+        expected[p["metadata"]["name"]] = now + EXPECT_POD_SECONDS
     if plan.apply_raycluster is not None and op.rayclusters.get(uid) != plan.apply_raycluster:
         await op.api.apply(plan.apply_raycluster)  # replicas follow the granted instances (scale_cluster)
         op.rayclusters[uid] = plan.apply_raycluster
@@ -152,6 +167,20 @@ async def _apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatu
     if plan.delete_job:
         log.info("MLJob %s/%s: ttlSecondsAfterFinished passed; deleting it", *key)
         await op.api.delete_job(*key)
+
+
+async def _all(writes: list[Awaitable[Any]]) -> None:
+    """Await independent API writes concurrently (at most WRITE_CONCURRENCY at once per call); every one runs
+    to its end before the first error, if any, is raised."""
+    slots = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+    async def bounded(write: Awaitable[Any]) -> Any:
+        async with slots:
+            return await write
+
+    for result in await asyncio.gather(*(bounded(w) for w in writes), return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
 
 
 async def _release_pods(op: OperatorState, key: JobKey, pods: list[PodView]) -> None:
@@ -261,12 +290,17 @@ async def reconcile_pool(op: OperatorState, name: str) -> None:
     pools = op.pools()
     pool = pools.get(name)
     if pool is None:
+        op.pools_written.pop(name, None)
         return
     new = compute_pool_status(pool, op.nodes(), op.claims(), _now())
     if pool.status is not None and pool.status.model_dump(exclude={"conditions"}) == new.model_dump(exclude={"conditions"}) \
             and [c.wire() for c in pool.status.conditions] == [c.wire() for c in new.conditions]:
         return
-    await op.api.patch_pool_status(name, new.wire())
+    wire = new.wire()
+    if op.pools_written.get(name) == wire:  # our last write, not yet back from the watch
+        return
+    await op.api.patch_pool_status(name, wire)
+    op.pools_written[name] = wire
 
 
 async def reconcile_pool_guarded(op: OperatorState, name: str) -> None:

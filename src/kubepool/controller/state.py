@@ -50,6 +50,8 @@ class OperatorState:
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
     parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
     claim_cache: dict[JobKey, tuple[Any, MLJobStatus | None, Claim]] = field(default_factory=dict)
+    created_pods: dict[str, dict[str, float]] = field(default_factory=dict)  # job uid → pod → monotonic expiry
+    pools_written: dict[str, dict[str, Any]] = field(default_factory=dict)  # pool → last status written
     node_views: dict[str, NodeView] = field(default_factory=dict)  # node name → as last handled by node_event
     pools_due: set[str] = field(default_factory=set)  # pool status refreshes scheduled, not started (coalescing)
     recheck: asyncio.Task[None] | None = None  # the queue's periodic re-check (reconcile.recheck_queue_forever)
@@ -62,6 +64,7 @@ class OperatorState:
         self.written.pop(uid, None)
         self.children_ready = {c for c in self.children_ready if c[0] != uid}
         self.rayclusters.pop(uid, None)
+        self.created_pods.pop(uid, None)
         self.locks.pop(key, None)
         self.parsed_jobs.pop(key, None)
         self.claim_cache.pop(key, None)

@@ -140,3 +140,14 @@ async def test_pool_refreshes_are_coalesced(monkeypatch: Any) -> None:
         reconcile.refresh_pools(op, ["cpu", "cpu"])
     await asyncio.sleep(0.1)
     assert api.calls == [("pool-status", "cpu")] and not op.pools_due
+
+
+async def test_created_pods_are_not_created_again_before_the_watch_shows_them() -> None:
+    op, api, _ = state([job(targetInstances=2)])
+    await reconcile.reconcile_job(op, ("ns", "train"))
+    await reconcile.reconcile_job(op, ("ns", "train"))  # the pod watch has not caught up
+    assert api.calls.count(("create", "Pod")) == 2
+    for expected in op.created_pods.values():  # expired: a create that never showed up is retried
+        expected.update(dict.fromkeys(expected, 0.0))
+    await reconcile.reconcile_job(op, ("ns", "train"))
+    assert api.calls.count(("create", "Pod")) == 4
