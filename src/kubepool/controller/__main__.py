@@ -11,6 +11,7 @@ import kopf
 
 from kubepool.controller import main as _registers_handlers  # noqa: F401  (import = registration)
 from kubepool.controller.config import ENV_PREFIX, OperatorConfig
+from kubepool.controller.logs import quiet_routine_logs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[ENV_PREFIX + "NAMESPACES"] = ",".join(namespaces)
     liveness = ns.liveness or (f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None)
     kopf.configure(verbose=ns.verbose)
+    quiet_routine_logs()
     kopf.run(clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=liveness,
              standalone=ns.standalone)
     return 0

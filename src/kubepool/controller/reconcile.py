@@ -8,8 +8,8 @@ import asyncio
 import logging
 import secrets
 import time
-from datetime import UTC, datetime
 from collections.abc import Awaitable
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
@@ -259,7 +259,7 @@ async def recheck_queue_forever(op: OperatorState) -> None:
         await asyncio.sleep(QUEUE_RECHECK_SECONDS)
         try:
             claims = op.claims()
-            for c in admission.waiting_in_order(claims, {p for c in claims for p in c.pools}):
+            for c in admission.waiting_in_order(claims, {p for claim in claims for p in claim.pools}):
                 spawn_job(op, (c.namespace, c.name))
         except Exception:  # never let the safety net die with one bad read
             log.exception("queue re-check failed")
