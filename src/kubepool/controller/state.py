@@ -49,7 +49,7 @@ class OperatorState:
     # the whole index per decision made bursts quadratic. Models handed out are never mutated.
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
     parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
-    claim_cache: dict[JobKey, tuple[Any, MLJobStatus | None, Claim]] = field(default_factory=dict)
+    claim_cache: dict[JobKey, tuple[MLJob, MLJobStatus | None, Claim]] = field(default_factory=dict)
     created_pods: dict[str, dict[str, float]] = field(default_factory=dict)  # job uid → pod → monotonic expiry
     pools_written: dict[str, dict[str, Any]] = field(default_factory=dict)  # pool → last status written
     node_views: dict[str, NodeView] = field(default_factory=dict)  # node name → as last handled by node_event
@@ -140,14 +140,22 @@ class OperatorState:
     def claims(self) -> list[Claim]:
         """Every unfinished job's claim on its pools."""
         out = []
-        for key, job in self.jobs():
-            st = job.status or MLJobStatus()
-            if st.phase is not None and st.phase.finished:
+        index = self.indexes.get("mljob_index", {})
+        for key in list(index):
+            bodies = _values(index, key)
+            parsed = self._parsed_job(key, bodies[0]) if bodies else None
+            if parsed is None:
                 continue
-            # A claim depends only on the parsed job and its status: reuse it while both are the same objects.
+            mine = self.written.get(parsed.metadata.get("uid", ""))
+            st = mine if mine is not None else parsed.status
+            if st is not None and st.phase is not None and st.phase.finished:
+                continue
+            # A claim depends only on the parsed job and its status: reuse it while both are the same objects
+            # (no copy of the model per job per decision, as job() makes).
             hit = self.claim_cache.get(key)
-            if hit is None or hit[0] is not job.spec or hit[1] is not job.status:
-                hit = (job.spec, job.status, claim_of(job, *key))
+            if hit is None or hit[0] is not parsed or hit[1] is not st:
+                job = parsed if st is parsed.status else parsed.model_copy(update={"status": st})
+                hit = (parsed, st, claim_of(job, *key))
                 self.claim_cache[key] = hit
             out.append(hit[2])
         return out
