@@ -241,9 +241,10 @@ def wait_terminal(kubectl: Any, namespace: str, names: Iterable[str], timeout: f
             for n in sorted(names))) from None
 
 
-def record(cluster: Any, test: str, *, faults: int, jobs: int, lost: int, orphaned: int, converge_s: float) -> None:
+def record(cluster: Any, test: str, *, faults: int, jobs: int, lost: int, orphaned: int, converge_s: float,
+           **detail: Any) -> None:
     """Appends one test's figures to <state dir>/fault-figures.jsonl (docs/reliability.md sums them)."""
     line = {"test": test, "faults": faults, "jobs": jobs, "lost": lost, "orphaned": orphaned,
-            "converge_s": round(converge_s, 1), "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            "converge_s": round(converge_s, 1), "at": time.strftime("%Y-%m-%dT%H:%M:%S"), **detail}
     with (state_dir(cluster) / "fault-figures.jsonl").open("a") as f:
         f.write(json.dumps(line) + "\n")

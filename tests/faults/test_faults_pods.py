@@ -107,4 +107,4 @@ def test_worker_and_head_loss(cluster: Any, kubectl: Any, namespace: str, operat
     assert not recorder.backwards(), recorder.backwards()
     wait_for(lambda: not orphans(kubectl, namespace), 30, "no orphaned pods")
     record(cluster, "pod-loss", faults=5, jobs=5, lost=0, orphaned=len(orphans(kubectl, namespace)),
-           converge_s=max(verdicts.values()))
+           converge_s=max(verdicts.values()), verdicts={k: round(v, 1) for k, v in verdicts.items()})
