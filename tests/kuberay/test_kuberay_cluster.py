@@ -4,6 +4,8 @@ process-backed nodes. One namespace, ray-operator and kubepool operator for the 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 from kubepool import naming
 from kubepool.api.kuberay import LABEL_CLUSTER, LABEL_NODE_TYPE
+from kubepool.runtime_cluster import scale_patch
 
 pytestmark = pytest.mark.cluster
 
@@ -26,10 +29,14 @@ PAYLOAD = {
 
 @pytest.fixture(scope="module")
 def env(kubectl: Any, kuberay_namespace: str, ray_operator: Path, kubepool_operator: Operator,
-        cpu_pool: str) -> dict[str, Any]:
+        cpu_pool: str) -> Iterator[dict[str, Any]]:
+    ns = kuberay_namespace
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": PAYLOAD}
-    kubectl("apply", "-n", kuberay_namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
-    return {"ns": kuberay_namespace, "op": kubepool_operator, "pool": cpu_pool, "ray_log": ray_operator}
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(cm), check=True)
+    yield {"ns": ns, "op": kubepool_operator, "pool": cpu_pool, "ray_log": ray_operator}
+    # While both operators still run: KubeRay's pods carry kubepool's finalizer, which only the operator removes.
+    kubectl("delete", "mljobs", "--all", "-n", ns, "--wait=true")
+    wait_for(lambda: not get_json(kubectl, ns, "pods")["items"], 120, "the module's pods gone")
 
 
 def _apply(kubectl: Any, ns: str, obj: dict[str, Any]) -> None:
@@ -95,3 +102,39 @@ def test_two_groups_worker_groups_then_delete_job(kubectl: Any, env: dict[str, A
     kubectl("delete", "mljob", "two", "-n", ns, "--wait=true", check=True)
     wait_for(lambda: "two" not in _rayclusters(kubectl, ns), 90, "the RayCluster deleted with the job")
     wait_for(lambda: not _pods(kubectl, ns, "two"), 120, "no pods left after deleting the job")
+
+
+def test_scale_cluster_resizes_the_worker_group(kubectl: Any, env: dict[str, Any]) -> None:
+    ns = env["ns"]
+    _apply(kubectl, ns, mljob("elastic", computePool=env["pool"], targetInstances=3, backend="kuberay",
+                              entrypoint={"file": "sleep.py"}, args=["600"], code={"configMap": "payload"},
+                              instancesTimeoutSeconds=240))
+    assert wait_phase(kubectl, ns, "elastic", {"RUNNING", "FAILED"}, JOB_TIMEOUT_S, env["op"])["phase"] == "RUNNING"
+
+    def resize(size: int) -> None:  # the patch runtime_cluster.scale_cluster sends from inside the job
+        spec = get_json(kubectl, ns, "mljob", "elastic")["spec"]
+        patch = json.dumps(scale_patch(spec, naming.DEFAULT_GROUP, size))
+        kubectl("patch", "mljob", "elastic", "-n", ns, "--type=json", "-p", patch, check=True)
+
+    def shape() -> tuple[Any, ...]:
+        """(phase, worker replicas, live pods, ready instances), or the finished job's (phase, reason, message)."""
+        rc = json.loads(kubectl("get", "raycluster", "elastic", "-n", ns, "-o", "json").stdout or "null")
+        live = [p for p in _pods(kubectl, ns, "elastic") if not p["metadata"].get("deletionTimestamp")]
+        st = get_json(kubectl, ns, "mljob", "elastic")["status"]
+        if st["phase"] != "RUNNING" or rc is None:
+            return st["phase"], st.get("reason"), st.get("message")
+        return st["phase"], rc["spec"]["workerGroupSpecs"][0]["replicas"], len(live), st["readyInstances"]
+
+    def reaches(want: tuple[Any, ...], timeout: float) -> None:
+        wait_for(lambda: (s := shape()) == want or s[0] != "RUNNING" and s, timeout, f"{want}")
+        got = shape()
+        assert got == want, f"{got}"
+
+    resize(2)
+    reaches(("RUNNING", 1, 2, 2), 120)
+    resize(3)
+    reaches(("RUNNING", 2, 3, 3), JOB_TIMEOUT_S)
+    st = get_json(kubectl, ns, "mljob", "elastic")["status"]
+    assert sorted(i["instanceId"] for i in st["instances"]) == [0, 1, 2]
+    kubectl("delete", "mljob", "elastic", "-n", ns, "--wait=true", check=True)
+    wait_for(lambda: not _pods(kubectl, ns, "elastic"), 120, "no pods left after deleting the job")

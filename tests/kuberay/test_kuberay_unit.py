@@ -148,7 +148,8 @@ def test_resolve_replica_index_without_feature_gate() -> None:
 # --- the plan ------------------------------------------------------------------------------------------------
 def _pod(instance_id: int, phase: str = "Running", attempt: int = 0, deleting: bool = False) -> PodView:
     return PodView(name=f"train-{instance_id}", instance_id=instance_id, attempt=attempt, job_uid="uid-train",
-                   phase=phase, ready=phase == "Running", node="n", deleting=deleting, finalizers=(POD_FINALIZER,))
+                   phase=phase, ready=phase == "Running", node="n", deleting=deleting, finalizers=(POD_FINALIZER,),
+                   group=naming.dns_label(naming.DEFAULT_GROUP))
 
 
 def _status(phase: JobPhase, granted: int = 3, attempt: int = 0) -> MLJobStatus:
@@ -261,5 +262,23 @@ def test_shrink_lowers_replicas_and_deletes_the_last_instances() -> None:
                                               kuberay_installed=True))
     assert [i.instance_id for i in st.instances] == [0, 1] and st.phase is JobPhase.RUNNING
     plan = plan_job(running, st, pods, POOLS, cfg=CFG, now=T0, backend=Backend.KUBERAY)
-    assert plan.apply_raycluster is not None and plan.apply_raycluster["spec"]["workerGroupSpecs"][0]["replicas"] == 1
-    assert plan.delete_pods == ["train-2"]
+    group = plan.apply_raycluster["spec"]["workerGroupSpecs"][0] if plan.apply_raycluster else {}
+    # KubeRay would delete an arbitrary worker when replicas drop: it is told which one, and deletes it itself.
+    assert group["replicas"] == 1 and group["scaleStrategy"] == {"workersToDelete": ["train-2"]}
+    assert plan.delete_pods == []
+    pods_backend = plan_job(running, st, pods, POOLS, cfg=CFG, now=T0, backend=Backend.PODS)
+    assert pods_backend.delete_pods == ["train-2"]
+
+
+def test_grow_waits_for_the_new_instance_but_a_vanished_one_is_lost() -> None:
+    seen = _status(JobPhase.RUNNING, granted=2)
+    for i in seen.instances:
+        i.phase, i.node = "Running", "n"
+    running = _job(targetInstances=3).model_copy(update={"status": seen})
+    obs = Observed(pods=[_pod(0), _pod(1)], now=T0, decision=Decision(True, 3), backend=Backend.KUBERAY,
+                   kuberay_installed=True)
+    grown = compute_job_status(running, obs)
+    assert grown.phase is JobPhase.RUNNING and len(grown.instances) == 3  # instance 2 is joining
+    lost = compute_job_status(running.model_copy(update={"status": grown}),
+                              Observed(pods=[_pod(0)], now=T0, backend=Backend.KUBERAY, kuberay_installed=True))
+    assert (lost.phase, lost.reason) == (JobPhase.FAILED, "InstancesLost")

@@ -41,6 +41,10 @@ class HeadGroupSpec(Model):
     template: dict[str, Any]
 
 
+class ScaleStrategy(Model):
+    workers_to_delete: list[str] = Field(default_factory=list)
+
+
 class WorkerGroupSpec(Model):
     group_name: str
     replicas: int
@@ -48,6 +52,8 @@ class WorkerGroupSpec(Model):
     max_replicas: int
     ray_start_params: dict[str, str] = Field(default_factory=dict)
     template: dict[str, Any]
+    # Without in-tree autoscaling KubeRay removes arbitrary pods when replicas drop; kubepool names the ones to go.
+    scale_strategy: ScaleStrategy | None = None
 
 
 class RayClusterSpec(Model):

@@ -28,6 +28,7 @@ class PodView:
     exit_code: int | None = None
     message: str | None = None
     finalizers: tuple[str, ...] = ()
+    group: str = ""  # the instance group as a DNS label (naming.dns_label), as in the pod's label
 
     @property
     def is_head(self) -> bool:
@@ -65,6 +66,7 @@ class PodView:
             exit_code=exit_code,
             message=message,
             finalizers=tuple(meta.get("finalizers") or ()),
+            group=labels.get(naming.LABEL_GROUP, ""),
         )
 
 

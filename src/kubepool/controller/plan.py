@@ -53,14 +53,20 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
     live = [p for p in pods if not p.terminated and not p.deleting]
     if not st.phase.finished:
         plan.ensure_children = True
+        granted = len(st.instances)
+        beyond = [p for p in live if p.attempt == st.attempt and p.instance_id >= granted]  # after a shrink
         if kuberay:
-            plan.apply_raycluster = build_raycluster(job, pools, granted=len(st.instances), attempt=st.attempt, cfg=cfg)
+            doomed: dict[str, list[str]] = {}
+            for p in beyond:
+                doomed.setdefault(p.group, []).append(p.name)
+            plan.apply_raycluster = build_raycluster(job, pools, granted=granted, attempt=st.attempt, cfg=cfg,
+                                                     workers_to_delete=doomed)
         else:
             have = {p.name for p in pods}
-            wanted = build_instance_pods(job, pools, granted=len(st.instances), attempt=st.attempt, cfg=cfg)
+            wanted = build_instance_pods(job, pools, granted=granted, attempt=st.attempt, cfg=cfg)
             plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
-        # Pods of an earlier attempt, and instances beyond the grant after a shrink.
-        plan.delete_pods = [p.name for p in live if p.attempt != st.attempt or p.instance_id >= len(st.instances)]
+            plan.delete_pods = [p.name for p in beyond]
+        plan.delete_pods += [p.name for p in live if p.attempt != st.attempt]
         if st.phase is JobPhase.PENDING:
             plan.wake(st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds))
         since = job_status.first_admitted(st)

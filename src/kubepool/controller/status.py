@@ -113,6 +113,7 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     target, minimum = spec.resolved_target(), spec.resolved_min()
     if spec.suspend:
         return _finish(st, JobPhase.CANCELLED, SUSPENDED, "the job was suspended; its pods are removed", now)
+    placed_before = {i.instance_id for i in st.instances if i.node}  # instances whose pod was ever scheduled
     if obs.backend is Backend.KUBERAY:
         if not obs.kuberay_installed:
             return _finish(st, JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
@@ -170,12 +171,16 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
         # worker exits 0 only when the head releases it: from then on the head's own exit decides the outcome.
         releasing = any(not p.is_head and p.phase == SUCCEEDED for p in current)
         alive = sum(1 for p in current if p.phase != FAILED and not p.deleting and p.node)
-        if alive < minimum and not releasing:
+        # A minimum raised past what ever ran (scale_cluster grew the job) waits for the new instances: they
+        # join, they are not lost (scale_cluster rolls back on its own timeout).
+        placed = placed_before | {p.instance_id for p in current if p.node}
+        required = min(minimum, len(placed))
+        if alive < required and not releasing:
             seen = {p.instance_id for p in current}
             lost = [p.name for p in current if p.phase == FAILED or p.deleting]
             lost += [i.pod for i in st.instances if i.instance_id not in seen]
             return _finish(st, JobPhase.FAILED, INSTANCES_LOST,
-                           f"only {alive} of {minimum} required instances remain (lost: {', '.join(lost) or 'none'})", now)
+                           f"only {alive} of {required} required instances remain (lost: {', '.join(lost) or 'none'})", now)
         st.reason, st.message = INSTANCES_READY, f"{ready} of {target} instances ready"
         return None
     if ready >= minimum:

@@ -16,6 +16,7 @@ offset; the pod's `ray.io/worker-group-replica-index` label (downward API) shift
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 
 from kubepool import contract, naming
 from kubepool.api import ComputePool, MLJob
@@ -27,6 +28,7 @@ from kubepool.api.kuberay import (
     HeadGroupSpec,
     RayCluster,
     RayClusterSpec,
+    ScaleStrategy,
     WorkerGroupSpec,
 )
 from kubepool.controller.builders.common import (
@@ -88,8 +90,10 @@ def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, c
 
 
 def build_raycluster(job: MLJob, pools: dict[str, ComputePool], *, granted: int, attempt: int,
-                     cfg: OperatorConfig) -> Obj:
-    """The job's RayCluster for `granted` instances (a prefix that contains the head)."""
+                     cfg: OperatorConfig, workers_to_delete: Mapping[str, list[str]] | None = None) -> Obj:
+    """The job's RayCluster for `granted` instances (a prefix that contains the head). `workers_to_delete`:
+    per worker group name, its pods beyond the grant (a shrink), which KubeRay deletes instead of random ones."""
+    doomed = workers_to_delete or {}
     ref = JobRef.of(job)
     placement = placement_of(job)
     head = placement[0]
@@ -101,10 +105,12 @@ def build_raycluster(job: MLJob, pools: dict[str, ComputePool], *, granted: int,
             continue  # a one-instance first group is just the head
         first = workers[0]
         replicas = sum(1 for p in workers if p.instance_id < granted)
+        group = worker_group_name(name)
         groups.append(WorkerGroupSpec(
-            group_name=worker_group_name(name), replicas=replicas,
+            group_name=group, replicas=replicas,
             min_replicas=min(replicas, sum(1 for p in workers if p.instance_id < minimum)), max_replicas=len(workers),
             template=_template(job, pool_named(pools, first.pool), first, attempt=attempt, cfg=cfg, head=False),
+            scale_strategy=ScaleStrategy(workers_to_delete=sorted(doomed[group])) if doomed.get(group) else None,
         ))
     # KubeRay's worker init container waits on the head's GCS at `port`, and sets RAY_ADDRESS from it.
     gcs_port = naming.RAY_GCS_PORT + local_port_shift(ref.uid, cfg.ray_port_stride)  # as in the job's contract
