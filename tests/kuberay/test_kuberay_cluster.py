@@ -24,6 +24,7 @@ PAYLOAD = {
     "ok.py": "import ray, socket\nray.init()\nprint('nodes', len(ray.nodes()), 'on', socket.gethostname())\n"
              "__return__ = len(ray.nodes())\n",
     "sleep.py": "import sys, time\ntime.sleep(float(sys.argv[1]))\n",
+    "fail.py": "raise ValueError('boom-42 from the head')\n",
 }
 
 
@@ -138,3 +139,17 @@ def test_scale_cluster_resizes_the_worker_group(kubectl: Any, env: dict[str, Any
     assert sorted(i["instanceId"] for i in st["instances"]) == [0, 1, 2]
     kubectl("delete", "mljob", "elastic", "-n", ns, "--wait=true", check=True)
     wait_for(lambda: not _pods(kubectl, ns, "elastic"), 120, "no pods left after deleting the job")
+
+
+def test_head_failure_keeps_its_message(kubectl: Any, env: dict[str, Any]) -> None:
+    """KubeRay deletes a failed head at once; kubepool's finalizer keeps it until the status has its exit."""
+    ns = env["ns"]
+    _apply(kubectl, ns, mljob("boom", computePool=env["pool"], targetInstances=2, backend="kuberay",
+                              entrypoint={"file": "fail.py"}, code={"configMap": "payload"}, instancesTimeoutSeconds=240))
+    st = wait_phase(kubectl, ns, "boom", {"DONE", "FAILED"}, JOB_TIMEOUT_S, env["op"])
+    assert (st["phase"], st["reason"]) == ("FAILED", "HeadFailed"), st
+    assert "boom-42 from the head" in st["message"]
+    head = next(i for i in st["instances"] if i["instanceId"] == 0)
+    assert head["phase"] == "Failed" and head["exitCode"] != 0
+    wait_for(lambda: "boom" not in _rayclusters(kubectl, ns), 60, "the RayCluster deleted after FAILED")
+    wait_for(lambda: not _pods(kubectl, ns, "boom"), 120, "the failed job's pods released and gone")
