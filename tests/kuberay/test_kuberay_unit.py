@@ -282,3 +282,10 @@ def test_grow_waits_for_the_new_instance_but_a_vanished_one_is_lost() -> None:
     lost = compute_job_status(running.model_copy(update={"status": grown}),
                               Observed(pods=[_pod(0)], now=T0, backend=Backend.KUBERAY, kuberay_installed=True))
     assert (lost.phase, lost.reason) == (JobPhase.FAILED, "InstancesLost")
+
+
+def test_readiness_follows_the_ray_temp_dir() -> None:
+    rc = build_raycluster(_job(targetInstances=2, env=[{"name": contract.ENV_RAY_TEMP_DIR, "value": "/scratch/ray"}]),
+                          POOLS, granted=2, attempt=0, cfg=CFG)
+    probe = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    assert probe["exec"]["command"] == ["test", "-e", "/scratch/ray/ray_current_cluster"]

@@ -41,10 +41,10 @@ from kubepool.controller.builders.common import (
 )
 from kubepool.controller.builders.pods import build_instance_pod
 from kubepool.controller.config import OperatorConfig
+from kubepool.runtime.ray_node import READY_FILE
 
-# Ray's node-ready marker under --temp-dir (kubepool.runtime.ray_node.READY_FILE): a pod is Ready once its Ray
-# node is up. Our own probes also keep KubeRay from injecting its wget probes on fixed ports we may shift.
-_READY_FILE = "ray_current_cluster"
+# A pod is Ready once its Ray node is up (the runtime's ready marker under Ray's --temp-dir). Our own probes
+# also keep KubeRay from injecting its probes on fixed ports that local nodes shift.
 _PROBE_PERIOD_SECONDS = 5
 _LIVENESS_FAILURES = 6
 
@@ -59,7 +59,8 @@ def worker_group_name(group: str) -> str:
 
 
 def _probes(container: Obj, job: MLJob) -> None:
-    ready = {"exec": {"command": ["test", "-e", f"{contract.DEFAULT_RAY_TEMP_DIR}/{_READY_FILE}"]},
+    temp_dir = next((e.value for e in job.spec.env if e.name == contract.ENV_RAY_TEMP_DIR), None)
+    ready = {"exec": {"command": ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{READY_FILE}"]},
              "periodSeconds": _PROBE_PERIOD_SECONDS, "timeoutSeconds": 2}
     container["readinessProbe"] = ready
     # A node not up by the instances timeout has failed the job anyway; after that, a lost node restarts nothing
