@@ -136,6 +136,25 @@ def test_the_operator_account_has_least_privilege(kubectl: Any, release: Release
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*-job.yaml")), ids=lambda p: p.name)
+def test_the_operator_is_no_privilege_escalation_path(kubectl: Any, release: Release) -> None:
+    """Submitting an MLJob is as guarded as creating a pod: a ServiceAccount without a Role in the namespace
+    can create neither; the chart's editor role (aggregated into `edit`, which already creates pods) can."""
+    sa = "no-rights"
+    kubectl("create", "serviceaccount", sa, "-n", release.jobs_namespace, check=True)
+    who = f"system:serviceaccount:{release.jobs_namespace}:{sa}"
+    job = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": "sneaky"},
+           "spec": {"computePool": release.pool, "entrypoint": {"command": ["python", "-c", "print(1)"]}}}
+    proc = kubectl("create", "-n", release.jobs_namespace, "--as", who, "-f", "-", input=json.dumps(job))
+    assert proc.returncode != 0 and "forbidden" in proc.stderr.lower(), proc.stdout + proc.stderr
+    for resource in ("mljobs.kubepool.dev", "pods"):
+        assert kubectl("auth", "can-i", "create", resource, "-n", release.jobs_namespace, "--as", who).stdout.strip() == "no"
+    kubectl("create", "rolebinding", f"{sa}-edit", "--clusterrole=edit", f"--serviceaccount={release.jobs_namespace}:{sa}",
+            "-n", release.jobs_namespace, check=True)
+    assert kubectl("auth", "can-i", "create", "mljobs.kubepool.dev", "-n", release.jobs_namespace, "--as", who).stdout.strip() == "yes"
+    assert kubectl("auth", "can-i", "create", "pods", "-n", release.jobs_namespace, "--as", who).stdout.strip() == "yes"
+    assert kubectl("get", "mljob", "sneaky", "-n", release.jobs_namespace).returncode != 0
+
+
 def test_examples_pass_the_api_servers_validation(kubectl: Any, release: Release, example: Any) -> None:
     """Server-side dry run: the CEL rules of the CRDs run too, which the offline tests cannot do."""
     proc = kubectl("apply", "--dry-run=server", "-n", release.jobs_namespace, "-f", str(example))
