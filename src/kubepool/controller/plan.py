@@ -54,7 +54,10 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
     if not st.phase.finished:
         plan.ensure_children = True
         granted = len(st.instances)
-        beyond = [p for p in live if p.attempt == st.attempt and p.instance_id >= granted]  # after a shrink
+        # After a shrink (scale_cluster): pods past the grant go. Never below minInstances, and never the head:
+        # a grant that small is a stale or inconsistent view, and acting on it would kill a running job.
+        shrink_ok = granted >= max(1, spec.resolved_min())
+        beyond = [p for p in live if shrink_ok and p.attempt == st.attempt and p.instance_id >= granted]
         if kuberay:
             doomed: dict[str, list[str]] = {}
             for p in beyond:

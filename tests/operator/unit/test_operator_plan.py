@@ -22,6 +22,18 @@ def admitted(j: MLJob, granted: int) -> MLJob:
     return with_status(j, compute_job_status(j, Observed(pods=[], now=T0, decision=Decision(True, granted=granted))))
 
 
+def test_a_grant_below_min_never_deletes_running_pods() -> None:
+    """An inconsistent view (grant below minInstances, or empty) must not kill the head or the gang."""
+    j = admitted(job(targetInstances=3, minInstances=2), granted=3)
+    assert j.status is not None
+    st = j.status.model_copy(update={"instances": j.status.instances[:1], "phase": JobPhase.RUNNING})
+    plan = plan_job(j, st, [pod(0), pod(1), pod(2)], POOLS, cfg=CFG, now=at(1))
+    assert plan.delete_pods == []
+    shrunk = j.status.model_copy(update={"instances": j.status.instances[:2], "phase": JobPhase.RUNNING})
+    assert plan_job(j, shrunk, [pod(0), pod(1), pod(2)], POOLS, cfg=CFG, now=at(1)).delete_pods == [
+        "train-homogeneouscluster-2"]
+
+
 def test_queued_job_has_no_children() -> None:
     j = job(targetInstances=2)
     st = compute_job_status(j, Observed(pods=[], now=T0, decision=Decision(False, reason="Queued")))
