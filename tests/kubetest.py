@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,17 @@ class Kubectl:
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc
+
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Waits until each CRD is Established. Polls: `kubectl wait` fails outright while a just-created CRD
+        has no status conditions yet."""
+        deadline = time.monotonic() + timeout
+        for crd in crds:
+            path = '{.status.conditions[?(@.type=="Established")].status}'
+            while self("get", f"crd/{crd}", "-o", f"jsonpath={path}").stdout.strip() != "True":
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"CRD {crd} not Established after {timeout:.0f}s")
+                time.sleep(0.5)
 
     def json(self, *args: str) -> dict[str, Any]:
         """`kubectl <args> -o json`, parsed; fails the test when kubectl fails."""

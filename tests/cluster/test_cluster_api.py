@@ -135,7 +135,7 @@ CRD = {
 def test_crd_applies_and_explain_shows_descriptions(kubectl: Kubectl, namespace: str) -> None:
     kubectl("apply", "-f", "-", input=yaml.safe_dump(CRD), check=True)
     try:
-        kubectl("wait", "--for=condition=Established", "crd/widgets.test.kubepool.dev", "--timeout=30s", check=True)
+        kubectl.wait_established("widgets.test.kubepool.dev")
         # explain reads the published OpenAPI, which lags the Established condition by a moment.
         def explained() -> bool:
             out = kubectl("explain", "widgets.spec", "--api-version=test.kubepool.dev/v1").stdout

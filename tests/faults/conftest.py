@@ -23,7 +23,7 @@ from operator_cluster import ROOT, Operator  # noqa: E402
 def crds(kubectl: Any) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"), check=True)
     for name in ("mljobs.kubepool.dev", "computepools.kubepool.dev"):
-        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s", check=True)
+        kubectl.wait_established(f"{name}")
 
 
 @pytest.fixture

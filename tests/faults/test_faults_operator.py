@@ -100,7 +100,7 @@ def test_two_replicas_no_double_work(cluster: Any, kubectl: Any, crds: None, nam
     for crd in (_peering_crd("KopfPeering", "kopfpeerings", "Namespaced"),
                 _peering_crd("ClusterKopfPeering", "clusterkopfpeerings", "Cluster")):
         kubectl("apply", "-f", "-", input=yaml.safe_dump(crd), check=True)
-        kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s", check=True)
+        kubectl.wait_established(f"{crd['metadata']['name']}")
     replicas = [Operator(cluster.kubeconfig, namespace, tmp_path / f"r{i}.log", standalone=False) for i in range(2)]
     for r in replicas:
         r.start()

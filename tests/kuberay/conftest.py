@@ -50,9 +50,9 @@ def kuberay_dir() -> Path:
 def kuberay_crds(kubectl: Any, kuberay_dir: Path) -> None:
     # Server-side: the CRDs are too large for client-side apply's last-applied annotation.
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(kuberay_dir / "crds"), check=True)
-    kubectl("wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=60s", check=True)
+    kubectl.wait_established("rayclusters.ray.io")
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"), check=True)
-    kubectl("wait", "--for=condition=Established", "crd/mljobs.kubepool.dev", "--timeout=60s", check=True)
+    kubectl.wait_established("mljobs.kubepool.dev")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ def test_second_replica_pauses(kubectl: Any, cluster: Any, crds: None, namespace
     for crd in (_peering_crd("KopfPeering", "kopfpeerings", "Namespaced"),
                 _peering_crd("ClusterKopfPeering", "clusterkopfpeerings", "Cluster")):
         kubectl("apply", "-f", "-", input=yaml.safe_dump(crd), check=True)
-        kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s", check=True)
+        kubectl.wait_established(f"{crd['metadata']['name']}")
     first = Operator(cluster.kubeconfig, namespace, tmp_path / "first.log", standalone=False)
     second = Operator(cluster.kubeconfig, namespace, tmp_path / "second.log", standalone=False)
     first.start()
