@@ -99,4 +99,6 @@ def profile_top(collapsed: str, include: Sequence[str], exclude: Sequence[str] =
         frames = {f.rsplit(":", 1)[0] + ")" if "(" in f else f for f in stack.split(";")}  # drop line numbers
         wanted = (f for f in frames if any(i in f for i in include) and not any(x in f for x in exclude))
         share.update(dict.fromkeys(wanted, int(count)))
-    return [(f, c / total) for f, c in share.most_common(n)] if total else []
+    # Ties in name order: the counts come from sets, whose order varies with the hash seed.
+    ranked = sorted(share.items(), key=lambda fc: (-fc[1], fc[0]))[:n]
+    return [(f, c / total) for f, c in ranked] if total else []
