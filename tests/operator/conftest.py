@@ -5,37 +5,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from operator_cluster import ROOT, Operator
-
-
-@pytest.fixture(scope="session")
-def crds(kubectl: Any) -> None:
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"), check=True)
-    for name in ("mljobs.kubepool.dev", "computepools.kubepool.dev"):
-        kubectl.wait_established(f"{name}")
-
-
-@pytest.fixture
-def operator(cluster: Any, crds: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
-    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log")
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
-
-
-@pytest.fixture
-def apply(kubectl: Any, namespace: str) -> Callable[[dict[str, Any]], None]:
-    def _apply(obj: dict[str, Any]) -> None:
-        kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj), check=True)
-
-    return _apply
+from operator_fixtures import apply, crds, operator  # noqa: F401 - shared fixtures, registered here
 
 
 @pytest.fixture
