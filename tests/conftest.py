@@ -121,17 +121,8 @@ def kubectl(cluster: Cluster) -> Kubectl:
 def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
     """A fresh namespace (with its `default` ServiceAccount ready), deleted after the test."""
     stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"t-{stem}-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name, check=True)
-    # Pods are rejected until the controller-manager has created the namespace's default ServiceAccount.
-    deadline = time.monotonic() + 30
-    while kubectl("get", "serviceaccount", "default", "-n", name).returncode != 0:
-        assert time.monotonic() < deadline, f"no default ServiceAccount in {name} after 30s"
-        time.sleep(0.2)
-    try:
+    with kubectl.fresh_namespace(f"t-{stem}-{uuid.uuid4().hex[:6]}") as name:
         yield name
-    finally:
-        kubectl("delete", "namespace", name, "--wait=false")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,20 @@ class Kubectl:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"CRD {crd} not Established after {timeout:.0f}s")
                 time.sleep(0.5)
+
+    @contextmanager
+    def fresh_namespace(self, name: str) -> Iterator[str]:
+        """Creates `name`, waits for its `default` ServiceAccount (pods are rejected until the
+        controller-manager made it), yields it and deletes it afterwards."""
+        self("create", "namespace", name, check=True)
+        deadline = time.monotonic() + 30
+        while self("get", "serviceaccount", "default", "-n", name).returncode != 0:
+            assert time.monotonic() < deadline, f"no default ServiceAccount in {name} after 30s"
+            time.sleep(0.2)
+        try:
+            yield name
+        finally:
+            self("delete", "namespace", name, "--wait=false")
 
     def json(self, *args: str) -> dict[str, Any]:
         """`kubectl <args> -o json`, parsed; fails the test when kubectl fails."""

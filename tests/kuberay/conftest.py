@@ -57,16 +57,8 @@ def kuberay_crds(kubectl: Any, kuberay_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def kuberay_namespace(kubectl: Any) -> Iterator[str]:
-    name = f"t-kuberay-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name, check=True)
-    deadline = time.monotonic() + 30
-    while kubectl("get", "serviceaccount", "default", "-n", name).returncode != 0:
-        assert time.monotonic() < deadline, f"no default ServiceAccount in {name} after 30s"
-        time.sleep(0.2)
-    try:
+    with kubectl.fresh_namespace(f"t-kuberay-{uuid.uuid4().hex[:6]}") as name:
         yield name
-    finally:
-        kubectl("delete", "namespace", name, "--wait=false")
 
 
 @pytest.fixture(scope="module")

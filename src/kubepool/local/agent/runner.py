@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubepool.local.agent.sandbox import descendants
+
 SANDBOX = Path(__file__).with_name("sandbox.py")
 SPEC, LOG, LOG_INDEX, PID, EXIT = "spec.json", "log", "log.idx", "pid", "exit.json"
 TERMINATION_LOG, AGENT_STOPPED = "termination-log", "agent-stopped"
@@ -34,25 +36,6 @@ def _start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     return None if fields[0] == "Z" else int(fields[19])
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below `root` (a container may start daemons in new sessions)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def _kill(pids: list[int], sig: int) -> None:

@@ -71,7 +71,9 @@ def _bind_all(mounts: list[dict[str, Any]]) -> None:
         os.close(fd)
 
 
-def _descendants(root: int) -> list[int]:  # as runner.descendants: this script imports nothing of kubepool
+def descendants(root: int) -> list[int]:
+    """Every process below `root` (a container may start daemons in new sessions). Lives here because this
+    script imports nothing of kubepool; the runner imports it from here."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -90,7 +92,7 @@ def _descendants(root: int) -> list[int]:  # as runner.descendants: this script 
 
 
 def _signal_all(sig: int) -> None:
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
