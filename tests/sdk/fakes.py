@@ -95,6 +95,8 @@ class FakeKube:
             yield kind, job
 
     def list_pods(self, labels: dict[str, str], namespace: str | None = None) -> list[Pod]:
+        if naming.LABEL_INSTANCE not in labels:
+            return []  # no KubeRay worker pods here
         iid = int(labels[naming.LABEL_INSTANCE])
         if iid not in self.logs:
             return []
