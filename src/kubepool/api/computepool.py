@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import Field
@@ -35,7 +36,11 @@ class ComputePoolSpec(Model):
     resources: InstanceResources | None = Field(
         None, description="Per-instance resources; overrides the family's values field by field."
     )
-    min_nodes: int = Field(1, ge=0, le=1000, description="Nodes kept warm for the pool (MIN_NODES).")
+    min_nodes: int = Field(
+        1, ge=0, le=1000,
+        description="Nodes kept warm for the pool (MIN_NODES): while fewer instances are in use, the operator keeps "
+                    "low-priority placeholder pods of one instance's size on that many more nodes; instances pre-empt them.",
+    )
     max_nodes: int = Field(1, ge=1, le=1000, description="At most this many instances of the pool's jobs run at once (MAX_NODES).")
     node_selector: dict[str, str] = Field(
         default_factory=dict,
@@ -46,7 +51,10 @@ class ComputePoolSpec(Model):
         default_factory=list, max_length=32, description="Tolerations copied onto every instance pod."
     )
     auto_suspend_seconds: int | None = Field(
-        None, ge=0, le=2592000, description="Suspend the pool after this many idle seconds (status shows SUSPENDED)."
+        None, ge=0, le=2592000,
+        description="Suspend the pool after this many seconds without admitted or queued jobs (AUTO_SUSPEND_SECS): "
+                    "status shows SUSPENDED and the warm nodes are released; a new job resumes it (AUTO_RESUME). "
+                    "Unset or 0: never.",
     )
     suspend: bool = Field(False, description="Suspended pools admit no new jobs; running jobs finish.")
 
@@ -71,11 +79,17 @@ class PoolPhase(StrEnum):
 class ComputePoolStatus(Model):
     """Observed state of a ComputePool."""
 
-    phase: PoolPhase | None = Field(None, description="IDLE (no instances), ACTIVE (instances running) or SUSPENDED.")
+    phase: PoolPhase | None = Field(
+        None, description="IDLE (no instances), ACTIVE (instances running) or SUSPENDED (spec.suspend, or idle for "
+                          "autoSuspendSeconds).")
     ready_nodes: int = Field(0, description="Ready nodes matching the pool's selector and tolerations.")
     instances_in_use: int = Field(0, description="Instances of admitted jobs counted against maxNodes.")
     running_jobs: int = Field(0, description="Admitted jobs.")
     queued_jobs: int = Field(0, description="Jobs waiting for capacity.")
+    warm_instances: int = Field(0, description="Placeholder pods Running: nodes held warm for the next instances (minNodes).")
+    idle_since: datetime | None = Field(
+        None, description="Since when the pool has had no admitted or queued jobs; unset while it has some. "
+                          "autoSuspendSeconds counts from here, across operator restarts.")
     conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Pool conditions.")
     observed_generation: int | None = Field(None, description="Spec generation this status reflects.")
 

@@ -148,6 +148,7 @@ def computepool_crd() -> dict[str, Any]:
         {"name": "Nodes", "type": "integer", "jsonPath": ".status.readyNodes"},
         {"name": "In-Use", "type": "integer", "jsonPath": ".status.instancesInUse"},
         {"name": "Max", "type": "integer", "jsonPath": ".spec.maxNodes"},
+        {"name": "Warm", "type": "integer", "jsonPath": ".status.warmInstances"},
         {"name": "Queued", "type": "integer", "jsonPath": ".status.queuedJobs"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ])
