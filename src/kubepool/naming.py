@@ -25,6 +25,12 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"  # retry attempt (backoffLimit) that created 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kubepool"
 ROLE_HEAD, ROLE_WORKER = "head", "worker"
+# Warm capacity (ComputePool minNodes): placeholder pods carry LABEL_POOL (so instances' anti-affinity treats
+# them as holding the node's slot), LABEL_ROLE=placeholder and LABEL_MANAGED_BY; PriorityClass below.
+ROLE_PLACEHOLDER = "placeholder"
+PLACEHOLDER_PRIORITY_CLASS = "kubepool-placeholder"
+PLACEHOLDER_PRIORITY = -10  # below the default 0 of instance pods: any instance pre-empts a placeholder
+ANNOTATION_PLACEHOLDER_SPEC = f"{GROUP}/placeholder-spec"  # hash of the pod spec: a changed pool replaces its pods
 
 ANNOTATION_PREFIX = GROUP  # kopf progress/diffbase storage lives under this prefix, never in status
 
@@ -106,6 +112,16 @@ def runtime_role_name(job: str) -> str:
 
 def network_policy_name(job: str) -> str:
     return _fit(f"{job}-ray")
+
+
+def placeholder_pod_name(pool: str, index: int) -> str:
+    """Placeholder pod `index` (0..) of a ComputePool's warm capacity: `kubepool-warm-<pool>-<index>`."""
+    return _fit(f"kubepool-warm-{pool}-{index}")
+
+
+def placeholder_labels(pool: str) -> dict[str, str]:
+    """Labels of a pool's placeholder pods (the operator's watch and kubectl select them by these)."""
+    return {LABEL_POOL: pool, LABEL_ROLE: ROLE_PLACEHOLDER, LABEL_MANAGED_BY: MANAGED_BY}
 
 
 def job_selector(job: str) -> dict[str, str]:

@@ -45,6 +45,12 @@ class OperatorConfig(BaseModel):
     node_lost_seconds: int = Field(60, ge=0)
     # Deleting a pod gives it this long to exit on SIGTERM (Ray shuts down in a few seconds).
     pod_termination_grace_seconds: int = Field(10, ge=0)
+    # Warm capacity: placeholder pods keep each ComputePool's minNodes nodes held (and the runtime image pulled)
+    # while fewer instances run. Off: minNodes is informational only.
+    warm_capacity: bool = True
+    # Namespace of the placeholder pods; empty: the operator's own (in a pod), else the first watched namespace,
+    # else `default`. It must be watched (the operator follows its placeholders through its pod watch).
+    placeholder_namespace: str = ""
     liveness_port: int = 8080
     metrics_port: int = 9090
 
@@ -61,3 +67,13 @@ class OperatorConfig(BaseModel):
             else:
                 values[name] = None if raw == "" and name == "run_as_user" else raw
         return cls.model_validate(values)
+
+
+def resolve_placeholder_namespace(cfg: OperatorConfig, own_namespace: str | None) -> str:
+    """Where placeholder pods live: the configured namespace; else the operator's own namespace if it is
+    watched; else the first watched namespace; else `default`."""
+    if cfg.placeholder_namespace:
+        return cfg.placeholder_namespace
+    if own_namespace and (not cfg.namespaces or own_namespace in cfg.namespaces):
+        return own_namespace
+    return cfg.namespaces[0] if cfg.namespaces else "default"

@@ -105,3 +105,33 @@ class NodeView:
         taints = tuple(Taint(t.get("key", ""), t.get("effect", ""), t.get("value") or "") for t in spec.get("taints") or [])
         return cls(name=meta.get("name", ""), ready=ready, labels=dict(meta.get("labels") or {}), taints=taints,
                    unschedulable=bool(spec.get("unschedulable")))
+
+
+@dataclass(frozen=True)
+class PlaceholderView:
+    """One warm-capacity placeholder pod of a ComputePool (ComputePool minNodes) as observed."""
+
+    name: str
+    namespace: str
+    pool: str
+    owner_uid: str = ""  # the ComputePool's uid (owner reference): a placeholder of a deleted namesake is not ours
+    phase: str = PENDING
+    node: str | None = None
+    deleting: bool = False
+    spec_hash: str = ""  # naming.ANNOTATION_PLACEHOLDER_SPEC
+
+    @property
+    def warm(self) -> bool:
+        """Holds a node: Running and not being deleted (a pre-empted one is deleted by the scheduler)."""
+        return self.phase == RUNNING and not self.deleting and self.node is not None
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PlaceholderView:
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        owner = next((o.get("uid", "") for o in meta.get("ownerReferences") or []
+                      if o.get("kind") == naming.POOL_KIND), "")
+        return cls(name=meta.get("name", ""), namespace=meta.get("namespace", "default"),
+                   pool=(meta.get("labels") or {}).get(naming.LABEL_POOL, ""), owner_uid=owner,
+                   phase=status.get("phase") or PENDING, node=spec.get("nodeName"),
+                   deleting=bool(meta.get("deletionTimestamp")),
+                   spec_hash=(meta.get("annotations") or {}).get(naming.ANNOTATION_PLACEHOLDER_SPEC, ""))
