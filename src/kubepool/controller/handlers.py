@@ -11,12 +11,13 @@ import kopf
 
 from kubepool import naming
 from kubepool.controller import metrics, reconcile
-from kubepool.controller.observed import NodeView, PodView
+from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 from kubepool.controller.state import OperatorState
 from kubepool.controller.status import pools_affected_by_node
 from kubepool.kube.errors import KubeError
 
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
+PLACEHOLDERS = {**MANAGED, naming.LABEL_ROLE: naming.ROLE_PLACEHOLDER}  # warm capacity (ComputePool minNodes)
 
 
 def _op(memo: kopf.Memo, kwargs: dict[str, Any]) -> OperatorState:
@@ -38,6 +39,11 @@ async def pod_index(body: kopf.Body, namespace: str | None, labels: kopf.Labels,
                     **_: Any) -> dict[tuple[str, str], PodView] | None:
     job = labels.get(naming.LABEL_JOB)
     return {(namespace or "default", job): PodView.of(body)} if job else None
+
+
+@kopf.index("pods", labels=PLACEHOLDERS)
+async def placeholder_index(body: kopf.Body, labels: kopf.Labels, **_: Any) -> dict[str, PlaceholderView]:
+    return {labels.get(naming.LABEL_POOL, ""): PlaceholderView.of(body)}
 
 
 @kopf.index(naming.GROUP, naming.POOL_PLURAL)
@@ -82,6 +88,14 @@ async def pod_event(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     key = reconcile.pod_job_key(body)
     if key is not None:
         reconcile.spawn_job(_op(memo, kwargs), key)
+
+
+@kopf.on.event("pods", labels=PLACEHOLDERS)
+async def placeholder_event(labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any) -> None:
+    # Started, pre-empted or deleted: the pool's warmInstances moved, or a placeholder must be created again.
+    pool = labels.get(naming.LABEL_POOL)
+    if pool:
+        reconcile.refresh_pools(_op(memo, kwargs), [pool])
 
 
 @kopf.on.resume(naming.GROUP, naming.POOL_PLURAL)

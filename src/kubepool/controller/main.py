@@ -15,7 +15,7 @@ import kopf
 
 from kubepool import naming
 from kubepool.controller import handlers, metrics, reconcile
-from kubepool.controller.config import OperatorConfig
+from kubepool.controller.config import OperatorConfig, resolve_placeholder_namespace
 from kubepool.controller.state import OperatorState
 from kubepool.kube.aio import Api
 from kubepool.kube.errors import KubeError
@@ -68,6 +68,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
     memo.op = OperatorState(cfg=cfg, api=Api())
+    own = (SA_DIR / "namespace").read_text().strip() if (SA_DIR / "namespace").is_file() else None
+    memo.op.placeholder_namespace = resolve_placeholder_namespace(cfg, own)
+    if cfg.namespaces and memo.op.placeholder_namespace not in cfg.namespaces:
+        logger.warning("placeholder namespace %r is not watched: warm capacity cannot follow its placeholders",
+                       memo.op.placeholder_namespace)
     memo.op.recheck = asyncio.get_running_loop().create_task(reconcile.recheck_queue_forever(memo.op))
     if not settings.peering.standalone:
         try:
@@ -87,7 +92,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
 async def close(memo: kopf.Memo, **_: Any) -> None:
     op: OperatorState | None = getattr(memo, "op", None)
     if op is not None:
-        for handle in op.wakeups.values():
+        for handle in [*op.wakeups.values(), *op.suspend_timers.values()]:
             handle.cancel()
         if op.recheck is not None:
             op.recheck.cancel()

@@ -15,9 +15,10 @@ from typing import Any, cast
 import kopf
 
 from kubepool import naming
-from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
+from kubepool.api import Backend, ComputePool, ComputePoolStatus, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import POD_FINALIZER, RAYCLUSTER_CRD
 from kubepool.controller import admission, metrics
+from kubepool.controller import pools as pools_mod
 from kubepool.controller.builders import (
     JobRef,
     build_contract_configmap,
@@ -291,16 +292,36 @@ async def reconcile_pool(op: OperatorState, name: str) -> None:
     pool = pools.get(name)
     if pool is None:
         op.pools_written.pop(name, None)
+        pools_mod.cancel_auto_suspend(op, name)  # its placeholders go with it (owner reference)
         return
-    new = compute_pool_status(pool, op.nodes(), op.claims(), _now())
-    if pool.status is not None and pool.status.model_dump(exclude={"conditions"}) == new.model_dump(exclude={"conditions"}) \
-            and [c.wire() for c in pool.status.conditions] == [c.wire() for c in new.conditions]:
+    written = op.pools_written.get(name)
+    if written is not None:  # this process is the status' only writer: its last write is the newest
+        pool = pool.model_copy(update={"status": ComputePoolStatus.model_validate(written)})
+    new = compute_pool_status(pool, op.nodes(), op.claims(), _now(), op.placeholders(name),
+                              warm_capacity=op.cfg.warm_capacity)
+    pools_mod.schedule_auto_suspend(op, pool, new, refresh_pools)
+    await _write_pool_status(op, name, pool.status, new)
+    await pools_mod.sync_placeholders(op, pool, new)
+
+
+async def _write_pool_status(op: OperatorState, name: str, old: ComputePoolStatus | None,
+                             new: ComputePoolStatus) -> None:
+    if old is not None and old.model_dump(exclude={"conditions"}) == new.model_dump(exclude={"conditions"}) \
+            and [c.wire() for c in old.conditions] == [c.wire() for c in new.conditions]:
         return
     wire = new.wire()
     if op.pools_written.get(name) == wire:  # our last write, not yet back from the watch
         return
-    await op.api.patch_pool_status(name, wire)
+    await op.api.patch_pool_status(name, status_patch_pool(old, new))
     op.pools_written[name] = wire
+
+
+def status_patch_pool(old: ComputePoolStatus | None, new: ComputePoolStatus) -> dict[str, Any]:
+    """A merge patch that also removes fields `new` no longer has (idleSince while the pool is busy)."""
+    doc = new.wire()
+    for key in [*(old.wire() if old else {}), "idleSince"]:
+        doc.setdefault(key, None)
+    return doc
 
 
 async def reconcile_pool_guarded(op: OperatorState, name: str) -> None:
@@ -308,7 +329,9 @@ async def reconcile_pool_guarded(op: OperatorState, name: str) -> None:
         await reconcile_pool(op, name)
     except KubeError as e:
         metrics.API_ERRORS.labels(status=str(e.status)).inc()
-        log.warning("ComputePool %s: %s", name, e)
+        log.warning("ComputePool %s: %s; retrying in %ss", name, e, RETRY_SECONDS)
+        # Its placeholders must not wait for the next unrelated event.
+        asyncio.get_running_loop().call_later(RETRY_SECONDS, refresh_pools, op, [name])
 
 
 def _export(op: OperatorState) -> None:

@@ -17,7 +17,7 @@ from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller.admission import Claim
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.config import OperatorConfig
-from kubepool.controller.observed import NodeView, PodView
+from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 from kubepool.kube.aio import Api
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,11 @@ class OperatorState:
     pools_written: dict[str, dict[str, Any]] = field(default_factory=dict)  # pool → last status written
     node_views: dict[str, NodeView] = field(default_factory=dict)  # node name → as last handled by node_event
     pools_due: set[str] = field(default_factory=set)  # pool status refreshes scheduled, not started (coalescing)
+    # Warm capacity (controller.pools): where placeholders live, creates not yet in the watch, auto-suspend timers.
+    placeholder_namespace: str = "default"
+    placeholders_created: dict[str, float] = field(default_factory=dict)  # pod name → monotonic expiry
+    priority_class_ready: bool = False
+    suspend_timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # pool → its auto-suspend wake-up
     recheck: asyncio.Task[None] | None = None  # the queue's periodic re-check (reconcile.recheck_queue_forever)
     post_event: Callable[..., None] = field(default=kopf.event)  # kopf's Event poster; tests record instead
 
@@ -136,6 +141,12 @@ class OperatorState:
     def nodes(self) -> list[NodeView]:
         index = self.indexes.get("node_index", {})
         return [n for name in list(index) for n in _values(index, name)]
+
+    def placeholders(self, pool: str | None = None) -> list[PlaceholderView]:
+        """Placeholder pods of one pool (None: of every pool), as watched."""
+        index = self.indexes.get("placeholder_index", {})
+        keys = [pool] if pool is not None else list(index)
+        return [p for k in keys for p in _values(index, k)]
 
     def claims(self) -> list[Claim]:
         """Every unfinished job's claim on its pools."""
