@@ -63,6 +63,19 @@ operator's Lease and Events. */}}
 {{- toJson $namespaces }}
 {{- end }}
 
+{{/* Namespace of the warm-capacity placeholder pods: as set, else the release's if watched, else the first
+watched one (the operator must watch it). */}}
+{{- define "kubepool.placeholderNamespace" -}}
+{{- $watched := .Values.operator.watchNamespaces | default list }}
+{{- if .Values.operator.placeholderNamespace }}
+{{- .Values.operator.placeholderNamespace }}
+{{- else if or (empty $watched) (has .Release.Namespace $watched) }}
+{{- .Release.Namespace }}
+{{- else }}
+{{- first $watched }}
+{{- end }}
+{{- end }}
+
 {{/*
 Cross-key checks the schema cannot express. Collects every problem and fails once, so a user fixes all of
 them in one round.
@@ -77,6 +90,10 @@ them in one round.
 {{- end }}
 {{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.health.port)) }}
 {{- $messages = append $messages (printf "metrics.port and health.port must differ (both are %v)" .Values.metrics.port) }}
+{{- end }}
+{{- $watched := .Values.operator.watchNamespaces | default list }}
+{{- if and .Values.operator.placeholderNamespace $watched (not (has .Values.operator.placeholderNamespace $watched)) }}
+{{- $messages = append $messages (printf "operator.placeholderNamespace %q must be one of operator.watchNamespaces (the operator follows its placeholders there)" .Values.operator.placeholderNamespace) }}
 {{- end }}
 {{- $poolNames := list }}
 {{- range .Values.pools }}

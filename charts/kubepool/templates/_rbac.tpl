@@ -76,10 +76,13 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, watch]
-# Application: the PriorityClasses of job instances.
+{{- if $v.operator.warmCapacity }}
+# Application: the PriorityClass of warm-capacity placeholder pods (kubepool-placeholder), created if absent at
+# the first placeholder; never read, changed or deleted.
 - apiGroups: [scheduling.k8s.io]
   resources: [priorityclasses]
-  verbs: [get, list, watch, create]
+  verbs: [create]
+{{- end }}
 # Framework: kopf scans CRDs for the resources it serves; the operator also detects KubeRay's.
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
