@@ -292,10 +292,17 @@ async def reconcile_pool(op: OperatorState, name: str) -> None:
     pool = pools.get(name)
     if pool is None:
         op.pools_written.pop(name, None)
+        op.pools_written_uid.pop(name, None)
         pools_mod.cancel_auto_suspend(op, name)  # its placeholders go with it (owner reference)
         return
+    uid = pool.metadata.get("uid", "")
+    if op.pools_written_uid.get(name) != uid:  # a new pool of the same name: what was written is not its
+        op.pools_written.pop(name, None)
+        op.pools_written_uid[name] = uid
     written = op.pools_written.get(name)
-    if written is not None:  # this process is the status' only writer: its last write is the newest
+    if written is not None:
+        # This process is the status' only writer: its last write is newer than the watch (idleSince must not
+        # step back to an older idle period).
         pool = pool.model_copy(update={"status": ComputePoolStatus.model_validate(written)})
     new = compute_pool_status(pool, op.nodes(), op.claims(), _now(), op.placeholders(name),
                               warm_capacity=op.cfg.warm_capacity)

@@ -56,6 +56,7 @@ class OperatorState:
     pools_due: set[str] = field(default_factory=set)  # pool status refreshes scheduled, not started (coalescing)
     # Warm capacity (controller.pools): where placeholders live, creates not yet in the watch, auto-suspend timers.
     placeholder_namespace: str = "default"
+    pools_written_uid: dict[str, str] = field(default_factory=dict)  # pool → uid of pools_written's pool
     placeholders_created: dict[str, float] = field(default_factory=dict)  # pod name → monotonic expiry
     priority_class_ready: bool = False
     suspend_timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # pool → its auto-suspend wake-up
