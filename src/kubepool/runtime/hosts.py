@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from kubepool.contract import ENV_POD_IP
 
 
-def resolve(name: str, deadline: float, interval: float = 1.0) -> str:
-    """IPv4 address of `name` (an IP resolves to itself); raises OSError once `deadline` (monotonic) passes."""
+def resolve(name: str, deadline: float, interval: float = 0.2) -> str:
+    """IPv4 address of `name` (an IP resolves to itself); raises OSError once `deadline` (monotonic) passes.
+    Polled often: a worker resolving the head waits here on the job's critical path (a look is a file read)."""
     while True:
         try:
             return socket.gethostbyname(name)

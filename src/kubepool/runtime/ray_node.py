@@ -26,6 +26,8 @@ AUTH_TOKEN, AUTH_DISABLED = "token", "disabled"
 READY_FILE = "ray_current_cluster"  # `ray start` writes it into --temp-dir once the node is up
 STOP_GRACE_SECONDS = 15.0
 GIVE_UP_CHECK_SECONDS = 2.0
+GCS_POLL_SECONDS = 0.25  # a worker waiting for the head's GCS (one TCP connect per look)
+RETRY_SECONDS = 2.0  # after a `ray start` that did not come up
 ATTEMPT_SECONDS = 90.0  # Ray itself gives a raylet 30 s to register, after up to ~20 s for the GCS
 
 
@@ -194,7 +196,9 @@ def start_node(
     None when `give_up` says so first (a worker whose head already finished the job)."""
     argv = start_args(contract, me, spec)
     while not give_up():
+        pause = GCS_POLL_SECONDS  # the head's GCS is not up yet: look again soon, it is on the critical path
         if me.is_head or gcs_answers(spec.head_ip, contract.ray.gcs_port):
+            pause = RETRY_SECONDS
             node = RayNode(argv, env, spec.temp_dir)
             node.start()
             try:
@@ -209,5 +213,5 @@ def start_node(
         if time.monotonic() >= deadline:
             what = "the head" if me.is_head else f"joining {spec.head_ip}:{contract.ray.gcs_port}"
             raise RayStartError(f"Ray did not start ({what}) before the deadline; see the Ray output above")
-        time.sleep(2.0)
+        time.sleep(pause)
     return None
