@@ -59,9 +59,14 @@ def worker_group_name(group: str) -> str:
 
 
 def _probes(container: Obj, job: MLJob) -> None:
-    temp_dir = next((e.value for e in job.spec.env if e.name == contract.ENV_RAY_TEMP_DIR), None)
-    ready = {"exec": {"command": ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{READY_FILE}"]},
-             "periodSeconds": _PROBE_PERIOD_SECONDS, "timeoutSeconds": 2}
+    if job.spec.mode is contract.RunMode.HEAD:
+        temp_dir = next((e.value for e in job.spec.env if e.name == contract.ENV_RAY_TEMP_DIR), None)
+        check = ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{READY_FILE}"]
+    else:
+        # parallel and sagemaker modes start no Ray node: as with the pod backend (no probe), a running
+        # container is a ready instance.
+        check = ["true"]
+    ready = {"exec": {"command": check}, "periodSeconds": _PROBE_PERIOD_SECONDS, "timeoutSeconds": 2}
     container["readinessProbe"] = ready
     # A node not up by the instances timeout has failed the job anyway; after that, a lost node restarts nothing
     # (restartPolicy Never) but tells KubeRay the pod is gone.
