@@ -289,3 +289,31 @@ def test_readiness_follows_the_ray_temp_dir() -> None:
                           POOLS, granted=2, attempt=0, cfg=CFG)
     probe = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["readinessProbe"]
     assert probe["exec"]["command"] == ["test", "-e", "/scratch/ray/ray_current_cluster"]
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sagemaker"])
+def test_modes_without_ray_are_ready_while_running(mode: str) -> None:
+    """No Ray node, so no Ray marker: a running container is ready (the pod backend has no probe at all)."""
+    rc = build_raycluster(_job(targetInstances=2, mode=mode), POOLS, granted=2, attempt=0, cfg=CFG)
+    for template in (rc["spec"]["headGroupSpec"]["template"], rc["spec"]["workerGroupSpecs"][0]["template"]):
+        container = template["spec"]["containers"][0]
+        assert container["readinessProbe"]["exec"]["command"] == ["true"]
+        assert container["livenessProbe"]["exec"]["command"] == ["true"]
+
+
+def test_sagemaker_head_done_first_waits_for_its_peers() -> None:
+    """KubeRay deletes the succeeded head at once (the finalizer holds it): in sagemaker mode that is no failed
+    head; the job is DONE once every instance succeeded."""
+    job = _job(targetInstances=3, mode="sagemaker")
+    running = job.model_copy(update={"status": _status(JobPhase.RUNNING)})
+
+    def status(*pods: PodView) -> MLJobStatus:
+        return compute_job_status(running, Observed(pods=list(pods), now=T0, backend=Backend.KUBERAY,
+                                                    kuberay_installed=True))
+
+    st = status(_pod(0, "Succeeded", deleting=True), _pod(1), _pod(2))
+    assert st.phase is JobPhase.RUNNING, st.message
+    st = status(_pod(0, "Succeeded", deleting=True), _pod(1, "Succeeded", deleting=True), _pod(2, "Succeeded"))
+    assert (st.phase, st.reason) == (JobPhase.DONE, "Completed")
+    st = status(_pod(0, "Succeeded", deleting=True), _pod(1, "Failed"), _pod(2))
+    assert (st.phase, st.reason) == (JobPhase.FAILED, "InstanceFailed")

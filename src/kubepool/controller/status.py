@@ -148,7 +148,9 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     # A head that failed, vanished while RUNNING or is being deleted (by hand, eviction, node loss) is a failed
     # head: retried per backoffLimit, never merely counted as one lost instance.
     head_gone = head is None and st.phase is JobPhase.RUNNING
-    head_deleted = head is not None and head.deleting and head.phase != FAILED
+    # In parallel and sagemaker modes a head that succeeded has only to wait for its peers, even while KubeRay
+    # deletes its terminated pod (held by the outcome finalizer until the job finishes).
+    head_deleted = head is not None and head.deleting and head.phase not in (FAILED, SUCCEEDED)
     if (head is not None and head.phase == FAILED) or head_gone or head_deleted or failed_peer is not None:
         why = ("the head's pod disappeared" if head is None else "the head's pod was deleted" if head_deleted
                else head.message or f"exit code {head.exit_code}" if head.phase == FAILED
@@ -171,7 +173,8 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
         # Ready or not Running (its node agent restarting) is not lost; a never-scheduled one is not alive. A
         # worker exits 0 only when the head releases it: from then on the head's own exit decides the outcome.
         releasing = any(not p.is_head and p.phase == SUCCEEDED for p in current)
-        alive = sum(1 for p in current if p.phase != FAILED and not p.deleting and p.node)
+        # An instance that succeeded is not lost, though KubeRay deletes its pod (held until the job finishes).
+        alive = sum(1 for p in current if p.phase == SUCCEEDED or p.phase != FAILED and not p.deleting and p.node)
         # A minimum raised past what ever ran (scale_cluster grew the job) waits for the new instances: they
         # join, they are not lost (scale_cluster rolls back on its own timeout).
         placed = placed_before | {p.instance_id for p in current if p.node}
