@@ -99,62 +99,122 @@ def test_pytorch_failing_rank_surfaces_its_traceback(ray_cluster: LoopbackRayClu
     assert "Traceback" in text and "_fails_on_rank_1" in text
 
 
-def _tabular(n: int, seed: int, classify: bool) -> pd.DataFrame:
-    """Features on a 0.1 grid: fewer distinct values than max_bin, so the distributed quantile sketch is
-    exact and the 3-worker model must equal the single-process one (continuous features get slightly
-    different cut points, which moves RMSE by a few percent either way, like changing max_bin)."""
+def _tabular(n: int, seed: int, classes: int = 0) -> pd.DataFrame:
+    """Continuous features (float64, as generated): a regression target (`classes=0`) or class labels."""
     rng = np.random.default_rng(seed)
-    x = np.round(rng.normal(size=(n, 6)), 1)
+    x = rng.normal(size=(n, 6))
     signal = 2 * x[:, 0] + np.sin(3 * x[:, 1]) - x[:, 2] * x[:, 3]
-    df = pd.DataFrame(x, columns=[f"f{i}" for i in range(6)])
-    df["y"] = (signal + rng.normal(scale=0.5, size=n) > 0).astype(int) if classify else signal + rng.normal(size=n) * 0.1
+    df = pd.DataFrame(x, columns=FEATURES)
+    if classes == 0:
+        df["y"] = signal + rng.normal(size=n) * 0.1
+    else:  # classes by quantile of the noisy signal: balanced
+        noisy = signal + rng.normal(scale=0.5, size=n)
+        df["y"] = np.searchsorted(np.quantile(noisy, np.linspace(0, 1, classes + 1)[1:-1]), noisy)
     return df
 
 
-def _single_process(params: dict[str, Any], train: pd.DataFrame, test: pd.DataFrame, rounds: int) -> xgb.Booster:
-    dtrain = xgb.DMatrix(train.drop(columns="y"), train["y"])
-    return xgb.train({"tree_method": "hist", **params}, dtrain, rounds)
+FEATURES = [f"f{i}" for i in range(6)]
 
 
-def test_xgb_regression_matches_single_process(ray_cluster: LoopbackRayCluster) -> None:
-    df = _tabular(3000, 1, classify=False)
+def _single_process(
+    params: dict[str, Any], train: pd.DataFrame, test: pd.DataFrame, rounds: int
+) -> tuple[xgb.Booster, dict[str, dict[str, list[float]]]]:
+    """The reference: one process, all training rows, the same params (xgboost's own default cuts)."""
+    history: dict[str, dict[str, list[float]]] = {}
+    dtrain = xgb.DMatrix(train[FEATURES], train["y"])
+    dtest = xgb.DMatrix(test[FEATURES], test["y"])
+    booster = xgb.train({"tree_method": "hist", **params}, dtrain, rounds, evals=[(dtest, "test")], evals_result=history)
+    return booster, history
+
+
+def _rmse(pred: np.ndarray, y: pd.Series) -> float:
+    return float(np.sqrt(np.mean((pred - y.to_numpy()) ** 2)))
+
+
+def _logloss(prob: np.ndarray, y: pd.Series) -> float:
+    y = y.to_numpy()
+    p = prob if prob.ndim == 2 else np.stack([1 - prob, prob], axis=1)
+    return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-15, 1))))
+
+
+def test_xgb_regression_on_continuous_features_matches_single_process(ray_cluster: LoopbackRayCluster) -> None:
+    df = _tabular(3000, 1)
     train, test = df.iloc[:2400], df.iloc[2400:]
     params = {"max_depth": 4, "eta": 0.3}
     model = XGBEstimator(n_estimators=20, params=params, scaling_config=XGBScalingConfig(3, 1)).fit(
-        train, input_cols=[f"f{i}" for i in range(6)], label_col="y", eval_set=[(ray.data.from_pandas(test), "test")]
+        train, input_cols=FEATURES, label_col="y", eval_set=[(ray.data.from_pandas(test), "test")]
     )
-    ref = _single_process({**params, "objective": "reg:squarederror"}, train, test, 20)
-    rmse = float(np.sqrt(np.mean((model.predict(test) - test["y"]) ** 2)))
-    ref_rmse = float(np.sqrt(np.mean((ref.predict(xgb.DMatrix(test.drop(columns="y"))) - test["y"]) ** 2)))
+    ref, ref_history = _single_process({**params, "objective": "reg:squarederror"}, train, test, 20)
+    pred, ref_pred = model.predict(test), ref.predict(xgb.DMatrix(test[FEATURES]))
     assert model.num_boosted_rounds() == ref.num_boosted_rounds() == 20
-    assert rmse == pytest.approx(ref_rmse, rel=0.01)
+    assert _rmse(pred, test["y"]) == pytest.approx(_rmse(ref_pred, test["y"]), rel=0.01)
+    # same cuts, same trees: the predictions agree row by row, not just on average
+    np.testing.assert_allclose(pred, ref_pred, rtol=1e-4, atol=1e-4)
     # the Ray Dataset eval set was split by rows across the workers; the allreduced metric covers all of them
-    assert model.evals_result["test"]["rmse"][-1] == pytest.approx(rmse, rel=1e-4)
+    assert list(model.evals_result) == ["test"] and list(model.evals_result["test"]) == ["rmse"]
+    np.testing.assert_allclose(model.evals_result["test"]["rmse"], ref_history["test"]["rmse"], rtol=1e-4)
+
+
+def test_xgb_regression_with_the_distributed_sketch_stays_close(ray_cluster: LoopbackRayCluster) -> None:
+    """Above the exact-cuts size every rank sketches its own rows (xgboost's merge): no rank holds all
+    rows, and the model is a different but as good one (cuts within the sketch's error, not the same)."""
+    df = _tabular(3000, 1)
+    train, test = df.iloc[:2400], df.iloc[2400:]
+    params = {"max_depth": 4, "eta": 0.3}
+    estimator = XGBEstimator(n_estimators=20, params=params, scaling_config=XGBScalingConfig(3, 1))
+    estimator.exact_cuts_max_values = 0
+    model = estimator.fit(train, input_cols=FEATURES, label_col="y")
+    ref, _ = _single_process({**params, "objective": "reg:squarederror"}, train, test, 20)
+    pred, ref_pred = model.predict(test), ref.predict(xgb.DMatrix(test[FEATURES]))
+    assert model.num_boosted_rounds() == 20
+    assert not np.allclose(pred, ref_pred, rtol=1e-4, atol=1e-4)  # the other path: different cuts
+    assert _rmse(pred, test["y"]) == pytest.approx(_rmse(ref_pred, test["y"]), rel=0.25)
 
 
 def test_xgb_classification_from_parquet_files_one_worker_per_node(
     ray_cluster: LoopbackRayCluster, tmp_path: Path
 ) -> None:
-    df = _tabular(3000, 2, classify=True)
+    df = _tabular(3000, 2, classes=2)
     train, test = df.iloc[:2400], df.iloc[2400:]
     for i in range(6):  # 6 files for 3 workers: each worker reads its own 2
         train.iloc[i * 400 : (i + 1) * 400].to_parquet(tmp_path / f"part-{i}.parquet")
     params = {"max_depth": 4, "eta": 0.3, "objective": "binary:logistic"}
     model = XGBEstimator(n_estimators=20, params=params, scaling_config=XGBScalingConfig(num_cpu_per_worker=1)).fit(
-        str(tmp_path), label_col="y"
+        str(tmp_path), label_col="y", eval_set={"test": test}
     )
-    ref = _single_process(params, train, test, 20)
-    acc = float(np.mean((model.predict(test) > 0.5) == test["y"]))
-    ref_acc = float(np.mean((ref.predict(xgb.DMatrix(test.drop(columns="y"))) > 0.5) == test["y"]))
+    ref, ref_history = _single_process(params, train, test, 20)
+    prob, ref_prob = model.predict(test), ref.predict(xgb.DMatrix(test[FEATURES]))
+    acc, ref_acc = float(np.mean((prob > 0.5) == test["y"])), float(np.mean((ref_prob > 0.5) == test["y"]))
     assert model.num_boosted_rounds() == 20 and acc > 0.8
-    assert acc == pytest.approx(ref_acc, abs=0.01)
+    assert acc == pytest.approx(ref_acc, rel=0.01)
+    assert _logloss(prob, test["y"]) == pytest.approx(_logloss(ref_prob, test["y"]), rel=0.01)
+    np.testing.assert_allclose(prob, ref_prob, atol=1e-4)
+    np.testing.assert_allclose(model.evals_result["test"]["logloss"], ref_history["test"]["logloss"], rtol=1e-4)
     out = tmp_path / "model.ubj"
     model.save_model(out)
     assert xgb.Booster(model_file=str(out)).num_boosted_rounds() == 20
 
 
+def test_xgb_multiclass_matches_single_process(ray_cluster: LoopbackRayCluster) -> None:
+    df = _tabular(3000, 4, classes=3)
+    train, test = df.iloc[:2400], df.iloc[2400:]
+    params = {"max_depth": 4, "eta": 0.3, "objective": "multi:softprob", "num_class": 3}
+    model = XGBEstimator(n_estimators=10, params=params, scaling_config=XGBScalingConfig(3, 1)).fit(
+        train, label_col="y", eval_set=[(test, "test")]
+    )
+    ref, ref_history = _single_process(params, train, test, 10)
+    prob, ref_prob = model.predict(test), ref.predict(xgb.DMatrix(test[FEATURES]))
+    acc, ref_acc = float(np.mean(prob.argmax(1) == test["y"])), float(np.mean(ref_prob.argmax(1) == test["y"]))
+    assert model.num_boosted_rounds() == ref.num_boosted_rounds() == 10 and prob.shape == (600, 3)
+    assert acc == pytest.approx(ref_acc, rel=0.01) and acc > 0.6
+    assert _logloss(prob, test["y"]) == pytest.approx(_logloss(ref_prob, test["y"]), rel=0.01)
+    np.testing.assert_allclose(prob, ref_prob, atol=1e-4)
+    assert len(model.evals_result["test"]["mlogloss"]) == 10
+    np.testing.assert_allclose(model.evals_result["test"]["mlogloss"], ref_history["test"]["mlogloss"], rtol=1e-4)
+
+
 def test_xgb_failing_worker_surfaces_its_traceback(ray_cluster: LoopbackRayCluster) -> None:
-    df = _tabular(300, 3, classify=False)
+    df = _tabular(300, 3)
     with pytest.raises(RuntimeError) as err:
         XGBEstimator(n_estimators=2, scaling_config=XGBScalingConfig(3, 1)).fit(df, input_cols=["f0", "nope"], label_col="y")
     assert "XGBEstimator: rank" in str(err.value) and "KeyError" in str(err.value) and "Traceback" in str(err.value)
