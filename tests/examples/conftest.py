@@ -1,0 +1,78 @@
+"""Fixtures of the examples' end-to-end suite: the example ComputePools applied from examples/computepools.yaml,
+and per backend (a module-scoped parameter, so pytest runs every pods case, then every kuberay case) a
+namespace and kubepool's operator watching it; for kuberay also the real ray-operator (tests/kuberay's shared
+fixtures, which skip when KubeRay cannot be built)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubepool import naming
+
+_TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_TESTS / "operator"))
+sys.path.insert(0, str(_TESTS / "kuberay"))
+from examplekit import BACKENDS, EXAMPLES, Env  # noqa: E402
+from kuberay_fixtures import (  # noqa: E402,F401 - shared fixtures, registered here
+    kubepool_operator,
+    kuberay_crds,
+    kuberay_dir,
+    kuberay_namespace,
+    ray_operator,
+)
+from operator_cluster import Operator, get_json, wait_for  # noqa: E402
+from operator_fixtures import crds  # noqa: E402,F401
+
+
+@pytest.fixture(scope="module")
+def example_pools(kubectl: Any, crds: None) -> Iterator[list[str]]:
+    """`kubectl apply -f examples/computepools.yaml`, as the examples' README says; the pools are deleted
+    afterwards only if they did not exist before (a developer's `make demo` uses them too)."""
+    names = ["cpu-pool", "gpu-pool"]
+    existed = {n for n in names if kubectl("get", "computepool", n).returncode == 0}
+    kubectl("apply", "-f", str(EXAMPLES / "computepools.yaml"), check=True)
+    yield names
+    for name in set(names) - existed:
+        kubectl("delete", "computepool", name, "--wait=false")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _delete_jobs(kubectl: Any, ns: str) -> None:
+    # While the operators still run: KubeRay's pods carry kubepool's finalizer, which only the operator removes.
+    kubectl("delete", "mljobs", "--all", "-n", ns, "--wait=true")
+    def left() -> list[str]:
+        return [f"{p['metadata']['name']} ({p['status'].get('phase')})" for p in get_json(kubectl, ns, "pods", "-l", naming.LABEL_JOB)["items"]]
+
+    try:
+        wait_for(lambda: not left(), 120, f"no job pods left in {ns}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {left()}") from None
+
+
+@pytest.fixture(scope="module")
+def env(request: pytest.FixtureRequest, backend: str, cluster: Any, kubectl: Any, example_pools: list[str],
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    if backend == "kuberay":
+        request.getfixturevalue("ray_operator")
+        ns = request.getfixturevalue("kuberay_namespace")
+        yield Env(backend, ns, request.getfixturevalue("kubepool_operator"))
+        _delete_jobs(kubectl, ns)
+        return
+    with kubectl.fresh_namespace(f"t-examples-{uuid.uuid4().hex[:6]}") as ns:
+        op = Operator(cluster.kubeconfig, ns, tmp_path_factory.mktemp("operator") / "operator.log")
+        op.start()
+        try:
+            yield Env(backend, ns, op)
+            _delete_jobs(kubectl, ns)
+        finally:
+            op.stop()
