@@ -9,7 +9,15 @@ import pandas as pd
 import pytest
 
 from kubepool.distributors.context import ArtifactManager, MetricsReporter, get_context
-from kubepool.distributors.data import ChannelData, ShardSpec, list_files, load_shard, plan_shards, row_range
+from kubepool.distributors.data import (
+    ChannelData,
+    ShardSpec,
+    list_files,
+    load_shard,
+    plan_shards,
+    read_files,
+    row_range,
+)
 from kubepool.distributors.netif import pick_interface
 from kubepool.distributors.workers import node_bundles
 from kubepool.distributors.xgboost import XGBScalingConfig, resolve_scaling, training_params
@@ -33,14 +41,16 @@ def _write(tmp: Path, names: list[str], rows: int = 4) -> None:
 
 
 def test_files_are_dealt_to_workers_and_each_reads_only_its_own(tmp_path: Path) -> None:
-    _write(tmp_path, ["a.parquet", "b.parquet", "sub/c.csv", "d.parquet"])
+    _write(tmp_path, ["a.parquet", "b.parquet", "sub/c.csv", "d.parquet", "e.parquet"])
     (tmp_path / "README.txt").write_text("not data")
     specs = plan_shards(str(tmp_path), 2)
-    assert [s.kind for s in specs] == ["files", "files"]
-    assert sorted(sum((s.payload for s in specs), [])) == list_files(tmp_path)
+    assert [s.kind for s in specs] == ["files", "files"] and [len(s.payload) for s in specs] == [2, 3]
+    assert sum((s.payload for s in specs), []) == list_files(tmp_path)
     rows = [load_shard(s)["x"].tolist() for s in specs]
-    assert sorted(rows[0] + rows[1]) == list(range(16))
     assert not set(rows[0]) & set(rows[1])
+    # the shards in rank order are all rows as one process reading the sorted files sees them
+    in_file_order = [*range(8), *range(12, 20), *range(8, 12)]  # a, b, d, e, sub/c
+    assert rows[0] + rows[1] == read_files(list_files(tmp_path))["x"].tolist() == in_file_order
 
 
 def test_fewer_files_than_workers_split_rows(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 The driver turns what the user passed (a pandas DataFrame, a `ray.data.Dataset`, parquet/CSV files, a
 directory, or a job input channel) into one small `ShardSpec` per worker; the worker turns its spec into a
-pandas DataFrame with `load_shard`. Files are dealt to workers by name (`kubepool.contract.shard`), so a
-worker reads only its files; with fewer files than workers every worker reads them and keeps its row range.
+pandas DataFrame with `load_shard`. Files are split by name into contiguous runs, so a worker reads only
+its files and the shards in rank order are all rows in file order (as one process reading the sorted files
+sees them: XGBEstimator's cuts depend on row order); with fewer files than workers every worker reads
+them and keeps its row range.
 A ShardedByS3Key channel already holds a different share on every node, so its workers read their own
 node's copy of the channel directory, split among the workers of that node.
 """
@@ -20,7 +22,7 @@ import numpy as np
 import pandas as pd
 import ray
 
-from kubepool.contract import DEFAULT_BASE_DIR, ENV_BASE_DIR, Distribution, load_contract, shard
+from kubepool.contract import DEFAULT_BASE_DIR, ENV_BASE_DIR, Distribution, load_contract
 
 DATA_SUFFIXES = (".parquet", ".pq", ".csv")
 
@@ -117,7 +119,7 @@ def plan_shards(data: Shardable, count: int, per_node: int | None = None) -> lis
         return [ShardSpec("dataset", s, i, count) for i, s in enumerate(splits)]
     files = list_files(data)
     if len(files) >= count:
-        return [ShardSpec("files", shard(files, count, i), i, count) for i in range(count)]
+        return [ShardSpec("files", files[slice(*row_range(len(files), i, count))], i, count) for i in range(count)]
     return [ShardSpec("file_rows", files, i, count) for i in range(count)]
 
 
