@@ -11,6 +11,7 @@ import pytest
 import ray
 import xgboost as xgb
 
+from kubepool.distributors.data import ChannelData, list_files, read_files
 from kubepool.distributors.loopback import LoopbackRayCluster
 from kubepool.distributors.pytorch import (
     PyTorchDistributor,
@@ -123,7 +124,8 @@ def _single_process(
     history: dict[str, dict[str, list[float]]] = {}
     dtrain = xgb.DMatrix(train[FEATURES], train["y"])
     dtest = xgb.DMatrix(test[FEATURES], test["y"])
-    booster = xgb.train({"tree_method": "hist", **params}, dtrain, rounds, evals=[(dtest, "test")], evals_result=history)
+    evals = [(dtest, "test")]
+    booster = xgb.train({"tree_method": "hist", **params}, dtrain, rounds, evals=evals, evals_result=history, verbose_eval=False)
     return booster, history
 
 
@@ -211,6 +213,34 @@ def test_xgb_multiclass_matches_single_process(ray_cluster: LoopbackRayCluster) 
     np.testing.assert_allclose(prob, ref_prob, atol=1e-4)
     assert len(model.evals_result["test"]["mlogloss"]) == 10
     np.testing.assert_allclose(model.evals_result["test"]["mlogloss"], ref_history["test"]["mlogloss"], rtol=1e-4)
+
+
+@pytest.mark.parametrize("source", ["ray_dataset", "csv_files", "channel_dir"])
+def test_xgb_every_input_kind_trains_the_single_process_model(
+    ray_cluster: LoopbackRayCluster, tmp_path: Path, source: str
+) -> None:
+    """Each input kind reaches the workers as their own rows, in order: same rows, same cuts, same model."""
+    df = _tabular(1500, 5)
+    data: Any
+    if source == "ray_dataset":  # one block: split by row counts
+        data = ray.data.from_pandas(df)
+    elif source == "csv_files":  # 4 files for 3 workers: contiguous runs of files
+        data = []
+        for i in range(4):
+            df.iloc[i * 375 : (i + 1) * 375].to_csv(tmp_path / f"part-{i}.csv", index=False)
+            data.append(str(tmp_path / f"part-{i}.csv"))
+    else:  # a replicated job channel holding 2 files: every worker reads both and keeps its rows
+        channel = tmp_path / "input" / "data" / "train"
+        channel.mkdir(parents=True)
+        df.iloc[:700].to_parquet(channel / "a.parquet")
+        df.iloc[700:].to_parquet(channel / "b.parquet")
+        data = ChannelData("train", sharded=False, base_dir=str(tmp_path))
+    params = {"max_depth": 3, "eta": 0.3, "objective": "reg:squarederror"}
+    model = XGBEstimator(n_estimators=5, params=params, scaling_config=XGBScalingConfig(3, 1)).fit(data, label_col="y")
+    rows = read_files(list_files(tmp_path)) if source == "csv_files" else df  # what one process would read
+    ref, _ = _single_process(params, rows, df, 5)
+    assert model.input_cols == FEATURES and model.num_boosted_rounds() == 5
+    np.testing.assert_allclose(model.predict(df), ref.predict(xgb.DMatrix(df[FEATURES])), atol=1e-5)
 
 
 def test_xgb_failing_worker_surfaces_its_traceback(ray_cluster: LoopbackRayCluster) -> None:
