@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -132,7 +132,7 @@ def _run_rank(me: _Rank, spec: _RunSpec) -> Any:
 def _train(me: _Rank, spec: _RunSpec, model_dir: str) -> dict[str, Any]:
     _export_env(me, spec)
     if me.backend == "nccl":
-        torch.cuda.set_device(0 if torch.cuda.device_count() == 1 else me.local_rank)
+        torch.cuda.set_device(cuda_device(torch.cuda.device_count(), ray.get_gpu_ids()))
     client = dist.TCPStore(spec.master_addr, spec.master_port, me.world_size, False, timeout=PG_TIMEOUT)
     dist.init_process_group(
         me.backend,
@@ -161,6 +161,15 @@ def _train(me: _Rank, spec: _RunSpec, model_dir: str) -> dict[str, Any]:
     spec.train_func()
     files = _read_tree(model_dir) if me.rank == 0 else {}
     return {"metrics": ctx.metrics_reporter.merged(), "history": ctx.metrics_reporter.history, "files": files}
+
+
+def cuda_device(visible: int, assigned: Sequence[int | str]) -> int:
+    """This rank's CUDA device index. Ray makes a task's own GPUs its only visible ones, so it is 0 (not
+    the local rank: a worker with 2 GPUs sees 2 devices whatever its local rank); when that isolation is
+    off, every GPU of the node is visible and the first assigned GPU's id is the index."""
+    if assigned and visible > len(assigned):
+        return int(assigned[0])
+    return 0
 
 
 def _export_env(me: _Rank, spec: _RunSpec) -> None:
