@@ -91,22 +91,31 @@ def test_one_bundle_per_node_spread_strictly() -> None:
 
 
 @pytest.mark.parametrize(
-    "cfg,cpus,gpu,expected",
+    "cfg,cpus,gpus,expected",
     [
-        (XGBScalingConfig(), [4, 2, 8], False, (3, 2, False)),
-        (XGBScalingConfig(num_workers=2, num_cpu_per_worker=1, use_gpu=False), [4], True, (2, 1, False)),
-        (XGBScalingConfig(use_gpu=None), [4, 4], True, (2, 4, True)),
+        (XGBScalingConfig(), [4, 2, 8], [0, 0, 0], (3, 2, False)),
+        (XGBScalingConfig(num_workers=2, num_cpu_per_worker=1, use_gpu=False), [4], [1], (2, 1, False)),
+        (XGBScalingConfig(use_gpu=None), [4, 4], [1, 2], (2, 4, True)),
+        # a CPU head with two GPU workers: one worker per node would leave the head without a GPU
+        (XGBScalingConfig(), [4, 4, 4], [0, 1, 1], (3, 4, False)),
+        (XGBScalingConfig(num_workers=2), [4, 4, 4], [0, 1, 1], (2, 4, True)),
+        # more workers than nodes: any node's GPUs count
+        (XGBScalingConfig(num_workers=4, num_cpu_per_worker=1), [4, 4], [3, 1], (4, 1, True)),
+        (XGBScalingConfig(num_workers=4, num_cpu_per_worker=1), [4, 4], [2, 0.5], (4, 1, False)),
+        (XGBScalingConfig(use_gpu=True), [4], [0], (1, 4, True)),  # asked for: placement reports the shortage
     ],
 )
-def test_xgb_auto_scaling(cfg: XGBScalingConfig, cpus: list[float], gpu: bool, expected: tuple[int, int, bool]) -> None:
-    assert resolve_scaling(cfg, cpus, gpu) == expected
+def test_xgb_auto_scaling(
+    cfg: XGBScalingConfig, cpus: list[float], gpus: list[float], expected: tuple[int, int, bool]
+) -> None:
+    assert resolve_scaling(cfg, cpus, gpus) == expected
 
 
 def test_xgb_params_follow_resources() -> None:
     p = training_params({"eta": 0.1, "objective": "binary:logistic"}, "reg:squarederror", 3, gpu=True)
     assert p == {"objective": "binary:logistic", "tree_method": "hist", "nthread": 3, "eta": 0.1, "device": "cuda"}
     with pytest.raises(ValueError):
-        resolve_scaling(XGBScalingConfig(num_workers=0), [2], False)
+        resolve_scaling(XGBScalingConfig(num_workers=0), [2], [0])
 
 
 def test_metrics_reporter_keeps_history_and_latest() -> None:
@@ -195,3 +204,18 @@ def test_eval_set_accepts_a_dict_and_xgboost_style_pairs() -> None:
     assert named_evals({"test": "a.parquet", "val": "b.parquet"}) == [("test", "a.parquet"), ("val", "b.parquet")]
     assert named_evals([("a.parquet", "test")]) == [("test", "a.parquet")]
     assert named_evals(None) == []
+
+
+@pytest.mark.parametrize(
+    "visible,assigned,expected",
+    [
+        (1, ["3"], 0),  # Ray's isolation: the task sees only its GPU
+        (2, ["2", "3"], 0),  # two GPUs per worker: the first of its own, whatever its local rank
+        (8, ["5"], 5),  # isolation off (RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES): the physical id
+        (1, [], 0),
+    ],
+)
+def test_nccl_rank_picks_its_own_gpu(visible: int, assigned: list[str], expected: int) -> None:
+    from kubepool.distributors.pytorch import cuda_device
+
+    assert cuda_device(visible, assigned) == expected

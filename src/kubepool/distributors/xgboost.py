@@ -69,15 +69,27 @@ class XGBModel:
         return int(self.booster.num_boosted_rounds())
 
 
-def resolve_scaling(cfg: XGBScalingConfig, node_cpus: Sequence[float], gpu_available: bool) -> tuple[int, int, bool]:
-    """(workers, cpus per worker, gpu) with Snowflake's -1/None = auto rules, from the alive nodes' CPUs."""
+def resolve_scaling(
+    cfg: XGBScalingConfig, node_cpus: Sequence[float], node_gpus: Sequence[float]
+) -> tuple[int, int, bool]:
+    """(workers, cpus per worker, gpu) with Snowflake's -1/None = auto rules, from the alive nodes' CPUs and
+    GPUs. Auto GPU means one GPU for every worker: a pool whose head has no GPU must not ask for them."""
     if not node_cpus:
         raise RuntimeError("no alive Ray nodes")
     workers = len(node_cpus) if cfg.num_workers == -1 else cfg.num_workers
     cpus = max(1, int(min(node_cpus))) if cfg.num_cpu_per_worker == -1 else cfg.num_cpu_per_worker
     if workers < 1 or cpus < 1:
         raise ValueError(f"num_workers and num_cpu_per_worker must be >= 1 or -1, got {cfg}")
-    return workers, cpus, gpu_available if cfg.use_gpu is None else cfg.use_gpu
+    return workers, cpus, gpus_fit(workers, node_gpus) if cfg.use_gpu is None else cfg.use_gpu
+
+
+def gpus_fit(workers: int, node_gpus: Sequence[float]) -> bool:
+    """Whether `workers` one-GPU bundles can be placed: on distinct nodes when there are enough nodes
+    (the estimator spreads them strictly then), else anywhere."""
+    whole = [int(g) for g in node_gpus]
+    if workers <= len(whole):
+        return sum(1 for g in whole if g >= 1) >= workers
+    return sum(whole) >= workers
 
 
 def training_params(params: dict[str, Any] | None, objective: str, cpus: int, gpu: bool) -> dict[str, Any]:
@@ -145,9 +157,9 @@ def shard_cuts(features: pd.DataFrame, max_bin: int, max_values: int) -> xgb.Qua
         return None
     rank = collective.get_rank()
     mine = features.to_numpy(dtype=np.float32, na_value=np.nan)
-    parts = []
+    parts: list[np.ndarray] = []
     for root in range(collective.get_world_size()):  # broadcast reaches every rank; only rank 0 keeps them
-        part = collective.broadcast(mine if root == rank else None, root)
+        part: Any = collective.broadcast(mine if root == rank else None, root)  # type: ignore[arg-type]
         if rank == 0:
             parts.append(part)
     everything = np.concatenate(parts) if rank == 0 else mine[:0]
@@ -212,8 +224,9 @@ class XGBEstimator:
         if not ray.is_initialized():
             ray.init(address="auto")
         nodes = alive_nodes()
-        gpu_total = ray.cluster_resources().get("GPU", 0) > 0
-        workers, cpus, gpu = resolve_scaling(self.scaling_config, [n["Resources"].get("CPU", 0) for n in nodes], gpu_total)
+        workers, cpus, gpu = resolve_scaling(
+            self.scaling_config, [n["Resources"].get("CPU", 0) for n in nodes], [n["Resources"].get("GPU", 0) for n in nodes]
+        )
         bundle = {"CPU": float(cpus), **({"GPU": 1.0} if gpu else {})}
         one_per_node = workers <= len(nodes)
         strategy = "STRICT_SPREAD" if one_per_node and workers > 1 else "SPREAD"
