@@ -116,6 +116,8 @@ def test_xgb_params_follow_resources() -> None:
     assert p == {"objective": "binary:logistic", "tree_method": "hist", "nthread": 3, "eta": 0.1, "device": "cuda"}
     with pytest.raises(ValueError):
         resolve_scaling(XGBScalingConfig(num_workers=0), [2], [0])
+    with pytest.raises(ValueError, match="tree_method"):  # on the driver, before any worker starts
+        training_params({"tree_method": "approx"}, "reg:squarederror", 1, gpu=False)
 
 
 def test_metrics_reporter_keeps_history_and_latest() -> None:

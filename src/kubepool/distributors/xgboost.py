@@ -97,6 +97,8 @@ def training_params(params: dict[str, Any] | None, objective: str, cpus: int, gp
     out: dict[str, Any] = {"objective": objective, "tree_method": "hist", "nthread": cpus}
     out.update(params or {})
     out.pop("n_estimators", None)
+    if out["tree_method"] not in ("hist", "auto"):  # workers bin their rows in QuantileDMatrix: hist only
+        raise ValueError(f"XGBEstimator trains with tree_method 'hist', got {out['tree_method']!r}")
     if gpu:
         out["device"] = "cuda"  # no ordinal: Ray sets CUDA_VISIBLE_DEVICES per worker
     return out
