@@ -207,7 +207,7 @@ def test_example_runs_to_done(kubectl: Any, env: Env, example: Example, tmp_path
     if env.backend == "kuberay":
         wait_for(lambda: not get_json(kubectl, ns, "rayclusters")["items"], 60, "no RayCluster left")
         assert not get_json(kubectl, ns, "pods", "-l", f"{LABEL_CLUSTER}={name}")["items"]
-    print(f"{example.file} on {env.backend}: DONE after {took:.0f}s")
+    print(f"{example.file} on {env.backend}: DONE after {took:.0f}s, {_one(r'^score: .*$', logs[0])[0]}")
 
 
 def _diagnostics(kubectl: Any, env: Env, job: str, st: dict[str, Any]) -> str:
