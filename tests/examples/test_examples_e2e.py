@@ -29,6 +29,7 @@ from operator_cluster import get_json, wait_for
 from kubepool import naming
 from kubepool.api.kuberay import LABEL_CLUSTER
 from kubepool.jobs import MLJob
+from kubepool.jobs.job import TERMINAL
 from kubepool.kube.errors import KubeError
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ray]
@@ -64,7 +65,7 @@ def _pytorch_ddp(logs: dict[int, str]) -> None:
     nodes = int(_one(r"^training on (\d) nodes$", logs[0])[1])
     score = _one(r"^score: loss=([0-9.]+) on (\d) workers$", logs[0])
     assert nodes in (2, 3) and int(score[2]) == nodes, (nodes, score[0])  # one DDP rank per node it got
-    assert float(score[1]) < 0.1, score[0]  # y = x @ [1..8] + noise(0.1): the fit recovers w
+    assert float(score[1]) < 0.05, score[0]  # y = x @ [1..8] + noise(0.1): the fit recovers w (about 0.01)
 
 
 def _sagemaker_hetero(logs: dict[int, str]) -> None:
@@ -77,7 +78,7 @@ def _sagemaker_hetero(logs: dict[int, str]) -> None:
         _one(rf"^{host}: rank {iid - 1} of 2 in dnn_group, 20000 rows from algo-1$", logs[iid])
         _one(rf"^{host}: trained, mse=", logs[iid])
     score = _one(r"^score: mse=([0-9.]+) on 2 trainers \(cpu\)$", head)
-    assert float(score[1]) < 0.5, score[0]  # var(tanh(xw)) is near 1: the network learnt something
+    assert float(score[1]) < 0.05, score[0]  # var(tanh(xw)) is near 1; the trained network gets about 0.003
 
 
 def _ray_tasks(logs: dict[int, str]) -> None:
@@ -124,7 +125,7 @@ class LogFollower(threading.Thread):
                     self.lines.append(line)
                 return
             except (KubeError, OSError) as e:  # the pod went (job finished) or a connection broke
-                if self.lines or (isinstance(e, KubeError) and self.handle.status in ("DONE", "FAILED", "CANCELLED")):
+                if self.lines or (isinstance(e, KubeError) and self.handle.status in TERMINAL):
                     return
                 time.sleep(1)
 
