@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 export KUBECONFIG ?= $(CURDIR)/.kubepool/kubeconfig
 PYTEST_ARGS ?=
 
-.PHONY: help venv k8s-bin cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
+.PHONY: help venv k8s-bin kuberay-bin cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
 
 help:
 	@echo "make demo        set up everything, run a 3-instance job on the local cluster, print its logs and result"
@@ -29,6 +29,9 @@ venv: $(STAMP)
 k8s-bin:
 	@hack/k8s-bin/build.sh >/dev/null
 
+kuberay-bin:  # the KubeRay operator (backend tests, benchmark peer): built before pytest, not inside a test's timeout
+	@hack/kuberay/build.sh >/dev/null
+
 cluster-up: venv k8s-bin
 	$(BIN)/kubepool local up
 
@@ -48,13 +51,13 @@ lint: venv
 test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray" $(PYTEST_ARGS)
 
-test: venv k8s-bin
+test: venv k8s-bin kuberay-bin
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv k8s-bin
 	$(BIN)/python -m kubepool.demo
 
-bench: venv k8s-bin
+bench: venv k8s-bin kuberay-bin
 	$(BIN)/python -m bench
 
 images:  # needs a Docker engine (not on the CI machines); CUDA runtime: see runtime-image/README.md
