@@ -81,8 +81,13 @@ def _conditions(prev: Sequence[Condition], st: MLJobStatus, ready_ok: bool, now:
     return out
 
 
+TERMINATING = "Terminating"  # an instance entry's phase while its pod is being deleted and still runs (as kubectl says)
+
+
 def _instances(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) -> list[InstanceStatus]:
-    mine = {p.instance_id: p for p in pods if p.attempt == attempt}
+    # An instance can have two pods for a while: one leaving (deleted by a shrink) and its successor (KubeRay
+    # names pods itself, so a grow right after a shrink makes a new one at once). The live one is the instance.
+    mine = {p.instance_id: p for p in sorted((p for p in pods if p.attempt == attempt), key=lambda p: not p.deleting)}
     out = []
     for inst in placement_of(job)[:granted]:
         pod = mine.get(inst.instance_id)
@@ -90,7 +95,8 @@ def _instances(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) 
             instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
             host=naming.sagemaker_host(inst.instance_id),
             pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
-            node=pod.node if pod else None, phase=pod.phase if pod else None, ready=bool(pod and pod.ready),
+            node=pod.node if pod else None, ready=bool(pod and pod.ready),
+            phase=(TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,
             exit_code=pod.exit_code if pod else None, message=_cut(pod.message) if pod else None,
         ))
     return out
@@ -114,7 +120,9 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     target, minimum = spec.resolved_target(), spec.resolved_min()
     if spec.suspend:
         return _finish(st, JobPhase.CANCELLED, SUSPENDED, "the job was suspended; its pods are removed", now)
-    placed_before = {i.instance_id for i in st.instances if i.node}  # instances whose pod was ever scheduled
+    # Instances whose pod was scheduled and not yet leaving: a pod that was already Terminating when its entry was
+    # written is the leftover of a shrink (scale_cluster down, then up again), not a member that can be lost.
+    placed_before = {i.instance_id for i in st.instances if i.node and i.phase != TERMINATING}
     if obs.backend is Backend.KUBERAY:
         if not obs.kuberay_installed:
             return _finish(st, JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
@@ -177,7 +185,7 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
         alive = sum(1 for p in current if p.phase == SUCCEEDED or p.phase != FAILED and not p.deleting and p.node)
         # A minimum raised past what ever ran (scale_cluster grew the job) waits for the new instances: they
         # join, they are not lost (scale_cluster rolls back on its own timeout).
-        placed = placed_before | {p.instance_id for p in current if p.node}
+        placed = placed_before | {p.instance_id for p in current if p.node and not p.deleting}
         required = min(minimum, len(placed))
         if alive < required and not releasing:
             seen = {p.instance_id for p in current}

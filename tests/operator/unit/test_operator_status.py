@@ -182,3 +182,34 @@ def test_node_change_touches_only_the_pools_it_matched_or_matches() -> None:
     relabelled = NodeView("cpu-node-1", True, {"kubepool.dev/node-pool": "other"})
     assert S.pools_affected_by_node(pools, cpu, relabelled) == ["cpu", "other"]
     assert S.pools_affected_by_node(pools, cpu, NodeView("cpu-node-1", False, dict(cpu.labels))) == ["cpu"]
+
+
+def test_shrink_then_grow_waits_for_the_new_instance_while_the_old_pod_leaves() -> None:
+    """scale_cluster(2) then scale_cluster(3) at once: the shrunk instance's pod is still terminating when the
+    grown job counts its members. That pod is leaving, not a lost member (KubeRay already runs its successor)."""
+    from dataclasses import replace
+
+    j = admitted(job(targetInstances=3))
+    running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
+    shrunk_job = job(targetInstances=2, status=running.status.model_dump(by_alias=True, mode="json"))  # type: ignore[union-attr]
+    leaving = replace(pod(2), deleting=True)
+    shrunk = with_status(shrunk_job, run(shrunk_job, [pod(0), pod(1), leaving], 2, decision=Decision(True, granted=2)))
+    assert shrunk.status is not None and (shrunk.status.phase, len(shrunk.status.instances)) == (JobPhase.RUNNING, 2)
+    grown_job = job(targetInstances=3, status=shrunk.status.model_dump(by_alias=True, mode="json"))
+    grown = with_status(grown_job, run(grown_job, [pod(0), pod(1), leaving], 3, decision=Decision(True, granted=3)))
+    assert grown.status is not None and grown.status.phase is JobPhase.RUNNING
+    assert grown.status.instances[2].phase == S.TERMINATING
+    st = run(grown, [pod(0), pod(1), leaving], 4)  # the next pass reads that entry back: still not lost
+    assert st.phase is JobPhase.RUNNING, st.message
+    successor = replace(pod(2, "Pending", False), name="train-successor")
+    st = run(grown, [pod(0), pod(1), leaving, successor], 5)
+    assert st.phase is JobPhase.RUNNING and st.instances[2].pod == "train-successor"
+
+
+def test_a_member_deleted_while_running_is_lost() -> None:
+    from dataclasses import replace
+
+    j = admitted(job(targetInstances=3))
+    running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
+    st = run(running, [pod(0), pod(1), replace(pod(2), deleting=True)], 2)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
