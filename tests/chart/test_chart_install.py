@@ -124,6 +124,35 @@ def test_operator_pod_runs_the_controller_under_the_charts_account(kubectl: Any,
         time.sleep(2)
 
 
+def test_the_charts_operator_keeps_warm_nodes(kubectl: Any, release: Release) -> None:
+    """ComputePool minNodes under the chart's RBAC: the PriorityClass (create only) and a placeholder pod in the
+    first watched namespace (the release's own is not watched here), gone again with minNodes 0."""
+    def placeholders() -> list[dict[str, Any]]:
+        sel = f"kubepool.dev/pool={release.pool},kubepool.dev/role=placeholder"
+        items = kubectl.json("get", "pods", "-n", release.jobs_namespace, "-l", sel)["items"]
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    # The operator must create the PriorityClass itself (RBAC: create only); any operator that needs it later
+    # creates it again.
+    kubectl("delete", "priorityclass", "kubepool-placeholder", "--ignore-not-found", check=True)
+    kubectl("patch", "computepool", release.pool, "--type=merge", "-p", '{"spec": {"minNodes": 1}}', check=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (kubectl.json("get", "computepool", release.pool).get("status", {}).get("warmInstances") == 1
+                   and [p for p in placeholders() if p["status"].get("phase") == "Running"]):
+            assert time.monotonic() < deadline, f"no warm placeholder:\n{_diagnostics(kubectl, release)}"
+            time.sleep(2)
+        [pod] = placeholders()
+        assert pod["spec"]["priorityClassName"] == "kubepool-placeholder" and pod["spec"]["priority"] < 0
+        assert kubectl.json("get", "priorityclass", "kubepool-placeholder")["value"] == pod["spec"]["priority"]
+    finally:
+        kubectl("patch", "computepool", release.pool, "--type=merge", "-p", '{"spec": {"minNodes": 0}}', check=True)
+    deadline = time.monotonic() + 60
+    while placeholders():
+        assert time.monotonic() < deadline, f"placeholder not removed:\n{_diagnostics(kubectl, release)}"
+        time.sleep(2)
+
+
 @pytest.mark.parametrize(("verb", "resource", "allowed"), [
     ("list", "secrets", False), ("watch", "secrets", False), ("create", "secrets", True),
     ("create", "pods", True), ("patch", "mljobs.kubepool.dev", True), ("create", "mljobs.kubepool.dev", False),
