@@ -140,6 +140,7 @@ class RaySettings(BaseModel):
     auth_mode: str = Field("token", alias="authMode")
     gcs_port: int = Field(naming.RAY_GCS_PORT, alias="gcsPort")
     dashboard_port: int = Field(naming.RAY_DASHBOARD_PORT, alias="dashboardPort")
+    dashboard: bool = Field(True, description="start the dashboard on the head")
     client_port: int = Field(naming.RAY_CLIENT_PORT, alias="clientPort")
     object_store_memory_bytes: int = Field(0, alias="objectStoreMemoryBytes", description="0: Ray's default")
 

@@ -35,6 +35,15 @@ def test_head_args() -> None:
     assert json.loads(f["resources"]) == {"group:cpu": 1.0, "node_tag:head": 1.0}
 
 
+def test_dashboard_off_is_a_head_flag() -> None:
+    on = job()
+    assert "--include-dashboard=false" not in start_args(on, on.identity(0), NodeSpec("10.0.0.5", "10.0.0.5", Path("/tmp/ray"), None, 0))
+    off = on.model_copy(update={"ray": RaySettings(dashboard=False)})
+    assert "--include-dashboard=false" in start_args(off, off.identity(0), NodeSpec("10.0.0.5", "10.0.0.5", Path("/tmp/ray"), None, 0))
+    assert not any("dashboard" in a for a in start_args(off, off.identity(1), NodeSpec("10.0.0.6", "10.0.0.5", Path("/tmp/ray"), None, 0))
+                   if not a.startswith("--dashboard-agent"))
+
+
 def test_worker_args_with_port_offset_and_gpus() -> None:
     c = job()
     argv = start_args(c, c.identity(1), NodeSpec("10.0.0.6", "10.0.0.5", Path("/tmp/ray"), 1000, 1))

@@ -111,6 +111,7 @@ class RaySpec(Model):
     """Ray settings of the job's cluster."""
 
     auth_mode: Literal["token", "disabled"] = Field("token", description="Ray token authentication; on by default (ShadowRay, CVE-2023-48022).")
+    dashboard: bool = Field(True, description="Run Ray's dashboard on the head (get_ray_dashboard_url). Off, the head skips loading it: about 1.5 s sooner to the payload on a small node.")
 
 
 class MLJobSpec(Model):

@@ -106,6 +106,8 @@ def start_args(contract: JobContract, me: InstanceIdentity, spec: NodeSpec) -> l
             f"--dashboard-host={spec.pod_ip}",
             f"--dashboard-port={contract.ray.dashboard_port}",
         ]
+        if not contract.ray.dashboard:
+            args.append("--include-dashboard=false")  # Ray still runs a minimal dashboard process, without the UI
     else:
         args.append(f"--address={spec.head_ip}:{contract.ray.gcs_port}")
     args += [f"--{k}={v}" for k, v in node_ports(spec.port_offset).items()]

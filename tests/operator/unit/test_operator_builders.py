@@ -177,3 +177,5 @@ def test_ray_port_offset_only_on_local_clusters() -> None:
     assert shift % 100 == 0 and 100 <= shift <= 700 and local_port_shift("uid-train", 0) == 0
     assert [_env(p)[contract.ENV_RAY_PORT_OFFSET]["value"] for p in local] == [str(shift), str(shift + 3000)]
     assert build_job_contract(j, POOLS, port_shift=shift).ray.gcs_port == naming.RAY_GCS_PORT + shift
+    assert build_job_contract(j, POOLS).ray.dashboard is True
+    assert build_job_contract(job(ray={"dashboard": False}), POOLS).ray.dashboard is False

@@ -69,7 +69,8 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
         ),
         mode=spec.mode,
         distribution_instance_groups=list(spec.distribution_instance_groups or []),
-        ray=contract.RaySettings(auth_mode=spec.ray.auth_mode, gcs_port=naming.RAY_GCS_PORT + port_shift,
+        ray=contract.RaySettings(auth_mode=spec.ray.auth_mode, dashboard=spec.ray.dashboard,
+                                 gcs_port=naming.RAY_GCS_PORT + port_shift,
                                  dashboard_port=naming.RAY_DASHBOARD_PORT + port_shift,
                                  client_port=naming.RAY_CLIENT_PORT + port_shift),
     )
