@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.latency import MARK, STAGES, breakdown, job, log_marks
+from bench.latency import MARK, STAGES, VARIANTS, breakdown, job, log_marks
 from bench.summary import row, verdict
 
 
@@ -27,6 +27,7 @@ def test_job_is_a_three_instance_trivial_payload() -> None:
     spec = job("lat-1")["spec"]
     assert spec["targetInstances"] == 3 and spec["computePool"] == "bench-local"
     assert spec["entrypoint"]["command"][:2] == ["python", "-c"]
+    assert "ray" not in spec and job("lat-2", VARIANTS["p3_no_dashboard"])["spec"]["ray"] == {"dashboard": False}
 
 
 def test_verdicts() -> None:
