@@ -239,17 +239,19 @@ def cmd_pools(args: argparse.Namespace) -> int:
             "name": p.metadata.get("name"), "family": p.spec.instance_family, "phase": st.phase if st else None,
             "cpu": size.cpu, "memory": size.memory, "gpus": size.gpus, "minNodes": p.spec.min_nodes,
             "maxNodes": p.spec.max_nodes, "readyNodes": st.ready_nodes if st else 0,
-            "instancesInUse": st.instances_in_use if st else 0, "runningJobs": st.running_jobs if st else 0,
-            "queuedJobs": st.queued_jobs if st else 0, "suspended": p.spec.suspend,
+            "instancesInUse": st.instances_in_use if st else 0, "warmInstances": st.warm_instances if st else 0,
+            "runningJobs": st.running_jobs if st else 0, "queuedJobs": st.queued_jobs if st else 0,
+            "suspended": p.spec.suspend, "autoSuspendSeconds": p.spec.auto_suspend_seconds,
+            "idleSince": st.idle_since if st else None,
         })
     if args.output == "json":
         print(json.dumps(docs, indent=1, default=str))
         return EXIT_OK
     print(format_table(
-        ["NAME", "FAMILY", "PHASE", "INSTANCE", "NODES", "IN-USE", "MAX", "RUNNING", "QUEUED"],
+        ["NAME", "FAMILY", "PHASE", "INSTANCE", "NODES", "IN-USE", "WARM", "MIN", "MAX", "RUNNING", "QUEUED"],
         [[d["name"], d["family"] or "-", d["phase"] or "-", f"{d['cpu']} cpu/{d['memory']}" + (
-            f"/{d['gpus']} gpu" if d["gpus"] else ""), d["readyNodes"], d["instancesInUse"], d["maxNodes"],
-          d["runningJobs"], d["queuedJobs"]] for d in docs]))
+            f"/{d['gpus']} gpu" if d["gpus"] else ""), d["readyNodes"], d["instancesInUse"], d["warmInstances"],
+          d["minNodes"], d["maxNodes"], d["runningJobs"], d["queuedJobs"]] for d in docs]))
     return EXIT_OK
 
 

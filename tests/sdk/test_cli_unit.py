@@ -100,6 +100,7 @@ def test_pools(fake_kube: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["pools", "-o", "json"]) == 0
     (doc,) = json.loads(capsys.readouterr().out)
     assert (doc["name"], doc["maxNodes"], doc["cpu"], doc["memory"]) == ("cpu", 4, "3", "13Gi")
+    assert (doc["warmInstances"], doc["idleSince"]) == (0, None)
     assert cli.main(["pools"]) == 0
     assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["cpu", "CPU_X64_S", "-"]
 
