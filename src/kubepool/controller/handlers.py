@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Any
 
 import kopf
@@ -31,7 +30,7 @@ def _op(memo: kopf.Memo, kwargs: dict[str, Any]) -> OperatorState:
 # --- indexes: the operator reads the cluster from these, never by listing ------------------------------------
 @kopf.index(naming.GROUP, naming.MLJOB_PLURAL)
 async def mljob_index(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], Any]:
-    return {(namespace or "default", name): copy.deepcopy(dict(body))}
+    return {(namespace or "default", name): dict(body)}  # no copy: kopf never mutates an event's body
 
 
 @kopf.index("pods", labels=MANAGED)
@@ -48,7 +47,7 @@ async def placeholder_index(body: kopf.Body, labels: kopf.Labels, **_: Any) -> d
 
 @kopf.index(naming.GROUP, naming.POOL_PLURAL)
 async def pool_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
-    return {name: copy.deepcopy(dict(body))}
+    return {name: dict(body)}
 
 
 @kopf.index("nodes")
@@ -86,8 +85,8 @@ async def mljob_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, 
 @kopf.on.event("pods", labels=MANAGED)
 async def pod_event(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     key = reconcile.pod_job_key(body)
-    if key is not None:
-        reconcile.spawn_job(_op(memo, kwargs), key)
+    if key is not None:  # a job's pods change in bursts: one pass (and status write) per burst
+        reconcile.spawn_job(_op(memo, kwargs), key, delay=reconcile.POD_EVENT_DELAY_SECONDS)
 
 
 @kopf.on.event("pods", labels=PLACEHOLDERS)

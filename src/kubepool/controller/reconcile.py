@@ -49,6 +49,7 @@ POOL_REFRESH_SECONDS = 1.0  # pool status passes are coalesced over this window
 EXPORT_DUE = ""  # the job-phase gauges' entry in OperatorState.pools_due (no pool has an empty name)
 EXPECT_POD_SECONDS = 30.0  # a created pod not yet in the watch is not created again for this long
 WRITE_CONCURRENCY = 8  # independent child writes of one job in flight at once
+POD_EVENT_DELAY_SECONDS = 0.1  # a pod event's pass waits this long, so the rest of the job's burst joins it
 QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
 _WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
@@ -92,7 +93,8 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
             decision = admission.decide(claim_of(job, *key), op.claims(), capacity, suspended)
             new = compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
                                                    kuberay_installed=kuberay))
-            await _write_status(op, key, job, new)
+            reserved = _reserve(op, job, new)
+        await _write_reserved(op, key, job, new, reserved)
     elif not finished and len(placement_of(job)) != len(prev.instances):
         # Resized while admitted (scale_cluster patched targetInstances or an instanceCount).
         async with op.admission_lock:
@@ -100,7 +102,8 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
             granted = admission.regrant(claim_of(job, *key), op.claims(), capacity)
             new = compute_job_status(job, Observed(pods=pods, now=_now(), decision=admission.Decision(True, granted),
                                                    backend=backend, kuberay_installed=kuberay))
-            await _write_status(op, key, job, new)
+            reserved = _reserve(op, job, new)
+        await _write_reserved(op, key, job, new, reserved)
     else:
         new = compute_job_status(job, Observed(pods=pods, now=_now(), backend=backend, kuberay_installed=kuberay))
         await _write_status(op, key, job, new)
@@ -121,6 +124,40 @@ async def _write_status(op: OperatorState, key: JobKey, job: MLJob, new: MLJobSt
         return
     await op.api.patch_job_status(key[0], key[1], status_patch(job.status, new))
     op.written[job.metadata.get("uid", "")] = new
+
+
+_UNCHANGED = object()  # _reserve: the status needs no write
+
+
+def _reserve(op: OperatorState, job: MLJob, new: MLJobStatus) -> object:
+    """Under the admission lock: make `new` the job's status for every later decision (op.claims reads
+    op.written) before it is written, so the write itself happens outside the lock. Admissions in a burst then
+    overlap their round trips instead of queueing one PATCH at a time behind the lock. Returns what
+    op.written held before (None: nothing), or _UNCHANGED."""
+    if not status_changed(job.status, new):
+        return _UNCHANGED
+    uid = job.metadata.get("uid", "")
+    before = op.written.get(uid)
+    op.written[uid] = new
+    return before
+
+
+async def _write_reserved(op: OperatorState, key: JobKey, job: MLJob, new: MLJobStatus, before: object) -> None:
+    """Write a status _reserve took; if the write fails, give the reservation back. The job's retried pass
+    decides again, and wakes the queue once its admission is written (jobs that waited meanwhile also have
+    the periodic re-check)."""
+    if before is _UNCHANGED:
+        return
+    try:
+        await op.api.patch_job_status(key[0], key[1], status_patch(job.status, new))
+    except BaseException:
+        uid = job.metadata.get("uid", "")
+        if op.written.get(uid) is new:
+            if before is None:
+                op.written.pop(uid, None)
+            else:
+                op.written[uid] = cast(MLJobStatus, before)
+        raise
 
 
 async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools: dict[str, ComputePool]) -> None:
@@ -225,12 +262,20 @@ def _schedule(op: OperatorState, key: JobKey, plan: Plan) -> None:
     op.wakeups[key] = asyncio.get_running_loop().call_later(delay, spawn_job, op, key)
 
 
-def spawn_job(op: OperatorState, key: JobKey) -> None:
+def spawn_job(op: OperatorState, key: JobKey, delay: float = 0.0) -> None:
     """Reconcile a job in the background (pod events, wake-ups, queue moves); retried on API errors. A burst
-    of events while one pass is already waiting for the job's lock costs one pass, not one per event."""
+    of events while one pass is already waiting (for `delay`, then for the job's lock) costs one pass, not one
+    per event."""
     if key in op.pending:
         return
     op.pending.add(key)
+    if delay > 0:
+        asyncio.get_running_loop().call_later(delay, _start_job, op, key)
+    else:
+        _start_job(op, key)
+
+
+def _start_job(op: OperatorState, key: JobKey) -> None:
     asyncio.ensure_future(_guarded(op, key))
 
 

@@ -151,3 +151,50 @@ async def test_created_pods_are_not_created_again_before_the_watch_shows_them() 
         expected.update(dict.fromkeys(expected, 0.0))
     await reconcile.reconcile_job(op, ("ns", "train"))
     assert api.calls.count(("create", "Pod")) == 4
+
+
+async def test_admissions_in_flight_never_share_capacity() -> None:
+    """The admission write happens outside the admission lock: a decision made while another job's admission
+    is still being written counts that job's grant, and a failed write gives its grant back."""
+    first = job("first", targetInstances=1, created="2026-01-01T12:00:00Z")
+    second = job("second", targetInstances=1, created="2026-01-01T12:00:05Z")
+    op, api, _ = state([first, second], max_nodes=1)
+    release = asyncio.Event()
+    written = api.patch_job_status
+
+    async def slow(namespace: str, name: str, status: dict[str, Any]) -> None:
+        if name == "first":
+            await release.wait()
+        await written(namespace, name, status)
+    api.patch_job_status = slow  # type: ignore[method-assign]
+    pending = asyncio.ensure_future(reconcile.reconcile_job(op, ("ns", "first")))
+    await asyncio.sleep(0.01)
+    assert "first" not in api.statuses, "the first admission is still being written"
+    await asyncio.wait_for(reconcile.reconcile_job(op, ("ns", "second")), 5)  # not behind the first's write
+    assert api.statuses["second"]["reason"] == "Queued"
+    release.set()
+    await pending
+    assert "admittedAt" in api.statuses["first"]
+
+    async def refuse(namespace: str, name: str, status: dict[str, Any]) -> None:
+        raise RuntimeError("status write refused")
+    third = job("third", targetInstances=1, created="2026-01-01T12:00:10Z")
+    op, api, _ = state([third], max_nodes=1)
+    api.patch_job_status = refuse  # type: ignore[method-assign]
+    try:
+        await reconcile.reconcile_job(op, ("ns", "third"))
+    except RuntimeError:
+        pass
+    assert "uid-third" not in op.written and [c.granted for c in op.claims()] == [0]
+
+
+async def test_a_burst_of_pod_events_costs_one_pass() -> None:
+    op, api, _ = state([job(targetInstances=2)])
+    await reconcile.reconcile_job(op, ("ns", "train"))
+    passes = len(api.calls)
+    op.indexes["pod_index"][("ns", "train")] = [pod(0, "Running", True), pod(1, "Running", True)]
+    for _ in range(4):
+        reconcile.spawn_job(op, ("ns", "train"), delay=0.01)
+    assert op.pending == {("ns", "train")}
+    await asyncio.sleep(0.1)
+    assert api.calls[passes:] == [("status", "train")] and not op.pending
