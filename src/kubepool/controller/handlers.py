@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import kopf
 
 from kubepool import naming
-from kubepool.controller import metrics, reconcile
+from kubepool.controller import reconcile
 from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 from kubepool.controller.state import OperatorState
 from kubepool.controller.status import pools_affected_by_node
-from kubepool.kube.errors import KubeError
 
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
 PLACEHOLDERS = {**MANAGED, naming.LABEL_ROLE: naming.ROLE_PLACEHOLDER}  # warm capacity (ComputePool minNodes)
@@ -56,29 +54,24 @@ async def node_index(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeView
 
 
 # --- MLJob -----------------------------------------------------------------------------------------------------
-@kopf.on.resume(naming.GROUP, naming.MLJOB_PLURAL)
-@kopf.on.create(naming.GROUP, naming.MLJOB_PLURAL)
-@kopf.on.update(naming.GROUP, naming.MLJOB_PLURAL, field="spec")
-async def reconcile_mljob(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
-    op, key = _op(memo, kwargs), reconcile.job_key(body)
-    try:
-        await reconcile.reconcile_job(op, key)
-    except KubeError as e:
-        # API trouble (a refused or throttled write, a 5xx, the server restarting): retry in RETRY_SECONDS like
-        # every background pass, not after kopf's handler backoff (60 s), which nothing else would shorten.
-        metrics.API_ERRORS.labels(status=str(e.status)).inc()
-        logger.warning("%s; retrying in %ss", e, reconcile.RETRY_SECONDS)
-        asyncio.get_running_loop().call_later(reconcile.RETRY_SECONDS, reconcile.spawn_job, op, key)
-
-
 @kopf.on.event(naming.GROUP, naming.MLJOB_PLURAL)
-async def mljob_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    if event["type"] != "DELETED":
+async def reconcile_mljob(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A job's triggers: first seen by this process (created, or listed after a restart), its spec changed (a
+    new generation), its deletion started, deleted. Status-only changes (mostly the operator's own writes)
+    trigger nothing, as kopf's on.create/on.update(field="spec")/on.resume did, without their per-job
+    annotation write and diff base. The pass runs in the background (retried in RETRY_SECONDS on errors)."""
+    op, key = _op(memo, kwargs), reconcile.job_key(body)
+    meta = body.get("metadata", {})
+    if event["type"] == "DELETED":
+        op.forget(key, meta.get("uid", ""))
+        spec = body.get("spec", {})
+        pools = [spec.get("computePool")] + [g.get("computePool") for g in spec.get("instanceGroups") or []]
+        reconcile.trigger_waiting(op, [p for p in pools if p])
         return
-    op = _op(memo, kwargs)
-    op.forget(reconcile.job_key(body), body.get("metadata", {}).get("uid", ""))
-    pools = [body.get("spec", {}).get("computePool")] + [g.get("computePool") for g in body.get("spec", {}).get("instanceGroups") or []]
-    reconcile.trigger_waiting(op, [p for p in pools if p])
+    seen = (meta.get("uid", ""), meta.get("generation"), bool(meta.get("deletionTimestamp")))
+    if op.seen_jobs.get(key) != seen:
+        op.seen_jobs[key] = seen
+        reconcile.spawn_job(op, key)
 
 
 # --- pods, pools, nodes ----------------------------------------------------------------------------------------

@@ -27,8 +27,9 @@ PEERING_NAME = "kubepool"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
-# Kinds with change handlers (on.create/update/resume): only they need kopf's diff base.
-CHANGE_HANDLED_KINDS = frozenset({naming.MLJOB_KIND, naming.POOL_KIND})
+# Kinds with change handlers (on.create/update/resume): only they need kopf's diff base. MLJobs have none
+# (handlers.reconcile_mljob watches events and tracks generations itself).
+CHANGE_HANDLED_KINDS = frozenset({naming.POOL_KIND})
 
 
 class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):

@@ -39,7 +39,6 @@ from kubepool.controller.status import (
     compute_job_status,
     compute_pool_status,
     status_changed,
-    status_patch,
 )
 from kubepool.kube.errors import KubeError
 
@@ -49,6 +48,7 @@ POOL_REFRESH_SECONDS = 1.0  # pool status passes are coalesced over this window
 EXPORT_DUE = ""  # the job-phase gauges' entry in OperatorState.pools_due (no pool has an empty name)
 EXPECT_POD_SECONDS = 30.0  # a created pod not yet in the watch is not created again for this long
 WRITE_CONCURRENCY = 8  # independent child writes of one job in flight at once
+STATUS_FLUSH_SECONDS = 1.0  # a job's status changes that are not decisive (_decisive) are written this late
 POD_EVENT_DELAY_SECONDS = 0.1  # a pod event's pass waits this long, so the rest of the job's burst joins it
 QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
@@ -119,11 +119,46 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
     _schedule(op, key, plan)
 
 
+def _decisive(st: MLJobStatus) -> tuple[Any, ...]:
+    """What a status change must be written for at once: phase, reason, admission, attempt, times, the set of
+    instances and every condition's truth. The rest (an instance's node, pod phase and readiness, the ready
+    count in the message) follows a job's pods through every step of their start-up: those changes are
+    written together, STATUS_FLUSH_SECONDS after the first of them (or with the next decisive one)."""
+    return (st.phase, st.reason, st.admitted_at, st.attempt, st.start_time, st.completion_time, len(st.instances),
+            st.observed_generation, st.target_instances, st.min_instances, st.pools,
+            tuple((c.type, c.status) for c in st.conditions))
+
+
 async def _write_status(op: OperatorState, key: JobKey, job: MLJob, new: MLJobStatus) -> None:
-    if not status_changed(job.status, new):
+    uid = job.metadata.get("uid", "")
+    changed = status_changed(job.status, new)
+    unflushed = op.unflushed.get(uid)  # None: all written; False: a flush is scheduled; True: it is due
+    if not changed and not unflushed:
         return
-    await op.api.patch_job_status(key[0], key[1], status_patch(job.status, new))
-    op.written[job.metadata.get("uid", "")] = new
+    if changed and not unflushed and job.status is not None and _decisive(job.status) == _decisive(new):
+        op.written[uid] = new  # this process' view at once; the API's with the flush
+        if unflushed is None:
+            op.unflushed[uid] = False
+            asyncio.get_running_loop().call_later(STATUS_FLUSH_SECONDS, _flush_due, op, key, uid)
+        return
+    await op.api.patch_job_status(key[0], key[1], _full_patch(new))
+    op.written[uid] = new
+    op.unflushed.pop(uid, None)
+
+
+def _flush_due(op: OperatorState, key: JobKey, uid: str) -> None:
+    if uid in op.unflushed:
+        op.unflushed[uid] = True
+        spawn_job(op, key)
+
+
+def _full_patch(new: MLJobStatus) -> dict[str, Any]:
+    """A merge patch that makes the status `new` whatever the API server holds (a field `new` lacks is removed:
+    what was last written may be older than this process' view, see _write_status)."""
+    doc = new.wire()
+    for name, f in MLJobStatus.model_fields.items():
+        doc.setdefault(f.alias or name, None)
+    return doc
 
 
 _UNCHANGED = object()  # _reserve: the status needs no write
@@ -149,7 +184,8 @@ async def _write_reserved(op: OperatorState, key: JobKey, job: MLJob, new: MLJob
     if before is _UNCHANGED:
         return
     try:
-        await op.api.patch_job_status(key[0], key[1], status_patch(job.status, new))
+        await op.api.patch_job_status(key[0], key[1], _full_patch(new))
+        op.unflushed.pop(job.metadata.get("uid", ""), None)
     except BaseException:
         uid = job.metadata.get("uid", "")
         if op.written.get(uid) is new:

@@ -38,13 +38,15 @@ class OperatorState:
     cfg: OperatorConfig
     api: Api
     indexes: Mapping[str, Any] = field(default_factory=dict)  # kopf indexes: live views, refreshed by every handler
-    written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written
+    written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written (or to flush)
+    unflushed: dict[str, bool] = field(default_factory=dict)  # job uid → written[uid] not yet sent; flush due
     children_ready: set[tuple[str, int, int]] = field(default_factory=set)  # (job uid, attempt, generation) done
     rayclusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # job uid → RayCluster last applied
     locks: dict[JobKey, asyncio.Lock] = field(default_factory=dict)
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
     pending: set[JobKey] = field(default_factory=set)  # background passes queued but not started
+    seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)  # (uid, generation, deleting) handled
     # Parsed models by resourceVersion: every decision reads every job and pool, and pydantic validation of
     # the whole index per decision made bursts quadratic. Models handed out are never mutated.
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
@@ -68,10 +70,12 @@ class OperatorState:
 
     def forget(self, key: JobKey, uid: str) -> None:
         self.written.pop(uid, None)
+        self.unflushed.pop(uid, None)
         self.children_ready = {c for c in self.children_ready if c[0] != uid}
         self.rayclusters.pop(uid, None)
         self.created_pods.pop(uid, None)
         self.locks.pop(key, None)
+        self.seen_jobs.pop(key, None)
         self.parsed_jobs.pop(key, None)
         self.claim_cache.pop(key, None)
         handle = self.wakeups.pop(key, None)

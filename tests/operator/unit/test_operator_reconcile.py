@@ -198,3 +198,52 @@ async def test_a_burst_of_pod_events_costs_one_pass() -> None:
     assert op.pending == {("ns", "train")}
     await asyncio.sleep(0.1)
     assert api.calls[passes:] == [("status", "train")] and not op.pending
+
+
+async def test_job_events_trigger_a_pass_on_new_jobs_spec_changes_and_deletion_only() -> None:
+    from types import SimpleNamespace
+
+    import kopf
+
+    from kubepool.controller import handlers
+    op, api, _ = state([job(targetInstances=1)])
+    memo = cast(kopf.Memo, SimpleNamespace(op=op))
+    body = dict(op.indexes["mljob_index"][("ns", "train")][0])
+
+    async def event(kind: str | None, **meta: Any) -> bool:
+        b = {**body, "metadata": {**body["metadata"], **meta}}
+        await handlers.reconcile_mljob(event={"type": kind, "object": b}, body=kopf.Body(b), memo=memo)
+        triggered = ("ns", "train") in op.pending
+        await asyncio.sleep(0.02)  # let the pass run
+        return triggered
+
+    assert await event(None), "listed after a restart (kopf's resume)"
+    assert not await event("MODIFIED", resourceVersion="2"), "a status write: same generation"
+    assert await event("MODIFIED", generation=2), "the spec changed"
+    assert await event("MODIFIED", generation=2, deletionTimestamp="2026-01-01T13:00:00Z")
+    del op.indexes["mljob_index"][("ns", "train")]  # kopf updates its indexes before the handlers
+    assert not await event("DELETED", generation=2) and ("ns", "train") not in op.seen_jobs
+    op.indexes["mljob_index"][("ns", "train")] = [body]
+    assert await event("ADDED", uid="uid-again"), "a new job of the same name"
+
+
+async def test_instance_details_are_written_together_and_transitions_at_once(monkeypatch: Any) -> None:
+    monkeypatch.setattr(reconcile, "STATUS_FLUSH_SECONDS", 0.05)
+    op, api, _ = state([job(targetInstances=2)])
+    key = ("ns", "train")
+    await reconcile.reconcile_job(op, key)
+    assert api.calls.count(("status", "train")) == 1  # admitted: at once
+    op.indexes["pod_index"][key] = [pod(0, "Pending", False), pod(1, "Pending", False)]
+    await reconcile.reconcile_job(op, key)
+    op.indexes["pod_index"][key] = [pod(0, "Running", True), pod(1, "Pending", False)]
+    await reconcile.reconcile_job(op, key)
+    assert api.calls.count(("status", "train")) == 1, "pods starting: not written yet"
+    assert op.job(key)[0].status.ready_instances == 1, "but this process reads them at once"
+    await asyncio.sleep(0.15)
+    assert api.calls.count(("status", "train")) == 2 and api.statuses["train"]["readyInstances"] == 1
+    assert api.statuses["train"]["instances"][0]["phase"] == "Running" and not op.unflushed
+    op.indexes["pod_index"][key] = [pod(0, "Running", True), pod(1, "Running", True)]
+    await reconcile.reconcile_job(op, key)
+    assert api.calls.count(("status", "train")) == 3 and api.statuses["train"]["phase"] == "RUNNING"
+    await asyncio.sleep(0.15)
+    assert api.calls.count(("status", "train")) == 3, "nothing left to flush"
