@@ -343,6 +343,7 @@ def churn(bench: BenchCluster, jobs: int, waves: int) -> dict[str, Any]:
     print(f"P2 churn: {jobs} one-instance jobs in {waves} waves (heads succeed {2} s after Running)", flush=True)
     ns = "p2-churn"
     bench.create_namespace(ns)
+    create_pools(bench, [pool(shared_pool(i), 100) for i in range(POOLS)])  # P1 made them too, unless --skip-p1
     op = KubepoolOperator(bench, LOG_DIR / "kubepool-p2.log")
     op.start()
     try:

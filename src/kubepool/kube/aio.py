@@ -4,6 +4,7 @@ error leaves this module translated by `kubepool.kube.errors`; nothing here deci
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,13 @@ from kubepool.kube.errors import NotFound, translate
 from kubepool.kube.resources import ComputePoolResource, MLJobResource
 
 Obj = dict[str, Any]
+# Requests in flight at once, all calls together: below httpx's keep-alive pool (20), so a burst reuses its
+# connections instead of opening (TLS handshake) and dropping extra ones, and the pool's per-request
+# bookkeeping (a readability check of every pooled connection) stays small. Excess calls wait here.
+MAX_IN_FLIGHT = 16
+# Of those, creates, applies and deletes (a burst of new jobs sends ~8 each) take at most this many, so a status
+# write (a job's DONE, an admission) never queues behind a burst's children.
+MAX_BULK_IN_FLIGHT = 12
 _CLIENT_ERRORS = (ApiError, httpx.HTTPError)
 # kopf's peering kinds (CRDs shipped by kopf, not by kubepool).
 ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
@@ -37,6 +45,8 @@ class Api:
 
     def __init__(self, client: AsyncClient | None = None) -> None:
         self._client = client or AsyncClient(field_manager=naming.FIELD_MANAGER)
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._bulk = asyncio.Semaphore(MAX_BULK_IN_FLIGHT)
 
     async def close(self) -> None:
         await self._client.close()
@@ -44,14 +54,16 @@ class Api:
     async def apply(self, obj: Obj) -> None:
         """Server-side apply: the operator owns the fields it sets; taking them back from others is intended."""
         try:
-            await self._client.apply(codecs.from_dict(obj), field_manager=naming.FIELD_MANAGER, force=True)
+            async with self._bulk, self._slots:
+                await self._client.apply(codecs.from_dict(obj), field_manager=naming.FIELD_MANAGER, force=True)
         except _CLIENT_ERRORS as e:
             raise translate(e, f"apply {_what(obj)}") from e
 
     async def create_if_absent(self, obj: Obj) -> bool:
         """Create `obj`; an existing object of the same name counts as success. True when created."""
         try:
-            await self._client.create(codecs.from_dict(obj), field_manager=naming.FIELD_MANAGER)
+            async with self._bulk, self._slots:
+                await self._client.create(codecs.from_dict(obj), field_manager=naming.FIELD_MANAGER)
             return True
         except ApiError as e:
             if e.status.code == 409:
@@ -76,7 +88,8 @@ class Api:
         path = f"/metadata/finalizers/{finalizers.index(finalizer)}"
         patch = [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
         try:
-            await self._client.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.JSON)
+            async with self._slots:
+                await self._client.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.JSON)
         except _CLIENT_ERRORS as e:
             err = translate(e, f"remove finalizer of Pod {namespace}/{name}")
             if not isinstance(err, NotFound):
@@ -88,8 +101,9 @@ class Api:
 
     async def _delete(self, res: Any, name: str, namespace: str, grace: int | None) -> None:
         try:
-            await self._client.delete(res, name, namespace=namespace, grace_period=grace,
-                                      cascade=CascadeType.BACKGROUND)
+            async with self._bulk, self._slots:
+                await self._client.delete(res, name, namespace=namespace, grace_period=grace,
+                                          cascade=CascadeType.BACKGROUND)
         except _CLIENT_ERRORS as e:
             err = translate(e, f"delete {res.__name__} {namespace}/{name}")
             if not isinstance(err, NotFound):
@@ -98,20 +112,23 @@ class Api:
     async def patch_job_status(self, namespace: str, name: str, status: Obj) -> None:
         """JSON merge patch of an MLJob's status subresource (None values remove fields)."""
         try:
-            await self._client.patch(MLJobResource.Status, name, {"status": status}, namespace=namespace,
-                                     patch_type=PatchType.MERGE)
+            async with self._slots:
+                await self._client.patch(MLJobResource.Status, name, {"status": status}, namespace=namespace,
+                                         patch_type=PatchType.MERGE)
         except _CLIENT_ERRORS as e:
             raise translate(e, f"patch status of MLJob {namespace}/{name}") from e
 
     async def patch_pool_status(self, name: str, status: Obj) -> None:
         try:
-            await self._client.patch(ComputePoolResource.Status, name, {"status": status}, patch_type=PatchType.MERGE)
+            async with self._slots:
+                await self._client.patch(ComputePoolResource.Status, name, {"status": status}, patch_type=PatchType.MERGE)
         except _CLIENT_ERRORS as e:
             raise translate(e, f"patch status of ComputePool {name}") from e
 
     async def crd_exists(self, name: str) -> bool:
         try:
-            await self._client.get(CustomResourceDefinition, name)
+            async with self._slots:
+                await self._client.get(CustomResourceDefinition, name)
             return True
         except _CLIENT_ERRORS as e:
             err = translate(e, f"get CRD {name}")
@@ -127,7 +144,8 @@ class Api:
         for res, ns in targets:
             meta: Obj = {"name": name, **({"namespace": ns} if ns else {})}
             try:
-                await self._client.create(res(metadata=meta))
+                async with self._slots:
+                    await self._client.create(res(metadata=meta))
             except ApiError as e:
                 if e.status.code == 409:
                     continue
