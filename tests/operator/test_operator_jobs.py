@@ -55,6 +55,13 @@ def blocker(apply: Callable[[dict[str, Any]], None], pool: str, n: int) -> dict[
                                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
 
 
+def scene(kubectl: Any, namespace: str) -> str:
+    """Where every pod of the namespace ran, and its events: what a scheduling failure is read from."""
+    pods = kubectl("get", "pods", "-n", namespace, "-o", "wide", "--show-labels").stdout
+    events = kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp").stdout
+    return f"\n--- pods:\n{pods}\n--- events:\n{events[-6000:]}"
+
+
 def run_blockers(kubectl: Any, apply: Callable[[dict[str, Any]], None], namespace: str, pool: str, count: int) -> None:
     for i in range(count):
         apply(blocker(apply, pool, i))
@@ -123,7 +130,7 @@ def test_min_of_target_runs_with_two_free_nodes(kubectl: Any, namespace: str, op
     st = wait_phase(kubectl, namespace, "minjob", {"RUNNING", "DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
     assert st["phase"] in ("RUNNING", "DONE"), json.dumps(st, indent=1)
     st = wait_phase(kubectl, namespace, "minjob", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
-    assert st["phase"] == "DONE" and st["readyInstances"] <= 2, json.dumps(st, indent=1)
+    assert st["phase"] == "DONE" and st["readyInstances"] <= 2, json.dumps(st, indent=1) + scene(kubectl, namespace)
     pending = [p for p in pods_of(kubectl, namespace, "minjob") if p["status"].get("phase") == "Pending"]
     assert len(pending) <= 1
 
