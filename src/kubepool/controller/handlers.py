@@ -9,7 +9,7 @@ import kopf
 
 from kubepool import naming
 from kubepool.controller import reconcile
-from kubepool.controller.observed import NodeView, PlaceholderView, PodView
+from kubepool.controller.observed import FAILED, SUCCEEDED, NodeView, PlaceholderView, PodView
 from kubepool.controller.state import OperatorState
 from kubepool.controller.status import pools_affected_by_node
 
@@ -78,8 +78,12 @@ async def reconcile_mljob(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
 @kopf.on.event("pods", labels=MANAGED)
 async def pod_event(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     key = reconcile.pod_job_key(body)
-    if key is not None:  # a job's pods change in bursts: one pass (and status write) per burst
-        reconcile.spawn_job(_op(memo, kwargs), key, delay=reconcile.POD_EVENT_DELAY_SECONDS)
+    if key is None:
+        return
+    # A job's pods start in bursts (created, bound, running, ready: one pass and status write per burst); a pod
+    # that ended or is being deleted decides the job's outcome: no wait.
+    ended = body.get("status", {}).get("phase") in (SUCCEEDED, FAILED) or body.get("metadata", {}).get("deletionTimestamp")
+    reconcile.spawn_job(_op(memo, kwargs), key, delay=0.0 if ended else reconcile.POD_EVENT_DELAY_SECONDS)
 
 
 @kopf.on.event("pods", labels=PLACEHOLDERS)

@@ -247,3 +247,20 @@ async def test_instance_details_are_written_together_and_transitions_at_once(mon
     assert api.calls.count(("status", "train")) == 3 and api.statuses["train"]["phase"] == "RUNNING"
     await asyncio.sleep(0.15)
     assert api.calls.count(("status", "train")) == 3, "nothing left to flush"
+
+
+async def test_a_pod_that_ended_is_handled_at_once_a_starting_one_after_the_burst_window() -> None:
+    from types import SimpleNamespace
+
+    import kopf
+
+    from kubepool.controller import handlers
+    op, api, _ = state([job(targetInstances=1)])
+    memo = cast(kopf.Memo, SimpleNamespace(op=op))
+    meta = {"name": "train-homogeneouscluster-0", "namespace": "ns", "labels": {"kubepool.dev/job": "train"}}
+    for phase, delayed in (("Running", True), ("Succeeded", False)):
+        await handlers.pod_event(body=kopf.Body({"metadata": meta, "status": {"phase": phase}}), memo=memo)
+        await asyncio.sleep(reconcile.POD_EVENT_DELAY_SECONDS / 4)
+        assert (("ns", "train") in op.pending) is delayed, phase
+        await asyncio.sleep(reconcile.POD_EVENT_DELAY_SECONDS * 2)
+        assert not op.pending
