@@ -78,9 +78,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     # the others stand by; without them the operator runs alone (and says so).
     settings.peering.name = PEERING_NAME  # kopf sets clusterwide from --all-namespaces/--namespace
     settings.peering.priority = random.randint(1, 2**30)
-    # kopf's own INFO lines ("Handler ... succeeded.", "Creation is processed") would each be an Event POST per
-    # job; the operator's transitions (reconcile._announce) are posted whatever this level.
-    settings.posting.level = logging.WARNING
+    settings.posting.level = logging.INFO
     settings.posting.reporting_component = naming.FIELD_MANAGER
     settings.execution.max_workers = 4  # handlers are async; the executor only serves kopf's sync helpers
     settings.networking.connect_timeout = 10
