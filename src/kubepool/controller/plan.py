@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from kubepool import naming
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import POD_FINALIZER
 from kubepool.controller import status as job_status
@@ -67,6 +68,11 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
         else:
             have = {p.name for p in pods}
             wanted = build_instance_pods(job, pools, granted=granted, attempt=st.attempt, cfg=cfg)
+            # The head first: workers are created once it holds a node. Created together, the scheduler may place
+            # the workers on the last free nodes of the pool and leave the head Pending, with every worker waiting
+            # for a head that never comes (minInstances < targetInstances on a pool short of nodes).
+            if not any(p.is_head and p.node and p.attempt == st.attempt and not p.deleting for p in pods):
+                wanted = [p for p in wanted if p["metadata"]["labels"].get(naming.LABEL_ROLE) == naming.ROLE_HEAD]
             plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
             plan.delete_pods = [p.name for p in beyond]
         plan.delete_pods += [p.name for p in live if p.attempt != st.attempt]

@@ -195,7 +195,8 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
                            f"only {alive} of {required} required instances remain (lost: {', '.join(lost) or 'none'})", now)
         st.reason, st.message = INSTANCES_READY, f"{ready} of {target} instances ready"
         return None
-    if ready >= minimum:
+    head_ready = bool(st.instances) and st.instances[0].ready  # the gate counts the head: nothing runs without it
+    if ready >= minimum and head_ready:
         st.phase, st.reason, st.message = JobPhase.RUNNING, INSTANCES_READY, f"{ready} of {target} instances ready"
         st.start_time = st.start_time or now
         return None
@@ -205,7 +206,7 @@ def _advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
                        f"{ready} of {minimum} required instances ready after instancesTimeoutSeconds="
                        f"{spec.instances_timeout_seconds}", now)
     st.phase, st.reason = JobPhase.PENDING, WAITING_FOR_INSTANCES
-    st.message = f"{ready} of {minimum} instances ready (target {target})"
+    st.message = f"{ready} of {minimum} instances ready (target {target})" + ("" if head_ready else "; the head is not ready")
     return None
 
 

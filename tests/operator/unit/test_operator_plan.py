@@ -55,7 +55,24 @@ def test_retry_deletes_previous_attempt() -> None:
     st = compute_job_status(j, Observed(pods=[pod(0, "Failed", False), pod(1)], now=at(5)))
     plan = plan_job(j, st, [pod(0, "Failed", False), pod(1)], POOLS, cfg=CFG, now=at(5))
     assert plan.delete_pods == ["train-homogeneouscluster-1"]
-    assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-0-r1", "train-homogeneouscluster-1-r1"]
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-0-r1"]  # the head first
+    plan = plan_job(j, st, [pod(0, "Failed", False), pod(1), pod(0, "Pending", False, attempt=1)], POOLS, cfg=CFG, now=at(6))
+    assert not plan.create_pods, "a retried head that holds no node yet keeps its workers back"
+    plan = plan_job(j, st, [pod(0, "Failed", False), pod(1), pod(0, attempt=1)], POOLS, cfg=CFG, now=at(7))
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-1-r1"]
+
+
+def test_workers_wait_for_the_head_to_hold_a_node() -> None:
+    """Created together, the scheduler could give the pool's last free nodes to workers and leave the head
+    Pending: every worker would then wait for a head that never comes."""
+    j = admitted(job(targetInstances=3, minInstances=2), granted=3)
+    assert j.status is not None
+    names = [p["metadata"]["name"] for p in plan_job(j, j.status, [], POOLS, cfg=CFG, now=at(1)).create_pods]
+    assert names == ["train-homogeneouscluster-0"]
+    plan = plan_job(j, j.status, [pod(0, "Pending", False)], POOLS, cfg=CFG, now=at(2))
+    assert not plan.create_pods
+    plan = plan_job(j, j.status, [pod(0, ready=False)], POOLS, cfg=CFG, now=at(3))
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-1", "train-homogeneouscluster-2"]
 
 
 @pytest.mark.parametrize(("pods", "t", "deleted", "wake"), [

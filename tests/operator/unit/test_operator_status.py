@@ -213,3 +213,12 @@ def test_a_member_deleted_while_running_is_lost() -> None:
     running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
     st = run(running, [pod(0), pod(1), replace(pod(2), deleting=True)], 2)
     assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+
+
+def test_the_gate_counts_the_head() -> None:
+    """Two ready workers of a 2-of-3 job are not a running job while the head is Pending: it runs the payload."""
+    j = admitted(job(targetInstances=3, minInstances=2))
+    st = run(j, [pod(0, "Pending", False), pod(1), pod(2)])
+    assert (st.phase, st.reason) == (JobPhase.PENDING, S.WAITING_FOR_INSTANCES)
+    assert "the head is not ready" in (st.message or "")
+    assert run(j, [pod(0), pod(1), pod(2, "Pending", False)]).phase is JobPhase.RUNNING
