@@ -12,6 +12,7 @@ import pytest
 from fakes import FakeKube, pool
 
 from kubepool import jobs
+from kubepool.api.mljob import RaySpec
 from kubepool.contract import RESULT_LOG_MARKER
 from kubepool.jobs.payload import MANIFEST_KEY
 from kubepool.kube.errors import Forbidden, NotFound
@@ -166,6 +167,11 @@ def test_dashboard_url(fake_kube: FakeKube, script: Path) -> None:
     assert job.get_ray_dashboard_url() == "http://algo-1.d-svc.team.svc:8265"
     fake_kube.set_phase("d", "RUNNING", rayDashboard="http://10.0.0.5:8265")
     assert job.get_ray_dashboard_url() == "http://10.0.0.5:8265"
+    stored = fake_kube.jobs[("team", "d")]
+    fake_kube.jobs[("team", "d")] = stored.model_copy(update={"spec": stored.spec.model_copy(update={"ray": RaySpec(dashboard=False)})})
+    fake_kube.set_phase("d", "RUNNING")
+    with pytest.raises(RuntimeError, match="no Ray dashboard"):
+        job.get_ray_dashboard_url()
 
 
 def test_failed_job_without_pods_raises_its_message(fake_kube: FakeKube, script: Path) -> None:

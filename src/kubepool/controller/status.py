@@ -228,7 +228,9 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
                             for i in _instances(job, len(st.instances), obs.pods, st.attempt)]
     else:
         _advance(job, st, obs)
-        if st.admitted_at is not None and st.phase is JobPhase.RUNNING:
+        # Only where a dashboard runs: head mode (the others start no Ray) with spec.ray.dashboard on.
+        if st.admitted_at is not None and st.phase is JobPhase.RUNNING and job.spec.ray.dashboard \
+                and job.spec.mode is RunMode.HEAD:
             head = f"{naming.sagemaker_host(0)}.{naming.service_name(job.metadata['name'])}"
             st.ray_dashboard = f"http://{head}:{naming.RAY_DASHBOARD_PORT}"
     st.ready_instances = sum(1 for i in st.instances if i.ready)

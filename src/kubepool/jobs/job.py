@@ -280,5 +280,7 @@ class MLJob:
         obj = self.refresh()
         if obj.status and obj.status.ray_dashboard:
             return obj.status.ray_dashboard
+        if not obj.spec.ray.dashboard or obj.spec.mode != "head":
+            raise RuntimeError(f"job {self.id} runs no Ray dashboard (spec.ray.dashboard off, or a mode without Ray)")
         host = f"{naming.sagemaker_host(0)}.{naming.service_name(self._name)}.{self._namespace}.svc"
         return f"http://{host}:{naming.RAY_DASHBOARD_PORT}"

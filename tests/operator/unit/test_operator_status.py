@@ -222,3 +222,11 @@ def test_the_gate_counts_the_head() -> None:
     assert (st.phase, st.reason) == (JobPhase.PENDING, S.WAITING_FOR_INSTANCES)
     assert "the head is not ready" in (st.message or "")
     assert run(j, [pod(0), pod(1), pod(2, "Pending", False)]).phase is JobPhase.RUNNING
+
+
+@pytest.mark.parametrize(("spec", "url"), [({}, True), ({"ray": {"dashboard": False}}, False), ({"mode": "parallel"}, False)],
+                         ids=["head-mode", "dashboard-off", "no-ray"])
+def test_dashboard_address_only_where_one_runs(spec: dict, url: bool) -> None:
+    j = admitted(job(targetInstances=2, **spec), granted=2)
+    st = run(j, [pod(0), pod(1)])
+    assert st.phase is JobPhase.RUNNING and (st.ray_dashboard is not None) is url
