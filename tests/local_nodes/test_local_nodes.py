@@ -298,7 +298,7 @@ FEATURES = """
 import os, pathlib
 print("ids", os.getuid(), os.getgid(), sorted(os.getgroups()))
 pathlib.Path(os.environ["HOME"], "note").write_text("home is writable")
-print("init wrote", open("/work/data/from-init").read())
+print("init wrote", open("/kubepool-test-work/from-init").read())
 print("labels", open("/etc/podinfo/labels").read().replace(chr(10), ","))
 print("memory", os.environ["MEM_MI"], "node", os.environ["NODE"])
 open("/cache/x", "w").write("in memory")
@@ -307,11 +307,11 @@ print("token readable", len(open("/var/run/secrets/kubernetes.io/serviceaccount/
 
 
 def test_init_containers_users_and_volumes(kubectl: Kubectl, namespace: str) -> None:
-    mounts = [{"name": "work", "mountPath": "/work/data"}, {"name": "podinfo", "mountPath": "/etc/podinfo"},
+    mounts = [{"name": "work", "mountPath": "/kubepool-test-work"}, {"name": "podinfo", "mountPath": "/etc/podinfo"},
               {"name": "cache", "mountPath": "/cache"}]  # fmt: skip
     env = [{"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]  # fmt: skip
-    init = {"name": "init", "image": "busybox", "command": ["sh", "-c", "echo hi > /work/data/from-init"],
+    init = {"name": "init", "image": "busybox", "command": ["sh", "-c", "echo hi > /kubepool-test-work/from-init"],
             "volumeMounts": mounts[:1]}  # fmt: skip
     manifest = pod_manifest(
         "features", FEATURES,
