@@ -83,7 +83,7 @@ def _sagemaker_hetero(logs: dict[int, str]) -> None:
 
 def _ray_tasks(logs: dict[int, str]) -> None:
     hosts = _one(r"^tasks per host: \{(.*)\}$", logs[0])
-    assert len(hosts[1].split(",")) == 3, hosts[0]  # SPREAD put tasks on every instance
+    assert len(hosts[1].split(",")) == 3, hosts[0]  # tasks ran on every instance
     score = _one(r"^score: pi~([0-9.]+)$", logs[0])
     assert abs(float(score[1]) - 3.1416) < 0.01, score[0]
 
