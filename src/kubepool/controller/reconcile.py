@@ -39,6 +39,7 @@ from kubepool.controller.status import (
     compute_job_status,
     compute_pool_status,
     status_changed,
+    status_patch,
 )
 from kubepool.kube.errors import KubeError
 
@@ -141,7 +142,7 @@ async def _write_status(op: OperatorState, key: JobKey, job: MLJob, new: MLJobSt
             op.unflushed[uid] = False
             asyncio.get_running_loop().call_later(STATUS_FLUSH_SECONDS, _flush_due, op, key, uid)
         return
-    await op.api.patch_job_status(key[0], key[1], _full_patch(new))
+    await op.api.patch_job_status(key[0], key[1], status_patch(new))
     op.written[uid] = new
     op.unflushed.pop(uid, None)
 
@@ -150,15 +151,6 @@ def _flush_due(op: OperatorState, key: JobKey, uid: str) -> None:
     if uid in op.unflushed:
         op.unflushed[uid] = True
         spawn_job(op, key)
-
-
-def _full_patch(new: MLJobStatus) -> dict[str, Any]:
-    """A merge patch that makes the status `new` whatever the API server holds (a field `new` lacks is removed:
-    what was last written may be older than this process' view, see _write_status)."""
-    doc = new.wire()
-    for name, f in MLJobStatus.model_fields.items():
-        doc.setdefault(f.alias or name, None)
-    return doc
 
 
 _UNCHANGED = object()  # _reserve: the status needs no write
@@ -184,7 +176,7 @@ async def _write_reserved(op: OperatorState, key: JobKey, job: MLJob, new: MLJob
     if before is _UNCHANGED:
         return
     try:
-        await op.api.patch_job_status(key[0], key[1], _full_patch(new))
+        await op.api.patch_job_status(key[0], key[1], status_patch(new))
         op.unflushed.pop(job.metadata.get("uid", ""), None)
     except BaseException:
         uid = job.metadata.get("uid", "")
@@ -400,16 +392,8 @@ async def _write_pool_status(op: OperatorState, name: str, old: ComputePoolStatu
     wire = new.wire()
     if op.pools_written.get(name) == wire:  # our last write, not yet back from the watch
         return
-    await op.api.patch_pool_status(name, status_patch_pool(old, new))
+    await op.api.patch_pool_status(name, status_patch(new))
     op.pools_written[name] = wire
-
-
-def status_patch_pool(old: ComputePoolStatus | None, new: ComputePoolStatus) -> dict[str, Any]:
-    """A merge patch that also removes fields `new` no longer has (idleSince while the pool is busy)."""
-    doc = new.wire()
-    for key in [*(old.wire() if old else {}), "idleSince"]:
-        doc.setdefault(key, None)
-    return doc
 
 
 async def reconcile_pool_guarded(op: OperatorState, name: str) -> None:

@@ -243,11 +243,12 @@ def status_changed(old: MLJobStatus | None, new: MLJobStatus) -> bool:
     return (old.wire() if old else {}) != new.wire()
 
 
-def status_patch(old: MLJobStatus | None, new: MLJobStatus) -> dict[str, Any]:
-    """A JSON merge patch from `old` to `new` that also removes the fields `new` no longer has."""
+def status_patch(new: MLJobStatus | ComputePoolStatus) -> dict[str, Any]:
+    """A JSON merge patch that makes a status `new` whatever the API server holds: every field `new` lacks is
+    removed (what was last written may be older than the operator's own view)."""
     doc = new.wire()
-    for key in (old.wire() if old else {}):
-        doc.setdefault(key, None)
+    for name, f in type(new).model_fields.items():
+        doc.setdefault(f.alias or name, None)
     return doc
 
 

@@ -8,7 +8,7 @@ import pytest
 from operator_factories import T0
 
 from kubepool import naming
-from kubepool.api import JobPhase, MLJobStatus
+from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
 from kubepool.controller.observed import NodeView, PodView
 from kubepool.controller.status import status_patch
 
@@ -48,5 +48,8 @@ def test_node_view() -> None:
 def test_status_patch_removes_fields_the_new_status_lacks() -> None:
     old = MLJobStatus(phase=JobPhase.PENDING, reason="Queued", message="waiting", admitted_at=T0)
     new = MLJobStatus(phase=JobPhase.PENDING, admitted_at=T0)
-    patch = status_patch(old, new)
+    assert old.reason is not None
+    patch = status_patch(new)
     assert patch["reason"] is None and patch["message"] is None and patch["phase"] == "PENDING"
+    pool = status_patch(ComputePoolStatus(ready_nodes=2))
+    assert pool["idleSince"] is None and pool["readyNodes"] == 2  # a busy pool's idleSince is removed
