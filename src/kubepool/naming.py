@@ -110,6 +110,23 @@ def runtime_role_name(job: str) -> str:
     return runtime_service_account_name(job)
 
 
+# The runtime's ServiceAccount, Role and RoleBinding of a namespace (runtimeAccount per-namespace): made once per
+# namespace, shared by its jobs, so a job costs no RBAC writes.
+RUNTIME_ACCOUNT = "kubepool-runtime"
+
+
+def endpoint_slice_name(job: str) -> str:
+    """The EndpointSlice the operator writes for the job's headless Service (which has no selector)."""
+    return service_name(job)
+
+
+# EndpointSlice labels: the Service it serves, and who writes it (the endpointslice controller skips slices
+# managed by another controller).
+LABEL_SERVICE_NAME = "kubernetes.io/service-name"
+LABEL_SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
+SLICE_MANAGER = f"operator.{GROUP}"  # a label value: no "/"
+
+
 def network_policy_name(job: str) -> str:
     return _fit(f"{job}-ray")
 

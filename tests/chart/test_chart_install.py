@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from chartlib import CHART, EXAMPLES, run_helm
+
+from kubepool import naming
 
 pytestmark = pytest.mark.cluster
 
@@ -190,7 +193,32 @@ def test_examples_pass_the_api_servers_validation(kubectl: Any, release: Release
     assert proc.returncode == 0, proc.stderr
 
 
-def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, release: Release) -> None:
+def _runtime_account_patches_only_its_own_job(kubectl: Any, cluster: Any, release: Release) -> None:
+    """The namespace's shared runtime account (RBAC: patch any MLJob of the namespace) under the chart's
+    ValidatingAdmissionPolicy: a token bound to a pod of job ray-tasks may patch ray-tasks, not another job."""
+    ns = release.jobs_namespace
+    other = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": "other"},
+             "spec": {"computePool": "no-such-pool", "entrypoint": {"command": ["true"]}}}
+    kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(other), check=True)
+    head = kubectl.json("get", "pods", "-n", ns, "-l", "kubepool.dev/job=ray-tasks,kubepool.dev/role=head")["items"][0]
+    token = kubectl("create", "token", naming.RUNTIME_ACCOUNT, "-n", ns, "--duration=10m", "--bound-object-kind=Pod",
+                    f"--bound-object-name={head['metadata']['name']}", f"--bound-object-uid={head['metadata']['uid']}",
+                    check=True).stdout.strip()
+    client = httpx.Client(base_url=cluster.layout.apiserver_url, verify=str(cluster.layout.pki.ca_cert),
+                          headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+    def patch(job: str) -> httpx.Response:
+        return client.patch(f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs/{job}", params={"dryRun": "All"},
+                            json={"metadata": {"labels": {"touched": "yes"}}},
+                            headers={"Content-Type": "application/merge-patch+json"})
+
+    own, foreign = patch("ray-tasks"), patch("other")
+    assert own.status_code == 200, own.text
+    assert foreign.status_code == 422 and "only the MLJob of its own pod" in foreign.text, foreign.text  # Invalid
+    kubectl("delete", "mljob", "other", "-n", ns, "--wait=false")
+
+
+def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, cluster: Any, release: Release) -> None:
     docs = [d for d in yaml.safe_load_all((EXAMPLES / "ray-tasks-job.yaml").read_text()) if d]
     for d in docs:
         if d["kind"] == "MLJob":
@@ -206,6 +234,7 @@ def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, release: Rel
     logs = kubectl("logs", "-n", release.jobs_namespace, "-l", "kubepool.dev/job=ray-tasks,kubepool.dev/role=head", "--tail=-1")
     assert "score: pi~3.1" in logs.stdout, logs.stdout + logs.stderr
     # Only the chart's operator watches jobs_namespace, so DONE above was its work, under the chart's RBAC.
+    _runtime_account_patches_only_its_own_job(kubectl, cluster, release)
 
     proc = run_helm(*release.helm, "uninstall", release.name, "--namespace", release.namespace, "--wait", timeout=180)
     assert proc.returncode == 0, proc.stderr

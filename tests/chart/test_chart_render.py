@@ -11,6 +11,7 @@ import pytest
 import yaml
 from chartlib import CHART, KUBE_VERSION, NAMESPACE, REPO, by_kind, run_helm
 
+from kubepool import naming
 from kubepool.api import ComputePool, ComputePoolSpec, InstanceFamily
 from kubepool.controller.config import ENV_PREFIX, OperatorConfig
 
@@ -30,6 +31,7 @@ REQUIRED: dict[tuple[str, str], set[str]] = {
     ("", "secrets"): {"get", "create", "delete"},
     ("rbac.authorization.k8s.io", "roles"): {"get", "list", "watch", "create", "patch", "delete"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("discovery.k8s.io", "endpointslices"): {"create", "patch"},  # applied; never read, deleted by GC
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
@@ -75,7 +77,8 @@ def test_lint_strict(helm: str, values: Any) -> None:
 def test_default_render(render: Any) -> None:
     objs = render()
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == ["ClusterRole"] * 5 + ["ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    assert kinds == ["ClusterRole"] * 5 + ["ClusterRoleBinding", "Deployment", "Service", "ServiceAccount",
+                                           "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     [svc] = by_kind(objs, "Service")
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
 
@@ -141,6 +144,23 @@ def test_operator_settings_reach_the_operator(render: Any, tmp_path: Any) -> Non
     assert (cfg.worker_grace_seconds, cfg.pod_termination_grace_seconds, cfg.ray_port_stride) == (5, 3, 3000)
     [dep] = by_kind(render("--set-string", "operator.settings.runAsUser="), "Deployment")
     assert operator_config(dep["spec"]["template"]["spec"]["containers"][0]).run_as_user is None
+
+
+@pytest.mark.parametrize("account", ["per-namespace", "per-job", "none"])
+def test_runtime_policy_guards_only_the_shared_account(render: Any, account: str) -> None:
+    """The shared per-namespace runtime account may patch any MLJob of its namespace by RBAC; the chart's policy
+    narrows that to the job of the calling pod (the other modes need none)."""
+    objs = render("--set", f"operator.settings.runtimeAccount={account}")
+    policies = by_kind(objs, "ValidatingAdmissionPolicy")
+    if account != "per-namespace":
+        assert not policies and not by_kind(objs, "ValidatingAdmissionPolicyBinding")
+        return
+    [policy], [binding] = policies, by_kind(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert f":{naming.RUNTIME_ACCOUNT}'" in policy["spec"]["matchConditions"][0]["expression"]
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"mljobs", "mljobs/status"} and rule["operations"] == ["UPDATE"]
 
 
 def test_cluster_role_is_exactly_what_the_operator_needs(render: Any) -> None:

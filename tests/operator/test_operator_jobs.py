@@ -13,6 +13,7 @@ import yaml
 from operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 from kubepool import contract, naming
+from kubepool.local import kwok
 
 JOB_TIMEOUT_S = 360.0  # a Ray cluster of 3 on a loaded, shared 2-core machine (load average > 10)
 PAYLOAD = {
@@ -85,10 +86,13 @@ def test_three_instances_on_three_nodes_done(kubectl: Any, namespace: str, opera
     assert {"WaitingForInstances", "InstancesReady", "Completed"} <= set(events_of(kubectl, namespace, "three"))
     # The job's children exist and are owned by it (GC removes them with the job).
     for kind, name in [("service", "three-svc"), ("configmap", "three-contract"), ("secret", "three-ray-token"),
-                       ("serviceaccount", "three-runtime"), ("role", "three-runtime"), ("rolebinding", "three-runtime"),
                        ("networkpolicy", "three-ray")]:
         obj = get_json(kubectl, namespace, kind, name)
         assert obj["metadata"]["ownerReferences"][0]["name"] == "three", kind
+    # The namespace's runtime account is shared by its jobs and owned by none.
+    for kind in ("serviceaccount", "role", "rolebinding"):
+        assert "ownerReferences" not in get_json(kubectl, namespace, kind, naming.RUNTIME_ACCOUNT)["metadata"], kind
+    assert {p["spec"]["serviceAccountName"] for p in pods} == {naming.RUNTIME_ACCOUNT}
     pool_status = json.loads(kubectl("get", "computepool", pool, "-o", "json", check=True).stdout)["status"]
     assert pool_status["readyNodes"] >= 3 and pool_status["phase"] in ("IDLE", "ACTIVE")
 
@@ -117,9 +121,45 @@ def test_two_groups_pods_and_contract_then_delete_leaves_nothing(kubectl: Any, n
         assert naming.dns_label(me.group) == p["metadata"]["labels"][naming.LABEL_GROUP]
         assert me.host == p["spec"]["hostname"] and doc.instances[me.instance_id].pod == p["metadata"]["name"]
     assert doc.distribution_instance_groups == ["gpu_group"]
+    # Process nodes give pods loopback addresses, which an EndpointSlice may not carry: the Service has no
+    # selector and no slice (test_endpoint_slice_on_fake_nodes covers the slice); their /etc/hosts still works.
+    assert "selector" not in get_json(kubectl, namespace, "service", "hetero-svc")["spec"]
     # Deleting the job removes every pod (owner references + background GC), running or not.
     kubectl("delete", "mljob", "hetero", "-n", namespace, "--wait=true", check=True)
     wait_for(lambda: not pods_of(kubectl, namespace, "hetero"), 90, "no pods left after deleting the job")
+
+
+def test_endpoint_slice_on_fake_nodes(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,
+                                      apply: Any, cluster: Any) -> None:
+    """The headless Service has no selector: the operator writes its EndpointSlice, one endpoint per instance with
+    its SageMaker hostname, which the API server validates and the garbage collector removes with the job. On kwok
+    fake nodes (routable pod addresses; nothing runs there, kwok reports the pods Running and Ready)."""
+    had_second = kubectl("get", "node", "kwok-node-1").returncode == 0
+    kwok.ensure_fake_nodes(cluster.layout, 2)
+    try:
+        pool = compute_pool("fake", max_nodes=2, instanceFamily="CPU_X64_S", tolerations=[kwok.FAKE_TOLERATION])
+        apply(mljob("dns", computePool=pool, targetInstances=2, image="fake.invalid/x:1",
+                    entrypoint={"command": ["true"]}))
+
+        def endpoints() -> dict[str, tuple[str, str]] | None:
+            pods = {p["metadata"]["name"]: p for p in pods_of(kubectl, namespace, "dns")}
+            out = kubectl("get", "endpointslice", "dns-svc", "-n", namespace, "-o", "json")
+            got = json.loads(out.stdout) if out.returncode == 0 else {}
+            eps = {e["targetRef"]["name"]: (e.get("hostname", ""), e["addresses"][0]) for e in got.get("endpoints") or []}
+            want = {n: (p["spec"]["hostname"], p.get("status", {}).get("podIP")) for n, p in pods.items()}
+            return eps if len(want) == 2 and eps == want else None
+
+        eps = wait_for(endpoints, 90, "an EndpointSlice listing both instances")
+        assert sorted(h for h, _ in eps.values()) == ["algo-1", "algo-2"]
+        labels = get_json(kubectl, namespace, "endpointslice", "dns-svc")["metadata"]["labels"]
+        assert labels[naming.LABEL_SERVICE_NAME] == "dns-svc"
+        assert "selector" not in get_json(kubectl, namespace, "service", "dns-svc")["spec"]
+        kubectl("delete", "mljob", "dns", "-n", namespace, "--wait=true", check=True)
+        wait_for(lambda: kubectl("get", "endpointslice", "dns-svc", "-n", namespace).returncode != 0, 60,
+                 "the EndpointSlice garbage-collected with its job")
+    finally:
+        if not had_second:  # other tests expect kwok-node-0 alone
+            kubectl("delete", "node", "kwok-node-1", "--wait=false")
 
 
 def test_min_of_target_runs_with_two_free_nodes(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,

@@ -16,15 +16,16 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [kubepool.dev]
   resources: [mljobs/status]
   verbs: [get, patch]
-# Application: instance pods, and their logs for the job's result. The per-job Role the operator creates
-# lets the runtime read pods and get/patch its MLJob; RBAC only lets it grant what it holds itself.
+# Application: instance pods, and their logs for the job's result. The runtime's Role the operator creates
+# (per namespace, or per job) lets the runtime read pods and get/patch MLJobs; RBAC only lets it grant what it
+# holds itself.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete, deletecollection]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
-# Application: per-job headless Service, contract/payload ConfigMaps and runtime ServiceAccount.
+# Application: per-job headless Service, contract/payload ConfigMaps and the runtime's ServiceAccount.
 - apiGroups: [""]
   resources: [services, configmaps, serviceaccounts]
   verbs: [get, list, watch, create, patch, delete]
@@ -32,10 +33,15 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, delete]
-# Application: the per-job Role and RoleBinding of the runtime ServiceAccount.
+# Application: the Role and RoleBinding of the runtime's ServiceAccount.
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, list, watch, create, patch, delete]
+# Application: the EndpointSlice of each job's headless Service (the Service has no selector: the operator
+# writes its endpoints once per change of the job's addresses; applied, never read; GC deletes them).
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [create, patch]
 # Application: the per-job NetworkPolicy that keeps Ray's ports inside the job.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

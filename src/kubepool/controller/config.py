@@ -17,6 +17,10 @@ ENV_PREFIX = "KUBEPOOL_OPERATOR_"
 class RuntimeAccountPolicy(StrEnum):
     """Which ServiceAccount instance pods run as."""
 
+    # One ServiceAccount + Role + RoleBinding per namespace (naming.RUNTIME_ACCOUNT), made once, shared by its jobs:
+    # read pods, get/patch MLJobs of the namespace. No RBAC writes per job; the chart's ValidatingAdmissionPolicy
+    # narrows the MLJob patches to the pod's own job.
+    PER_NAMESPACE = "per-namespace"
     PER_JOB = "per-job"  # a ServiceAccount + Role per job: read pods, get/patch its own MLJob, nothing else
     NONE = "none"  # the namespace's default account, with no API token mounted
 
@@ -29,7 +33,7 @@ class OperatorConfig(BaseModel):
     default_image: str = Field("kubepool/runtime:dev", description="Image of instance pods when spec.image is unset.")
     default_backend: Backend = Backend.PODS
     namespaces: tuple[str, ...] = Field((), description="Watched namespaces; empty means all.")
-    runtime_account: RuntimeAccountPolicy = RuntimeAccountPolicy.PER_JOB
+    runtime_account: RuntimeAccountPolicy = RuntimeAccountPolicy.PER_NAMESPACE
     python: str = Field("python", description="Interpreter that runs `-m kubepool.runtime` in the image.")
     # The runtime's user; None keeps the image's own (non-root) user, for images (or local nodes) whose
     # interpreter uid 1000 cannot reach. runAsNonRoot stays on either way.

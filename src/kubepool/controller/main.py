@@ -15,7 +15,7 @@ from typing import Any, cast
 import kopf
 
 from kubepool import naming
-from kubepool.controller import handlers, metrics, reconcile
+from kubepool.controller import fastjson, handlers, metrics, reconcile
 from kubepool.controller.config import OperatorConfig, resolve_placeholder_namespace
 from kubepool.controller.state import OperatorState
 from kubepool.kube.aio import Api
@@ -90,6 +90,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     settings.watching.connect_timeout = 10
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
+    if not fastjson.install():
+        logger.warning("kopf's watch decoding is not where kubepool expects it: watching with the standard json")
     memo.op = OperatorState(cfg=cfg, api=Api())
     own = (SA_DIR / "namespace").read_text().strip() if (SA_DIR / "namespace").is_file() else None
     memo.op.placeholder_namespace = resolve_placeholder_namespace(cfg, own)

@@ -29,6 +29,10 @@ class PodView:
     message: str | None = None
     finalizers: tuple[str, ...] = ()
     group: str = ""  # the instance group as a DNS label (naming.dns_label), as in the pod's label
+    uid: str = ""
+    ip: str | None = None
+    hostname: str | None = None  # spec.hostname, when the pod also names a subdomain (a DNS record of its own)
+    subdomain: str = ""
 
     @property
     def is_head(self) -> bool:
@@ -67,6 +71,10 @@ class PodView:
             message=message,
             finalizers=tuple(meta.get("finalizers") or ()),
             group=labels.get(naming.LABEL_GROUP, ""),
+            uid=meta.get("uid", ""),
+            ip=status.get("podIP") or None,
+            hostname=spec.get("hostname") if spec.get("subdomain") else None,
+            subdomain=spec.get("subdomain") or "",
         )
 
 

@@ -13,7 +13,7 @@ from kubepool import naming
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import POD_FINALIZER
 from kubepool.controller import status as job_status
-from kubepool.controller.builders import Obj, build_instance_pods
+from kubepool.controller.builders import JobRef, Obj, build_endpoint_slice, build_instance_pods
 from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PodView
@@ -33,6 +33,7 @@ class Plan:
     apply_raycluster: Obj | None = None
     delete_raycluster: bool = False
     release_pods: list[PodView] = field(default_factory=list)  # KubeRay's deleted pods whose exit was seen
+    endpoint_slice: Obj | None = None  # the headless Service's endpoints as they should be now (None: leave them)
     wake_at: datetime | None = None
 
     def wake(self, at: datetime) -> None:
@@ -76,6 +77,7 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
             plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
             plan.delete_pods = [p.name for p in beyond]
         plan.delete_pods += [p.name for p in live if p.attempt != st.attempt]
+        plan.endpoint_slice = build_endpoint_slice(JobRef.of(job), [p for p in pods if p.attempt == st.attempt])
         if st.phase is JobPhase.PENDING:
             plan.wake(st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds))
         since = job_status.first_admitted(st)

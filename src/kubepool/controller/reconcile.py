@@ -24,6 +24,7 @@ from kubepool.controller.builders import (
     build_contract_configmap,
     build_headless_service,
     build_job_contract,
+    build_namespace_runtime_rbac,
     build_network_policy,
     build_ray_token_secret,
     build_runtime_rbac,
@@ -114,9 +115,11 @@ async def _reconcile_locked(op: OperatorState, key: JobKey, job: MLJob, body: di
         trigger_waiting(op, pools_of(job))
     elif prev is None or (prev.phase, prev.reason, prev.admitted_at) != (new.phase, new.reason, new.admitted_at):
         refresh_pools(op, pools_of(job))
+    # Announced once persisted, before the children: a failed child write retries a pass that no longer sees
+    # the transition, and would lose its Event.
+    _announce(op, body, prev, new)
     plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now(), backend=backend)
     await _apply_plan(op, key, job, new, plan, pools)
-    _announce(op, body, prev, new)
     _schedule(op, key, plan)
 
 
@@ -188,13 +191,32 @@ async def _write_reserved(op: OperatorState, key: JobKey, job: MLJob, new: MLJob
         raise
 
 
+async def _ensure_runtime_account(op: OperatorState, namespace: str) -> None:
+    """The namespace's shared runtime account (RuntimeAccountPolicy.PER_NAMESPACE), applied once per process:
+    concurrent first jobs of a namespace wait on the same write; a failed write is tried again by the next."""
+    if op.cfg.runtime_account is not RuntimeAccountPolicy.PER_NAMESPACE:
+        return
+    pending = op.runtime_accounts.get(namespace)
+    if pending is None:
+        pending = asyncio.ensure_future(_all([op.api.apply(obj) for obj in build_namespace_runtime_rbac(namespace)]))
+        op.runtime_accounts[namespace] = pending
+    try:
+        await asyncio.shield(pending)
+    except Exception:
+        if op.runtime_accounts.get(namespace) is pending:
+            del op.runtime_accounts[namespace]
+        raise
+
+
 async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools: dict[str, ComputePool]) -> None:
     ref = JobRef.of(job)
+    await _ensure_runtime_account(op, ref.namespace)
     generation = int(job.metadata.get("generation") or 0)
     if (ref.uid, st.attempt, generation) in op.children_ready:
         return
     # Independent writes, sent together (a RoleBinding may name its Role before the Role exists); the pods come
-    # after them (their ServiceAccount must exist).
+    # after them (their ServiceAccount must exist). Objects that never change are created, not applied (a
+    # create costs the API server less than a server-side apply); the contract follows resizes, so it is applied.
     writes: list[Awaitable[Any]] = []
     if op.cfg.runtime_account is RuntimeAccountPolicy.PER_JOB:
         writes += [op.api.apply(obj) for obj in build_runtime_rbac(ref)]
@@ -202,8 +224,8 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
         writes.append(op.api.create_if_absent(build_ray_token_secret(ref, secrets.token_urlsafe(32))))
     shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
     doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift)
-    writes += [op.api.apply(build_contract_configmap(ref, doc)), op.api.apply(build_headless_service(ref)),
-               op.api.apply(build_network_policy(ref))]
+    writes += [op.api.apply(build_contract_configmap(ref, doc)), op.api.create_if_absent(build_headless_service(ref)),
+               op.api.create_if_absent(build_network_policy(ref))]
     await _all(writes)
     op.children_ready.add((ref.uid, st.attempt, generation))  # a resize changes the contract's instances
 
@@ -218,9 +240,16 @@ async def _apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatu
     expected = op.created_pods.setdefault(uid, {})
     now = time.monotonic()
     todo = [p for p in plan.create_pods if expected.get(p["metadata"]["name"], 0.0) <= now]
-    await _all([op.api.create_if_absent(p) for p in todo])
+    try:
+        await _all([op.api.create_if_absent(p) for p in todo])
+    except Exception:
+        op.runtime_accounts.pop(key[0], None)  # e.g. its ServiceAccount was deleted: written again next pass
+        raise
     for p in todo:
         expected[p["metadata"]["name"]] = now + EXPECT_POD_SECONDS
+    if plan.endpoint_slice is not None and op.endpoint_slices.get(uid) != plan.endpoint_slice:
+        await op.api.apply(plan.endpoint_slice)
+        op.endpoint_slices[uid] = plan.endpoint_slice
     if plan.apply_raycluster is not None and op.rayclusters.get(uid) != plan.apply_raycluster:
         await op.api.apply(plan.apply_raycluster)  # replicas follow the granted instances (scale_cluster)
         op.rayclusters[uid] = plan.apply_raycluster

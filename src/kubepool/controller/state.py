@@ -42,6 +42,9 @@ class OperatorState:
     unflushed: dict[str, bool] = field(default_factory=dict)  # job uid → written[uid] not yet sent; flush due
     children_ready: set[tuple[str, int, int]] = field(default_factory=set)  # (job uid, attempt, generation) done
     rayclusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # job uid → RayCluster last applied
+    endpoint_slices: dict[str, dict[str, Any]] = field(default_factory=dict)  # job uid → EndpointSlice last applied
+    # namespace → the write of its shared runtime account (RuntimeAccountPolicy.PER_NAMESPACE), once per process
+    runtime_accounts: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     locks: dict[JobKey, asyncio.Lock] = field(default_factory=dict)
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
@@ -73,6 +76,7 @@ class OperatorState:
         self.unflushed.pop(uid, None)
         self.children_ready = {c for c in self.children_ready if c[0] != uid}
         self.rayclusters.pop(uid, None)
+        self.endpoint_slices.pop(uid, None)
         self.created_pods.pop(uid, None)
         self.locks.pop(key, None)
         self.seen_jobs.pop(key, None)

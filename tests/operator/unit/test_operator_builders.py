@@ -11,15 +11,18 @@ from kubepool import contract, naming
 from kubepool.controller.builders import (
     JobRef,
     build_contract_configmap,
+    build_endpoint_slice,
     build_headless_service,
     build_instance_pods,
     build_job_contract,
+    build_namespace_runtime_rbac,
     build_network_policy,
     build_ray_token_secret,
     build_runtime_rbac,
 )
 from kubepool.controller.builders.common import local_port_shift
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
+from kubepool.controller.observed import PodView
 
 CFG = OperatorConfig(default_image="img:1")
 NODE_LOST = [{"key": t, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
@@ -71,7 +74,7 @@ def test_pod_shape_cpu() -> None:
     assert env[contract.ENV_INSTANCE_ID]["value"] == "1"
     assert env[contract.ENV_POD_IP]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert env[contract.ENV_RAY_AUTH_TOKEN]["valueFrom"]["secretKeyRef"]["name"] == "train-ray-token"
-    assert spec["serviceAccountName"] == "train-runtime" and spec["automountServiceAccountToken"] is True
+    assert spec["serviceAccountName"] == naming.RUNTIME_ACCOUNT and spec["automountServiceAccountToken"] is True
 
 
 def test_pod_shape_gpu_group() -> None:
@@ -137,11 +140,43 @@ def test_granted_prefix_and_attempt_names() -> None:
     assert {p["metadata"]["labels"][naming.LABEL_ATTEMPT] for p in pods} == {"2"}
 
 
-def test_service_is_headless_and_publishes_not_ready() -> None:
+def test_service_is_headless_without_selector() -> None:
     svc = build_headless_service(JobRef("train", "ns", "u1"))
     assert svc["metadata"]["name"] == "train-svc"
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
-    assert svc["spec"]["selector"] == {naming.LABEL_JOB_UID: "u1"}
+    assert "selector" not in svc["spec"], "the operator writes the endpoints, not the endpoint controllers"
+
+
+def _view(name: str, instance: int, **kw: object) -> PodView:
+    return PodView(name=name, instance_id=instance, attempt=0, job_uid="u1", uid=f"pod-{instance}",
+                   hostname=f"algo-{instance + 1}", subdomain="train-svc", **kw)  # type: ignore[arg-type]
+
+
+def test_endpoint_slice_lists_live_addressed_pods_with_hostnames() -> None:
+    ref = JobRef("train", "ns", "u1")
+    pods = [_view("w", 1, ip="10.0.0.3", node="n2"), _view("h", 0, ip="10.0.0.2", node="n1"),
+            _view("pending", 2), _view("done", 3, ip="10.0.0.5", phase="Succeeded"),
+            _view("going", 4, ip="10.0.0.6", deleting=True),
+            PodView(name="other", instance_id=0, attempt=0, job_uid="u0", ip="10.0.0.9")]
+    s = build_endpoint_slice(ref, pods)
+    assert s is not None and s["kind"] == "EndpointSlice" and s["addressType"] == "IPv4"
+    assert s["metadata"]["name"] == "train-svc" and s["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    assert s["metadata"]["labels"][naming.LABEL_SERVICE_NAME] == "train-svc"
+    assert s["metadata"]["labels"][naming.LABEL_SLICE_MANAGED_BY] == naming.SLICE_MANAGER
+    assert [(e["addresses"], e["hostname"], e["nodeName"], e["conditions"]["ready"]) for e in s["endpoints"]] == [
+        (["10.0.0.2"], "algo-1", "n1", True), (["10.0.0.3"], "algo-2", "n2", True)]
+    assert {p["name"] for p in s["ports"]} == {p["name"] for p in build_headless_service(ref)["spec"]["ports"]}
+    assert build_endpoint_slice(ref, list(reversed(pods))) == s, "order of the input does not matter"
+
+
+def test_endpoint_slice_none_without_addresses_and_no_hostname_outside_the_service() -> None:
+    ref = JobRef("train", "ns", "u1")
+    assert build_endpoint_slice(ref, [_view("h", 0)]) is None
+    # The API rejects loopback addresses in a slice (the local cluster's process nodes use them).
+    assert build_endpoint_slice(ref, [_view("h", 0, ip="127.0.9.1"), _view("w", 1, ip="169.254.0.3")]) is None
+    worker = PodView(name="kuberay-worker", instance_id=1, attempt=0, job_uid="u1", ip="fd00::1")
+    s = build_endpoint_slice(ref, [worker])
+    assert s is not None and s["addressType"] == "IPv6" and "hostname" not in s["endpoints"][0]
 
 
 def test_secret_and_configmap() -> None:
@@ -160,6 +195,22 @@ def test_rbac_is_least_privilege() -> None:
     assert rules[1]["resourceNames"] == ["train"] and set(rules[1]["verbs"]) == {"get", "patch"}
     assert len(rules) == 2
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "train-runtime", "namespace": "ns"}]
+
+
+def test_namespace_runtime_account_is_shared_and_unowned() -> None:
+    account, role, binding = build_namespace_runtime_rbac("ns")
+    assert {o["metadata"]["name"] for o in (account, role, binding)} == {naming.RUNTIME_ACCOUNT}
+    assert all("ownerReferences" not in o["metadata"] and o["metadata"]["namespace"] == "ns"
+               for o in (account, role, binding))
+    assert role["rules"][0] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    assert set(role["rules"][1]["verbs"]) == {"get", "patch"} and len(role["rules"]) == 2
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": naming.RUNTIME_ACCOUNT, "namespace": "ns"}]
+
+
+def test_per_job_account_policy_names_the_jobs_account() -> None:
+    cfg = OperatorConfig(runtime_account=RuntimeAccountPolicy.PER_JOB)
+    p = build_instance_pods(job(), POOLS, granted=1, attempt=0, cfg=cfg)[0]
+    assert p["spec"]["serviceAccountName"] == "train-runtime" and p["spec"]["automountServiceAccountToken"] is True
 
 
 def test_network_policy_only_job_pods() -> None:

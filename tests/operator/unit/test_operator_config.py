@@ -18,7 +18,7 @@ def test_from_env() -> None:
 
 
 def test_defaults_and_bad_values() -> None:
-    assert OperatorConfig.from_env({}).runtime_account is RuntimeAccountPolicy.PER_JOB
+    assert OperatorConfig.from_env({}).runtime_account is RuntimeAccountPolicy.PER_NAMESPACE
     assert OperatorConfig.from_env({}).run_as_user == 1000
     assert OperatorConfig.from_env({"KUBEPOOL_OPERATOR_RUN_AS_USER": ""}).run_as_user is None
     with pytest.raises(ValidationError):

@@ -3,7 +3,9 @@ No I/O, no clock, no environment: configuration, randomness and time are passed 
 
 from kubepool.controller.builders.children import (
     build_contract_configmap,
+    build_endpoint_slice,
     build_headless_service,
+    build_namespace_runtime_rbac,
     build_network_policy,
     build_ray_token_secret,
     build_runtime_rbac,
@@ -13,7 +15,8 @@ from kubepool.controller.builders.jobcontract import build_job_contract
 from kubepool.controller.builders.pods import build_instance_pod, build_instance_pods
 
 __all__ = [
-    "JobRef", "Obj", "Placement", "build_contract_configmap", "build_headless_service", "build_instance_pod",
-    "build_instance_pods", "build_job_contract", "build_network_policy", "build_ray_token_secret",
+    "JobRef", "Obj", "Placement", "build_contract_configmap", "build_endpoint_slice", "build_headless_service",
+    "build_instance_pod", "build_instance_pods", "build_job_contract", "build_namespace_runtime_rbac",
+    "build_network_policy", "build_ray_token_secret",
     "build_runtime_rbac", "placement_of",
 ]

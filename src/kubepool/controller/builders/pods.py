@@ -146,7 +146,8 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     env_from = _env_from(job)
     if env_from:
         container["envFrom"] = env_from
-    per_job_account = cfg.runtime_account is RuntimeAccountPolicy.PER_JOB
+    account = {RuntimeAccountPolicy.PER_JOB: naming.runtime_service_account_name(ref.name),
+               RuntimeAccountPolicy.PER_NAMESPACE: naming.RUNTIME_ACCOUNT}.get(cfg.runtime_account)
     spec: Obj = {
         "restartPolicy": "Never",
         "hostname": naming.sagemaker_host(inst.instance_id),
@@ -157,11 +158,11 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
         "securityContext": pod_sc,
         "affinity": _affinity(inst.pool),
         "terminationGracePeriodSeconds": cfg.pod_termination_grace_seconds,
-        "automountServiceAccountToken": per_job_account,
+        "automountServiceAccountToken": account is not None,
         "enableServiceLinks": False,
     }
-    if per_job_account:
-        spec["serviceAccountName"] = naming.runtime_service_account_name(ref.name)
+    if account is not None:
+        spec["serviceAccountName"] = account
     if pool.spec.node_selector:
         spec["nodeSelector"] = dict(pool.spec.node_selector)
     spec["tolerations"] = [t.wire() for t in pool.spec.tolerations] + [
