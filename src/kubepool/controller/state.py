@@ -55,6 +55,9 @@ class OperatorState:
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
     parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
     claim_cache: dict[JobKey, tuple[MLJob, MLJobStatus | None, Claim]] = field(default_factory=dict)
+    # Jobs seen finished (a finished phase is final): claims() skips them without a look, so a decision costs
+    # O(unfinished jobs), not O(all jobs); at 1000 live jobs the full walk per decision was a fifth of the CPU.
+    finished: set[JobKey] = field(default_factory=set)
     created_pods: dict[str, dict[str, float]] = field(default_factory=dict)  # job uid → pod → monotonic expiry
     pools_written: dict[str, dict[str, Any]] = field(default_factory=dict)  # pool → last status written
     node_views: dict[str, NodeView] = field(default_factory=dict)  # node name → as last handled by node_event
@@ -82,6 +85,7 @@ class OperatorState:
         self.seen_jobs.pop(key, None)
         self.parsed_jobs.pop(key, None)
         self.claim_cache.pop(key, None)
+        self.finished.discard(key)  # a new job of the same name starts unfinished
         handle = self.wakeups.pop(key, None)
         if handle is not None:
             handle.cancel()
@@ -162,6 +166,8 @@ class OperatorState:
         out = []
         index = self.indexes.get("mljob_index", {})
         for key in list(index):
+            if key in self.finished:
+                continue
             bodies = _values(index, key)
             parsed = self._parsed_job(key, bodies[0]) if bodies else None
             if parsed is None:
@@ -169,6 +175,8 @@ class OperatorState:
             mine = self.written.get(parsed.metadata.get("uid", ""))
             st = mine if mine is not None else parsed.status
             if st is not None and st.phase is not None and st.phase.finished:
+                self.finished.add(key)
+                self.claim_cache.pop(key, None)
                 continue
             # A claim depends only on the parsed job and its status: reuse it while both are the same objects
             # (no copy of the model per job per decision, as job() makes).

@@ -1,38 +1,57 @@
-"""The operator's only door to the Kubernetes API (lightkube AsyncClient): server-side apply under
-`naming.FIELD_MANAGER`, create-if-absent, delete, status patches and a CRD presence check. Every client
-error leaves this module translated by `kubepool.kube.errors`; nothing here decides anything."""
+"""The operator's only door to the Kubernetes API: server-side apply under `naming.FIELD_MANAGER`,
+create-if-absent, delete, status patches and a CRD presence check. The writes of a burst (every job's pods,
+children and status) go out as plain JSON over lightkube's authenticated HTTP client, and their responses are
+never decoded: lightkube's model round trip (dict → model → dict → JSON, and back for the reply) was a tenth of
+the operator's CPU in a burst. Every client error leaves this module translated by `kubepool.kube.errors`;
+nothing here decides anything."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
-from lightkube import ApiError, AsyncClient, codecs
+import httpx2
+import orjson
+from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Pod
-from lightkube.types import CascadeType, PatchType
 
 from kubepool import naming
-from kubepool.kube.errors import NotFound, translate
-from kubepool.kube.resources import ComputePoolResource, MLJobResource
+from kubepool.kube.errors import NotFound, Unreachable, status_error, translate
 
 Obj = dict[str, Any]
-# Requests in flight at once, all calls together: below httpx's keep-alive pool (20), so a burst reuses its
-# connections instead of opening (TLS handshake) and dropping extra ones, and the pool's per-request
+# Requests in flight at once, all calls together: below the HTTP client's keep-alive pool (20), so a burst
+# reuses its connections instead of opening (TLS handshake) and dropping extra ones, and the pool's per-request
 # bookkeeping (a readability check of every pooled connection) stays small. Excess calls wait here.
 MAX_IN_FLIGHT = 16
 # Of those, creates, applies and deletes (a burst of new jobs sends ~8 each) take at most this many, so a status
 # write (a job's DONE, an admission) never queues behind a burst's children.
 MAX_BULK_IN_FLIGHT = 12
-_CLIENT_ERRORS = (ApiError, httpx.HTTPError)
+_CLIENT_ERRORS = (ApiError, httpx.HTTPError, httpx2.HTTPError)
+_TRANSPORT_ERRORS = (httpx.HTTPError, httpx2.HTTPError)
 # kopf's peering kinds (CRDs shipped by kopf, not by kubepool).
 ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
 KopfPeering = create_namespaced_resource("kopf.dev", "v1", "KopfPeering", "kopfpeerings")
-# KubeRay's cluster kind (backend: kuberay); registered so `apply` can encode it.
-RayClusterResource = create_namespaced_resource("ray.io", "v1", "RayCluster", "rayclusters")
+# The plural (URL segment) of every kind the operator writes; anything else is a programming error.
+PLURALS = {
+    "Pod": "pods", "Service": "services", "ConfigMap": "configmaps", "Secret": "secrets",
+    "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
+    "NetworkPolicy": "networkpolicies", "EndpointSlice": "endpointslices", "RayCluster": "rayclusters",
+    "PriorityClass": "priorityclasses", naming.MLJOB_KIND: naming.MLJOB_PLURAL, naming.POOL_KIND: naming.POOL_PLURAL,
+}  # fmt: skip
+_MERGE = "application/merge-patch+json"
+_JSON_PATCH = "application/json-patch+json"
+_APPLY = "application/apply-patch+yaml"  # JSON is YAML
+
+
+class Http(Protocol):
+    """What Api needs of an HTTP client: httpx's `request`, relative to the API server's URL, authenticated."""
+
+    async def request(self, method: str, url: str, *, content: bytes | None = None,
+                      params: Mapping[str, str] | None = None, headers: Mapping[str, str] | None = None) -> Any: ...
 
 
 def _what(obj: Mapping[str, Any]) -> str:
@@ -40,45 +59,79 @@ def _what(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind')} {meta.get('namespace', '')}/{meta.get('name')}"
 
 
+def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
+    """`/api/v1/namespaces/ns/pods`, `/apis/group/version/plural`, ... for objects of `kind`."""
+    root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    plural = PLURALS[kind]
+    return f"{root}/namespaces/{namespace}/{plural}" if namespace else f"{root}/{plural}"
+
+
+def object_path(obj: Mapping[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{collection_path(obj['apiVersion'], obj['kind'], meta.get('namespace'))}/{meta['name']}"
+
+
+def _job_path(namespace: str, name: str) -> str:
+    return f"{collection_path(naming.API_VERSION, naming.MLJOB_KIND, namespace)}/{name}"
+
+
 class Api:
     """Async calls the operator makes. One instance per operator process (it holds a connection pool)."""
 
-    def __init__(self, client: AsyncClient | None = None) -> None:
+    def __init__(self, client: AsyncClient | None = None, http: Http | None = None) -> None:
         self._client = client or AsyncClient(field_manager=naming.FIELD_MANAGER)
+        # lightkube's own HTTP client: its kubeconfig or in-cluster credentials, TLS and base URL.
+        self._http: Http = http if http is not None else self._client._client._client  # type: ignore[attr-defined]
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._bulk = asyncio.Semaphore(MAX_BULK_IN_FLIGHT)
 
     async def close(self) -> None:
         await self._client.close()
 
+    async def _send(self, method: str, path: str, what: str, *, body: Any = None, content_type: str = "",
+                    params: Mapping[str, str] | None = None, bulk: bool = False, ok: tuple[int, ...] = ()) -> int:
+        """One request; returns the HTTP status when it is 2xx or in `ok`, else raises the KubeError for it."""
+        content = orjson.dumps(body) if body is not None else None
+        headers = {"Content-Type": content_type or "application/json"} if content is not None else None
+        try:
+            if bulk:
+                async with self._bulk, self._slots:
+                    resp = await self._http.request(method, path, content=content, params=params, headers=headers)
+            else:
+                async with self._slots:
+                    resp = await self._http.request(method, path, content=content, params=params, headers=headers)
+        except _TRANSPORT_ERRORS as e:
+            raise Unreachable(f"{what}: cannot reach the Kubernetes API ({e}); is the cluster up and KUBECONFIG set?") from e
+        code = int(resp.status_code)
+        if code < 300 or code in ok:
+            return code
+        try:
+            status = json.loads(resp.content)
+        except ValueError:
+            status = {}
+        raise status_error(code, status.get("message") or resp.text, status.get("reason") or "", what)
+
     async def apply(self, obj: Obj) -> None:
         """Server-side apply: the operator owns the fields it sets; taking them back from others is intended."""
-        try:
-            async with self._bulk, self._slots:
-                await self._client.apply(codecs.from_dict(obj), field_manager=naming.FIELD_MANAGER, force=True)
-        except _CLIENT_ERRORS as e:
-            raise translate(e, f"apply {_what(obj)}") from e
+        await self._send("PATCH", object_path(obj), f"apply {_what(obj)}", body=obj, content_type=_APPLY,
+                         params={"fieldManager": naming.FIELD_MANAGER, "force": "true"}, bulk=True)
 
     async def create_if_absent(self, obj: Obj) -> bool:
         """Create `obj`; an existing object of the same name counts as success. True when created."""
-        try:
-            async with self._bulk, self._slots:
-                await self._client.create(codecs.from_dict(obj), field_manager=naming.FIELD_MANAGER)
-            return True
-        except ApiError as e:
-            if e.status.code == 409:
-                return False
-            raise translate(e, f"create {_what(obj)}") from e
-        except httpx.HTTPError as e:
-            raise translate(e, f"create {_what(obj)}") from e
+        meta = obj["metadata"]
+        path = collection_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        code = await self._send("POST", path, f"create {_what(obj)}", body=obj,
+                                params={"fieldManager": naming.FIELD_MANAGER}, bulk=True, ok=(409,))
+        return code != 409
 
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; one already gone counts as success."""
-        await self._delete(Pod, name, namespace, grace_seconds)
+        await self._delete(f"{collection_path('v1', 'Pod', namespace)}/{name}", f"Pod {namespace}/{name}", grace_seconds)
 
     async def delete_raycluster(self, namespace: str, name: str) -> None:
         """Delete a RayCluster; KubeRay's pods go with it (owner references)."""
-        await self._delete(RayClusterResource, name, namespace, None)
+        await self._delete(f"{collection_path('ray.io/v1', 'RayCluster', namespace)}/{name}",
+                           f"RayCluster {namespace}/{name}", None)
 
     async def remove_pod_finalizer(self, namespace: str, name: str, finalizers: tuple[str, ...], finalizer: str) -> None:
         """Remove one finalizer from a pod whose finalizers were last seen as `finalizers` (a JSON patch that
@@ -88,42 +141,30 @@ class Api:
         path = f"/metadata/finalizers/{finalizers.index(finalizer)}"
         patch = [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
         try:
-            async with self._slots:
-                await self._client.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.JSON)
-        except _CLIENT_ERRORS as e:
-            err = translate(e, f"remove finalizer of Pod {namespace}/{name}")
-            if not isinstance(err, NotFound):
-                raise err from e
+            await self._send("PATCH", f"{collection_path('v1', 'Pod', namespace)}/{name}",
+                             f"remove finalizer of Pod {namespace}/{name}", body=patch, content_type=_JSON_PATCH)
+        except NotFound:
+            pass
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Delete an MLJob; the garbage collector removes its children in the background."""
-        await self._delete(MLJobResource, name, namespace, None)
+        await self._delete(_job_path(namespace, name), f"MLJob {namespace}/{name}", None)
 
-    async def _delete(self, res: Any, name: str, namespace: str, grace: int | None) -> None:
-        try:
-            async with self._bulk, self._slots:
-                await self._client.delete(res, name, namespace=namespace, grace_period=grace,
-                                          cascade=CascadeType.BACKGROUND)
-        except _CLIENT_ERRORS as e:
-            err = translate(e, f"delete {res.__name__} {namespace}/{name}")
-            if not isinstance(err, NotFound):
-                raise err from e
+    async def _delete(self, path: str, what: str, grace: int | None) -> None:
+        options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        await self._send("DELETE", path, f"delete {what}", body=options, bulk=True, ok=(404,))
 
     async def patch_job_status(self, namespace: str, name: str, status: Obj) -> None:
         """JSON merge patch of an MLJob's status subresource (None values remove fields)."""
-        try:
-            async with self._slots:
-                await self._client.patch(MLJobResource.Status, name, {"status": status}, namespace=namespace,
-                                         patch_type=PatchType.MERGE)
-        except _CLIENT_ERRORS as e:
-            raise translate(e, f"patch status of MLJob {namespace}/{name}") from e
+        await self._send("PATCH", f"{_job_path(namespace, name)}/status", f"patch status of MLJob {namespace}/{name}",
+                         body={"status": status}, content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
 
     async def patch_pool_status(self, name: str, status: Obj) -> None:
-        try:
-            async with self._slots:
-                await self._client.patch(ComputePoolResource.Status, name, {"status": status}, patch_type=PatchType.MERGE)
-        except _CLIENT_ERRORS as e:
-            raise translate(e, f"patch status of ComputePool {name}") from e
+        path = f"{collection_path(naming.API_VERSION, naming.POOL_KIND, None)}/{name}/status"
+        await self._send("PATCH", path, f"patch status of ComputePool {name}", body={"status": status},
+                         content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
 
     async def crd_exists(self, name: str) -> bool:
         try:
@@ -152,6 +193,6 @@ class Api:
                 if e.status.code == 404:
                     return False
                 raise translate(e, f"create {res.__name__} {name}") from e
-            except httpx.HTTPError as e:
+            except _TRANSPORT_ERRORS as e:
                 raise translate(e, f"create {res.__name__} {name}") from e
         return True

@@ -35,14 +35,17 @@ class Unreachable(KubeError):
     pass
 
 
+def status_error(code: int, message: str, reason: str = "", what: str = "") -> KubeError:
+    """The KubeError for an API server's answer `code` with its Status message and reason."""
+    prefix = f"{what}: " if what else ""
+    cls = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(code, KubeError)
+    if code == 403:
+        message += " (ask a cluster admin for a Role that allows it)"
+    return cls(prefix + message, code, reason)
+
+
 def translate(err: Exception, what: str = "") -> KubeError:
     """Map a lightkube/httpx error to ours, keeping the server's message."""
     if isinstance(err, ApiError):
-        code = err.status.code or 0
-        msg = err.status.message or str(err)
-        prefix = f"{what}: " if what else ""
-        cls = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(code, KubeError)
-        if code == 403:
-            msg += " (ask a cluster admin for a Role that allows it)"
-        return cls(prefix + msg, code, err.status.reason or "")
+        return status_error(err.status.code or 0, err.status.message or str(err), err.status.reason or "", what)
     return Unreachable(f"{what + ': ' if what else ''}cannot reach the Kubernetes API ({err}); is the cluster up and KUBECONFIG set?")

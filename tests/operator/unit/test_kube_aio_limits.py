@@ -1,35 +1,69 @@
-"""kubepool.kube.aio.Api bounds its requests in flight, and a burst of creates/applies never takes every slot:
-a status write goes through while the burst waits. A stand-in lightkube client, no cluster."""
+"""kubepool.kube.aio.Api: requests in flight are bounded and a burst of creates/applies never takes every slot
+(a status write goes through while the burst waits); each call's method, URL, content type and body; the
+server's answers translated into kubepool's errors. A stand-in HTTP client, no cluster (the cluster tests
+exercise the real one)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import dataclass, field
 from typing import Any, cast
 
+import httpx2
+import pytest
 from lightkube import AsyncClient
 
+from kubepool import naming
 from kubepool.kube import aio
+from kubepool.kube.errors import Conflict, Invalid, NotFound, Unreachable
 
 
-class SlowClient:
-    def __init__(self) -> None:
+@dataclass
+class Reply:
+    status_code: int
+    body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def content(self) -> bytes:
+        return json.dumps(self.body).encode()
+
+    @property
+    def text(self) -> str:
+        return self.content.decode()
+
+
+class StandInHttp:
+    """Records requests; answers with `replies[(method, url)]` (default 200); writes other than status wait for
+    `release` when `hold`."""
+
+    def __init__(self, replies: dict[tuple[str, str], Any] | None = None, hold: bool = False) -> None:
+        self.replies = replies or {}
         self.release = asyncio.Event()
+        if not hold:
+            self.release.set()
         self.in_flight = self.most = 0
-        self.patched: list[str] = []
+        self.sent: list[tuple[str, str, dict[str, str], Any, Any]] = []
 
-    async def _call(self) -> None:
-        self.in_flight += 1
-        self.most = max(self.most, self.in_flight)
-        try:
-            await self.release.wait()
-        finally:
-            self.in_flight -= 1
+    async def request(self, method: str, url: str, *, content: bytes | None = None, params: Any = None,
+                      headers: Any = None) -> Reply:
+        self.sent.append((method, url, dict(params or {}), (headers or {}).get("Content-Type"),
+                          json.loads(content) if content else None))
+        if not url.endswith("/status"):  # counts the bulk writes; status writes pass at once
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            try:
+                await self.release.wait()
+            finally:
+                self.in_flight -= 1
+        reply = self.replies.get((method, url), Reply(200))
+        if isinstance(reply, Exception):
+            raise reply
+        return cast(Reply, reply)
 
-    async def apply(self, obj: Any, **_: Any) -> None:
-        await self._call()
 
-    async def patch(self, res: Any, name: str, body: Any, **_: Any) -> None:
-        self.patched.append(name)
+def _api(http: StandInHttp) -> aio.Api:
+    return aio.Api(cast(AsyncClient, object()), http=http)
 
 
 def _cm(i: int) -> dict[str, Any]:
@@ -37,13 +71,62 @@ def _cm(i: int) -> dict[str, Any]:
 
 
 async def test_a_status_write_passes_a_burst_of_applies() -> None:
-    client = SlowClient()
-    api = aio.Api(cast(AsyncClient, client))
+    http = StandInHttp(hold=True)
+    api = _api(http)
     burst = [asyncio.ensure_future(api.apply(_cm(i))) for i in range(40)]
     await asyncio.sleep(0.01)
-    assert client.most == aio.MAX_BULK_IN_FLIGHT < aio.MAX_IN_FLIGHT
+    assert http.most == aio.MAX_BULK_IN_FLIGHT < aio.MAX_IN_FLIGHT
     await asyncio.wait_for(api.patch_job_status("ns", "train", {"phase": "DONE"}), 1)
-    assert client.patched == ["train"]
-    client.release.set()
+    assert http.sent[-1][1].endswith("/mljobs/train/status")
+    http.release.set()
     await asyncio.gather(*burst)
-    assert client.most == aio.MAX_BULK_IN_FLIGHT
+    assert http.most == aio.MAX_BULK_IN_FLIGHT
+
+
+async def test_requests_on_the_wire() -> None:
+    http = StandInHttp()
+    api = _api(http)
+    slice_ = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "s", "namespace": "ns"}}
+    await api.apply(slice_)
+    await api.create_if_absent(_cm(1))
+    await api.patch_job_status("ns", "train", {"phase": "RUNNING", "reason": None})
+    await api.patch_pool_status("cpu", {"phase": "IDLE"})
+    await api.delete_pod("ns", "p", 3)
+    await api.remove_pod_finalizer("ns", "p", ("a", "b"), "b")
+    manager = {"fieldManager": naming.FIELD_MANAGER}
+    assert http.sent == [
+        ("PATCH", "/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices/s", {**manager, "force": "true"},
+         "application/apply-patch+yaml", slice_),
+        ("POST", "/api/v1/namespaces/ns/configmaps", manager, "application/json", _cm(1)),
+        ("PATCH", "/apis/kubepool.dev/v1alpha1/namespaces/ns/mljobs/train/status", manager,
+         "application/merge-patch+json", {"status": {"phase": "RUNNING", "reason": None}}),
+        ("PATCH", "/apis/kubepool.dev/v1alpha1/computepools/cpu/status", manager, "application/merge-patch+json",
+         {"status": {"phase": "IDLE"}}),
+        ("DELETE", "/api/v1/namespaces/ns/pods/p", {}, "application/json",
+         {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background", "gracePeriodSeconds": 3}),
+        ("PATCH", "/api/v1/namespaces/ns/pods/p", {}, "application/json-patch+json",
+         [{"op": "test", "path": "/metadata/finalizers/1", "value": "b"}, {"op": "remove", "path": "/metadata/finalizers/1"}]),
+    ]
+
+
+async def test_answers_become_kubepool_errors() -> None:
+    status = {"kind": "Status", "message": 'pods "p" is invalid: spec.x: Required value', "reason": "Invalid"}
+    http = StandInHttp({
+        ("POST", "/api/v1/namespaces/ns/configmaps"): Reply(409, {"reason": "AlreadyExists"}),
+        ("DELETE", "/api/v1/namespaces/ns/pods/gone"): Reply(404),
+        ("PATCH", "/api/v1/namespaces/ns/pods/gone"): Reply(404),
+        ("POST", "/api/v1/namespaces/ns/pods"): Reply(422, status),
+        ("PATCH", "/apis/kubepool.dev/v1alpha1/namespaces/ns/mljobs/j/status"): Reply(409, {"message": "conflict"}),
+        ("DELETE", "/apis/kubepool.dev/v1alpha1/namespaces/ns/mljobs/j"): httpx2.ConnectError("refused"),
+    })
+    api = _api(http)
+    assert await api.create_if_absent(_cm(1)) is False  # exists: success, not created
+    await api.delete_pod("ns", "gone")  # already gone: success
+    await api.remove_pod_finalizer("ns", "gone", ("f",), "f")
+    with pytest.raises(Invalid, match=r"create Pod ns/p: .*spec.x: Required value"):
+        await api.create_if_absent({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}})
+    with pytest.raises(Conflict):
+        await api.patch_job_status("ns", "j", {})
+    with pytest.raises(Unreachable, match="cannot reach the Kubernetes API"):
+        await api.delete_job("ns", "j")
+    assert not isinstance(Invalid("x"), NotFound)

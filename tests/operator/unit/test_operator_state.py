@@ -45,3 +45,18 @@ def test_written_status_wins_without_mutating_the_cached_model() -> None:
     found = op.job(("ns", "train"))
     assert found is not None and found[0].status is op.written["uid-train"]
     assert op.parsed_jobs[("ns", "train")][1].status is None
+
+
+def test_finished_jobs_leave_the_claims_for_good_until_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = OperatorState(cfg=OperatorConfig(), api=cast(Api, None))
+    op.indexes = {"mljob_index": {("ns", "train"): [body(job(), "1")], ("ns", "other"): [body(job(name="other"), "1")]}}
+    assert {c.name for c in op.claims()} == {"train", "other"}
+    op.written["uid-train"] = MLJobStatus(phase="DONE", reason="Completed")
+    assert {c.name for c in op.claims()} == {"other"} and op.finished == {("ns", "train")}
+    looked: list[object] = []
+    original = OperatorState._parsed_job
+    monkeypatch.setattr(OperatorState, "_parsed_job", lambda self, k, b: looked.append(k) or original(self, k, b))
+    assert {c.name for c in op.claims()} == {"other"} and looked == [("ns", "other")]  # no look at the finished job
+    op.forget(("ns", "train"), "uid-train")  # deleted: a new job of the same name is unfinished
+    op.indexes["mljob_index"][("ns", "train")] = [body(job(), "5")]
+    assert {c.name for c in op.claims()} == {"train", "other"}
