@@ -212,7 +212,7 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
     ref = JobRef.of(job)
     await _ensure_runtime_account(op, ref.namespace)
     generation = int(job.metadata.get("generation") or 0)
-    if (ref.uid, st.attempt, generation) in op.children_ready:
+    if (st.attempt, generation) in op.children_ready.get(ref.uid, ()):
         return
     # Independent writes, sent together (a RoleBinding may name its Role before the Role exists); the pods come
     # after them (their ServiceAccount must exist). Objects that never change are created, not applied (a
@@ -227,7 +227,7 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
     writes += [op.api.apply(build_contract_configmap(ref, doc)), op.api.create_if_absent(build_headless_service(ref)),
                op.api.create_if_absent(build_network_policy(ref))]
     await _all(writes)
-    op.children_ready.add((ref.uid, st.attempt, generation))  # a resize changes the contract's instances
+    op.children_ready.setdefault(ref.uid, set()).add((st.attempt, generation))
 
 
 async def _apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus, plan: Plan,

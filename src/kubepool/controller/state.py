@@ -40,7 +40,8 @@ class OperatorState:
     indexes: Mapping[str, Any] = field(default_factory=dict)  # kopf indexes: live views, refreshed by every handler
     written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written (or to flush)
     unflushed: dict[str, bool] = field(default_factory=dict)  # job uid → written[uid] not yet sent; flush due
-    children_ready: set[tuple[str, int, int]] = field(default_factory=set)  # (job uid, attempt, generation) done
+    # job uid → the (attempt, generation) pairs whose shared children are written (a resize changes the contract)
+    children_ready: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
     rayclusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # job uid → RayCluster last applied
     endpoint_slices: dict[str, dict[str, Any]] = field(default_factory=dict)  # job uid → EndpointSlice last applied
     # namespace → the write of its shared runtime account (RuntimeAccountPolicy.PER_NAMESPACE), once per process
@@ -77,7 +78,7 @@ class OperatorState:
     def forget(self, key: JobKey, uid: str) -> None:
         self.written.pop(uid, None)
         self.unflushed.pop(uid, None)
-        self.children_ready = {c for c in self.children_ready if c[0] != uid}
+        self.children_ready.pop(uid, None)
         self.rayclusters.pop(uid, None)
         self.endpoint_slices.pop(uid, None)
         self.created_pods.pop(uid, None)
