@@ -21,7 +21,6 @@ from pathlib import Path
 
 from kubepool import naming
 from kubepool.contract import ENV_RAY_AUTH_MODE, ENV_RAY_AUTH_TOKEN, InstanceIdentity, JobContract
-from kubepool.runtime.niceness import Deprioritizer
 
 AUTH_TOKEN, AUTH_DISABLED = "token", "disabled"
 READY_FILE = "ray_current_cluster"  # `ray start` writes it into --temp-dir once the node is up
@@ -143,15 +142,12 @@ class RayNode:
         self.env = dict(env)
         self.temp_dir = temp_dir
         self.proc: subprocess.Popen[bytes] | None = None
-        self.niceness: Deprioritizer | None = None
 
     def start(self) -> None:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         (self.temp_dir / READY_FILE).unlink(missing_ok=True)
         # Its own process group, so `stop` can remove everything this node started.
         self.proc = subprocess.Popen([ray_executable(), *self.argv], env=self.env, start_new_session=True)
-        self.niceness = Deprioritizer(self.proc.pid)
-        self.niceness.start()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -176,8 +172,6 @@ class RayNode:
         in its process group (a start that failed or hung leaves a raylet behind)."""
         if self.proc is None:
             return
-        if self.niceness is not None:
-            self.niceness.stop()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
