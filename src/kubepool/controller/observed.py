@@ -31,7 +31,7 @@ class PodView:
     group: str = ""  # the instance group as a DNS label (naming.dns_label), as in the pod's label
     uid: str = ""
     ip: str | None = None
-    hostname: str | None = None  # spec.hostname, when the pod also names a subdomain (a DNS record of its own)
+    hostname: str = ""  # spec.hostname and spec.subdomain: the pod's DNS record under a headless Service
     subdomain: str = ""
 
     @property
@@ -73,7 +73,7 @@ class PodView:
             group=labels.get(naming.LABEL_GROUP, ""),
             uid=meta.get("uid", ""),
             ip=status.get("podIP") or None,
-            hostname=spec.get("hostname") if spec.get("subdomain") else None,
+            hostname=spec.get("hostname") or "",
             subdomain=spec.get("subdomain") or "",
         )
 

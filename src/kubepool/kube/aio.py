@@ -8,11 +8,11 @@ nothing here decides anything."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import httpx
 import httpx2
 import orjson
 from lightkube import ApiError, AsyncClient
@@ -30,8 +30,8 @@ MAX_IN_FLIGHT = 16
 # Of those, creates, applies and deletes (a burst of new jobs sends ~8 each) take at most this many, so a status
 # write (a job's DONE, an admission) never queues behind a burst's children.
 MAX_BULK_IN_FLIGHT = 12
-_CLIENT_ERRORS = (ApiError, httpx.HTTPError, httpx2.HTTPError)
-_TRANSPORT_ERRORS = (httpx.HTTPError, httpx2.HTTPError)
+_TRANSPORT_ERRORS = (httpx2.HTTPError,)  # lightkube 1.x sends through httpx2
+_CLIENT_ERRORS = (ApiError, *_TRANSPORT_ERRORS)
 # kopf's peering kinds (CRDs shipped by kopf, not by kubepool).
 ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
 KopfPeering = create_namespaced_resource("kopf.dev", "v1", "KopfPeering", "kopfpeerings")
@@ -94,12 +94,8 @@ class Api:
         content = orjson.dumps(body) if body is not None else None
         headers = {"Content-Type": content_type or "application/json"} if content is not None else None
         try:
-            if bulk:
-                async with self._bulk, self._slots:
-                    resp = await self._http.request(method, path, content=content, params=params, headers=headers)
-            else:
-                async with self._slots:
-                    resp = await self._http.request(method, path, content=content, params=params, headers=headers)
+            async with self._bulk if bulk else contextlib.nullcontext(), self._slots:
+                resp = await self._http.request(method, path, content=content, params=params, headers=headers)
         except _TRANSPORT_ERRORS as e:
             raise Unreachable(f"{what}: cannot reach the Kubernetes API ({e}); is the cluster up and KUBECONFIG set?") from e
         code = int(resp.status_code)

@@ -16,7 +16,7 @@ from lightkube import AsyncClient
 
 from kubepool import naming
 from kubepool.kube import aio
-from kubepool.kube.errors import Conflict, Invalid, NotFound, Unreachable
+from kubepool.kube.errors import Conflict, Invalid, Unreachable
 
 
 @dataclass
@@ -129,4 +129,3 @@ async def test_answers_become_kubepool_errors() -> None:
         await api.patch_job_status("ns", "j", {})
     with pytest.raises(Unreachable, match="cannot reach the Kubernetes API"):
         await api.delete_job("ns", "j")
-    assert not isinstance(Invalid("x"), NotFound)
