@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 export KUBECONFIG ?= $(CURDIR)/.kubepool/kubeconfig
 PYTEST_ARGS ?=
 
-.PHONY: help venv k8s-bin kuberay-bin cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
+.PHONY: demo-plan help venv k8s-bin kuberay-bin cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
 
 help:
 	@echo "make demo        set up everything, run a 3-instance job on the local cluster, print its logs and result"
@@ -19,9 +19,10 @@ help:
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@echo "[venv] installing kubepool and its dependencies (torch is large: the first install takes minutes)"
-	$(BIN)/pip install -q --upgrade pip setuptools wheel
-	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	@echo "[venv $$(date +%H:%M:%S)] installing kubepool and its dependencies into $(VENV) (torch is large: a first install takes minutes; pip's cache serves reinstalls)"
+	@t0=$$(date +%s); $(BIN)/pip install -q --upgrade pip setuptools wheel \
+	  && $(BIN)/pip install -q --progress-bar off -e '.[dev]' \
+	  && echo "[venv $$(date +%H:%M:%S)] installed in $$(( $$(date +%s) - t0 ))s"
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)
@@ -52,10 +53,14 @@ test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray" $(PYTEST_ARGS)
 
 test: venv k8s-bin kuberay-bin
+	@echo "[test $$(date +%H:%M:%S)] pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-demo: venv k8s-bin
-	$(BIN)/python -m kubepool.demo
+demo: demo-plan venv k8s-bin
+	@$(BIN)/python -m kubepool.demo
+
+demo-plan:
+	@echo "[demo $$(date +%H:%M:%S)] steps: venv -> Kubernetes binaries -> local cluster -> helm install -> 3-instance XGBoost job (a cold first run takes ~15 minutes)"
 
 bench: venv k8s-bin kuberay-bin
 	$(BIN)/python -m bench
@@ -67,5 +72,6 @@ images:  # needs a Docker engine (not on the CI machines); CUDA runtime: see run
 kind-e2e:  # machines with Docker: kind cluster, images loaded, helm install, the e2e tests
 	hack/kind-e2e.sh
 
-clean: cluster-down
-	rm -rf .kubepool
+clean: venv  # both local clusters: the demo's (.kubepool/) and the tests' (.kubepool-test/)
+	$(BIN)/kubepool local down --state-dir .kubepool
+	$(BIN)/kubepool local down --state-dir .kubepool-test

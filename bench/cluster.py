@@ -97,9 +97,9 @@ def free_port() -> int:
 
 
 def nodes_config(process_nodes: int) -> dict[str, Any]:
-    """Local process nodes on 127.0.9.x (the default cluster and the tests use other addresses)."""
+    """Local process nodes on 127.0.9.x and 127.24x (the slots of `kubepool local up` use other addresses)."""
     return {"nodes": [
-        {"name": f"bench-node-{i}", "ip": f"127.0.9.{i}", "podCIDR": f"127.19{i}.0.0/16",
+        {"name": f"bench-node-{i}", "ip": f"127.0.9.{i}", "podCIDR": f"127.24{i}.0.0/16",
          "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
          "labels": {"kubepool.dev/node-pool": "bench-local"}, "taints": []}
         for i in range(1, process_nodes + 1)

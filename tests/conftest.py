@@ -1,9 +1,11 @@
 """Shared fixtures: the local Kubernetes cluster (`cluster`), `kubectl`, and a fresh `namespace` per test.
 
-`cluster` runs `kubepool local up` on `.kubepool/` (or $KUBEPOOL_STATE_DIR, see kubepool.local.cli), which
-reuses a healthy cluster; progress goes to the terminal even without `-s`. It waits for the local nodes when the
-node agent exists, and runs `down` at the end only if it started the cluster and no other test session still
-uses it (each session holds a shared lock on `<state>/.sessions`). `KUBECONFIG` points at the cluster for the
+`cluster` runs `kubepool local up` for the tests' own cluster: state in `.kubepool-test/` at the repo root, slot 1
+(its own ports and node addresses), so the tests never share a cluster, and its operator, with `make demo`'s
+(`.kubepool/`, slot 0). $KUBEPOOL_TEST_STATE_DIR and $KUBEPOOL_TEST_SLOT choose another. `up` reuses a healthy
+cluster and waits for its local nodes; progress goes to the terminal even without `-s`. `down` runs at the end
+only if this session started the cluster and no other test session still uses it (each session holds a shared
+lock on `<state>/.sessions`). `KUBECONFIG` points at the cluster for the
 whole session. Every test that uses `cluster` (directly or through `kubectl`/`namespace`) gets the `cluster`
 marker automatically, so `-m "not cluster"` selects the tests that need no cluster.
 """
@@ -15,9 +17,9 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +27,8 @@ from kubepool.local import controlplane
 from kubepool.local.controlplane import Layout
 from kubetest import Cluster, Kubectl
 
-NODE_READY_TIMEOUT_S = 180.0
+TEST_STATE_DIR = Path(os.environ.get("KUBEPOOL_TEST_STATE_DIR") or controlplane.REPO_ROOT / ".kubepool-test").resolve()
+TEST_SLOT = int(os.environ.get("KUBEPOOL_TEST_SLOT") or 1)
 
 
 def _reporter(config: pytest.Config) -> Callable[[str], None]:
@@ -61,45 +64,31 @@ def _run_cli(args: list[str], say: Callable[[str], None]) -> None:
         pytest.fail(f"kubepool local {' '.join(args)} failed:\n" + "\n".join(lines[-40:]), pytrace=False)
 
 
-def _wait_nodes_ready(cluster: Cluster, names: list[str], say: Callable[[str], None]) -> None:
-    say(f"waiting for local nodes to be Ready: {', '.join(names)}")
-    deadline = time.monotonic() + NODE_READY_TIMEOUT_S
-    not_ready = set(names)
-    while time.monotonic() < deadline:
-        ready = {n for n, ok in controlplane.node_readiness(cluster.layout).items() if ok}
-        not_ready = set(names) - ready
-        if not not_ready:
-            return
-        time.sleep(1)
-    tails = "\n".join(f"--- agent-{n}:\n{controlplane.log_tail(cluster.layout, f'agent-{n}')}" for n in sorted(not_ready))
-    pytest.fail(f"local nodes not Ready after {NODE_READY_TIMEOUT_S:.0f}s: {sorted(not_ready)}\n{tails}", pytrace=False)
-
-
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     say = _reporter(request.config)
-    state_dir = controlplane.default_state_dir()
+    state_dir = TEST_STATE_DIR
     before = Layout.load(state_dir)
     was_running = before is not None and any(controlplane.alive(before, c) for c in controlplane.CONTROL_PLANE)
-    # `up` is idempotent: on a healthy cluster it only checks health and starts what is missing (e.g. agents).
-    _run_cli(["up"], say)
+    # `up` is idempotent: on a healthy cluster it only checks health and starts what is missing (e.g. agents),
+    # and it returns once the local nodes are Ready (or fails saying which are not, and why).
+    _run_cli(["up", "--state-dir", str(state_dir), "--slot", str(TEST_SLOT)], say)
     layout = Layout.load(state_dir)
     assert layout is not None, f"no cluster.json in {state_dir} after `up`"
     sessions = (state_dir / ".sessions").open("a")
     fcntl.flock(sessions, fcntl.LOCK_SH)
     c = Cluster(layout, Kubectl(layout.bin("kubectl"), layout.kubeconfig), started_here=not was_running)
-    old_kubeconfig = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(layout.kubeconfig)
+    # Everything the tests start (CLI, SDK, `kubepool local`) finds this cluster, never the user's default one.
+    saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "KUBEPOOL_STATE_DIR")}
+    os.environ.update(KUBECONFIG=str(layout.kubeconfig), KUBEPOOL_STATE_DIR=str(state_dir))
     try:
-        nodes = controlplane.load_node_names(layout.nodes_yaml)
-        if nodes and controlplane.agent_available():
-            _wait_nodes_ready(c, nodes, say)
         yield c
     finally:
-        if old_kubeconfig is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = old_kubeconfig
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         try:
             fcntl.flock(sessions, fcntl.LOCK_EX | fcntl.LOCK_NB)
             last = True
@@ -107,7 +96,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             last = False
         sessions.close()
         if c.started_here and last:
-            _run_cli(["down"], say)
+            _run_cli(["down", "--state-dir", str(state_dir)], say)
         elif c.started_here:
             say("another test session still uses the cluster: leaving it running")
 

@@ -17,6 +17,15 @@ cache=${KUBEPOOL_CACHE:-$HOME/.cache/kubepool}/k8s/${KUBE_VERSION}-${key}
 bin=$cache/bin
 mkdir -p "$bin"
 log() { printf '[k8s-bin %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# The Go tool's own output (hundreds of "go: downloading" lines) goes to a log; a failure shows its tail.
+build_log=$cache/build.log
+quiet() {
+  if ! "$@" >>"$build_log" 2>&1; then
+    log "FAILED: $* (last lines of $build_log):"
+    tail -n 30 "$build_log" >&2
+    return 1
+  fi
+}
 
 ver_flags() {  # servers report their real version (helm's .Capabilities.KubeVersion reads it)
   local v=$1 minor; minor=$(echo "$v" | cut -d. -f2)
@@ -36,21 +45,29 @@ if [ ${#need[@]} -eq 0 ] && stages_ok; then
   log "cached: $bin"
   echo "$bin"; exit 0
 fi
-[ ${#need[@]} -eq 0 ] || log "building ${need[*]} into $bin (cold builds take several minutes on 2 cores)"
+# One build at a time per cache (make demo, make test and pytest may all ask at once): wait for the other.
+exec 9>"$cache/.build.lock"
+if ! flock -n 9; then
+  log "another build of these binaries is running; waiting for it (its output: $cache/build.log)"
+  flock 9
+  exec bash "$0" "$@"  # it may have built everything: check again
+fi
+[ ${#need[@]} -eq 0 ] || log "building ${need[*]} into $bin (a cold build takes about 7 minutes on 2 cores; Go's output: $build_log)"
 
 start=$(date +%s)
+step() { log "$* ($(( $(date +%s) - start ))s elapsed)"; }
 build_kube() {
   local missing=()
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do [ -x "$bin/$b" ] || missing+=("k8s.io/kubernetes/cmd/$b"); done
   [ ${#missing[@]} -eq 0 ] && return
-  log "kubernetes ${KUBE_VERSION}: ${missing[*]##*/}"
-  (cd "$here/kubernetes" && go build -trimpath -tags 'selinux,notest,grpcnotrace' -ldflags "$(ver_flags "$KUBE_VERSION")" -o "$bin/" "${missing[@]}")
+  step "kubernetes ${KUBE_VERSION}: ${missing[*]##*/} (the longest step)"
+  (cd "$here/kubernetes" && quiet go build -trimpath -tags 'selinux,notest,grpcnotrace' -ldflags "$(ver_flags "$KUBE_VERSION")" -o "$bin/" "${missing[@]}")
 }
-[ -x "$bin/etcd" ] || { log "etcd ${ETCD_VERSION}"; (cd "$here/etcd" && go build -trimpath -ldflags '-s -w' -o "$bin/etcd" .); }
-[ -x "$bin/kwok" ] || { log "kwok ${KWOK_VERSION}"; GOBIN=$bin go install -trimpath -ldflags '-s -w' "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"; }
-[ -x "$bin/helm" ] || { log "helm ${HELM_VERSION}"; GOBIN=$bin go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"; }
-# Heartbeat so a long link step never looks hung.
-( while sleep 30; do log "still building kubernetes ($(( $(date +%s) - start ))s)"; done ) & hb=$!
+[ -x "$bin/etcd" ] || { step "etcd ${ETCD_VERSION}"; (cd "$here/etcd" && quiet go build -trimpath -ldflags '-s -w' -o "$bin/etcd" .); }
+[ -x "$bin/kwok" ] || { step "kwok ${KWOK_VERSION}"; GOBIN=$bin quiet go install -trimpath -ldflags '-s -w' "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"; }
+[ -x "$bin/helm" ] || { step "helm ${HELM_VERSION}"; GOBIN=$bin quiet go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"; }
+# A heartbeat a minute so the long compile and link never look hung.
+( while sleep 60; do log "still building kubernetes ($(( $(date +%s) - start ))s elapsed)"; done ) & hb=$!
 trap 'kill $hb 2>/dev/null || true' EXIT
 build_kube
 # kwok's default stages are not compiled in since v0.8.0: keep them beside the binary.

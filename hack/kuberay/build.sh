@@ -8,9 +8,16 @@ command -v go >/dev/null || { echo "error: Go >= 1.26 is required to build the K
 export GOTOOLCHAIN=local CGO_ENABLED=0
 dir=${KUBEPOOL_CACHE:-$HOME/.cache/kubepool}/kuberay/$KUBERAY_VERSION
 if [ ! -x "$dir/bin/ray-operator" ]; then
-  echo "[kuberay] building ray-operator $KUBERAY_VERSION (a few minutes on 2 cores)" >&2
   mkdir -p "$dir/bin"
-  GOBIN=$dir/bin go install -trimpath -ldflags '-s -w' "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}"
+  log=$dir/build.log
+  echo "[kuberay $(date +%H:%M:%S)] building ray-operator $KUBERAY_VERSION (a few minutes on 2 cores; Go's output: $log)" >&2
+  t0=$(date +%s)
+  if ! GOBIN=$dir/bin go install -trimpath -ldflags '-s -w' "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}" >"$log" 2>&1; then
+    echo "[kuberay] FAILED: go install ray-operator@${KUBERAY_VERSION} (last lines of $log):" >&2
+    tail -n 30 "$log" >&2
+    exit 1
+  fi
+  echo "[kuberay $(date +%H:%M:%S)] built in $(( $(date +%s) - t0 ))s" >&2
 fi
 if [ ! -d "$dir/crds" ]; then
   src=$(go mod download -json "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')

@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("--instance", type=int, help="instance id (0 is the head)")
     lg.add_argument("--tail", type=int, default=-1, help="last N lines")
     lg.add_argument("-f", "--follow", action="store_true", help="stream until the instance exits")
-    lg.add_argument("--verbose", action="store_true", help="keep the runtime's result line")
+    lg.add_argument("--verbose", action="store_true", help="the whole log: Ray's start-up output and the runtime's result line too (default: the payload's output and kubepool's lines)")
 
     w = sub.add_parser("wait", parents=[common], help="wait for a job, showing progress")
     w.add_argument("job", metavar="JOB")

@@ -53,6 +53,10 @@ RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"err
 # so the SDK's `job.result()` works from the head's log alone, and writes a short JSON summary to the
 # termination log (4 KiB max) so the operator can put the failure message in the job's status.
 RESULT_LOG_MARKER = "KUBEPOOL_RESULT "
+# The runtime's own log lines start with these; the payload's output sits between the two banners (Snowflake's).
+RUNTIME_LOG_PREFIXES = ("kubepool[", "kubepool:")
+LOG_START_MSG = "--------------------------------\nML job started\n--------------------------------"
+LOG_END_MSG = "--------------------------------\nML job finished\n--------------------------------"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_MAX_BYTES = 4096  # Kubernetes truncates longer messages
 DEFAULT_RAY_TEMP_DIR = "/tmp/ray"

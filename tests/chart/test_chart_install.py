@@ -9,13 +9,10 @@ other tests' jobs are not its business.
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -42,11 +39,6 @@ class Release:
     @property
     def service_account(self) -> str:
         return f"{self.name}-kubepool"
-
-
-def _interpreter_reachable_by_others() -> bool:
-    """Local pods exec this venv's interpreter as the pod's user, who needs o+x on every directory."""
-    return all(os.stat(d).st_mode & 0o001 for d in Path(os.path.realpath(sys.executable)).parents)
 
 
 def _operator_log(kubectl: Any, rel: Release) -> str:
@@ -78,10 +70,9 @@ def release(cluster: Any, kubectl: Any, helm: str) -> Iterator[Release]:
         "image": {"tag": "dev", "pullPolicy": "Never"},
         # Local pods share the host's network, where 8080 is taken (Ray's metrics port, other operators).
         "metrics": {"enabled": False},
-        "operator": {"watchNamespaces": [rel.jobs_namespace], "settings": {
+        "operator": {"watchNamespaces": [rel.jobs_namespace], "listenOnPodIP": True, "settings": {
             # Local nodes share the host's network: each instance shifts its Ray ports (OperatorConfig).
             "rayPortStride": 3000, "workerGraceSeconds": 5, "podTerminationGraceSeconds": 3,
-            **({} if _interpreter_reachable_by_others() else {"runAsUser": ""}),
         }},
         # Small instances: the local nodes are shared with every other cluster test.
         "pools": [{"name": rel.pool, "spec": {"resources": {"cpu": "1", "memory": "2Gi"}, "minNodes": 0, "maxNodes": 3,

@@ -120,9 +120,18 @@ def test_values_reach_the_deployment(render: Any) -> None:
     assert not by_kind(objs, "Service")
 
 
+def test_listen_on_pod_ip(render: Any) -> None:
+    """Local process nodes share the host's network: the operator can listen on its pod IP only."""
+    [c] = by_kind(render(), "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+    assert operator_config(c).bind_address == "0.0.0.0"
+    [c] = by_kind(render("--set", "operator.listenOnPodIP=true"), "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+    [env] = [e for e in c["env"] if e["name"] == "KUBEPOOL_OPERATOR_BIND_ADDRESS"]
+    assert env["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
 # OperatorConfig fields the chart sets from dedicated values; every other field is an `operator.settings` key.
 DEDICATED = {"default_image", "default_backend", "namespaces", "liveness_port", "metrics_port", "warm_capacity",
-             "placeholder_namespace"}
+             "placeholder_namespace", "bind_address"}
 
 
 def test_every_operator_setting_is_reachable_from_values() -> None:

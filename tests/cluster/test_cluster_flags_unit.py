@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kubepool.local import controlplane, kwok
@@ -85,6 +87,28 @@ def test_default_nodes_config() -> None:
     assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     assert all(n["taints"] == [] for n in nodes if n["name"].startswith("cpu-"))
     assert controlplane.load_node_names(controlplane.DEFAULT_NODES_CONFIG) == list(by_name)
+
+
+def test_slots_move_the_nodes_apart_from_the_default_cluster() -> None:
+    """Two clusters on one host share its loopback: slot N's nodes, pod ranges and ports never meet slot 0's."""
+    default = yaml.safe_load(controlplane.DEFAULT_NODES_CONFIG.read_text())["nodes"]
+    assert yaml.safe_load(controlplane.slot_nodes_config(0))["nodes"] == default
+    seen_ips, seen_nets = set(), set()
+    for slot in range(controlplane.MAX_SLOT + 1):
+        nodes = yaml.safe_load(controlplane.slot_nodes_config(slot))["nodes"]
+        assert [n["name"] for n in nodes] == [n["name"] for n in default]  # examples and tests name them
+        assert [n["labels"] for n in nodes] == [n["labels"] for n in default]
+        ips = {n["ip"] for n in nodes}
+        nets = {ipaddress.ip_network(n["podCIDR"]) for n in nodes}
+        assert not ips & seen_ips and not any(a.overlaps(b) for a in nets for b in seen_nets)
+        assert all(ipaddress.ip_address(ip).is_loopback for ip in ips)
+        assert all(n.subnet_of(ipaddress.ip_network("127.0.0.0/8")) for n in nets)  # type: ignore[arg-type]
+        seen_ips |= ips
+        seen_nets |= nets
+    cpu1 = yaml.safe_load(controlplane.slot_nodes_config(1))["nodes"][0]
+    assert (cpu1["ip"], cpu1["podCIDR"]) == ("127.0.11.1", "127.121.0.0/16")
+    with pytest.raises(controlplane.ClusterError, match="out of range"):
+        controlplane.slot_nodes_config(controlplane.MAX_SLOT + 1)
 
 
 def test_kwok_flags_and_stages(tmp_path: Path) -> None:

@@ -171,3 +171,13 @@ def test_log_times_render_timestamps_and_since(tmp_path: Path) -> None:
     assert rfc3339_nano(1_700_000_000_123_456_789) == "2023-11-14T22:13:20.123456789Z"
     assert since_ns({"sinceTime": "1970-01-01T00:00:02Z"}) == 2 * 10**9
     assert since_ns({}) is None
+
+
+def test_keep_roots_and_what_mounts_hide() -> None:
+    from kubepool.local.agent.sandbox import hidden_by_mounts, keep_roots
+
+    roots = keep_roots(["/tmp/x/.venv", "/tmp/x/.venv/bin", "/tmp/x/src", "/root/.pyenv/versions/3.11", "/tmp/x/src/"])
+    assert roots == ["/root/.pyenv/versions/3.11", "/tmp/x/.venv", "/tmp/x/src"]
+    assert hidden_by_mounts(roots, ["/tmp", "/opt/ml/model"]) == ["/tmp/x/.venv", "/tmp/x/src"]
+    assert hidden_by_mounts(["/tmp/x"], ["/tmp/x"]) == []  # a volume exactly at a kept path replaces it
+    assert hidden_by_mounts(["/tmp/x", "/tmpfoo/y"], ["/tmp/"]) == ["/tmp/x"]

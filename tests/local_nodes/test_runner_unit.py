@@ -91,3 +91,50 @@ def test_latest_run(tmp_path: Path) -> None:
     for n in ("0", "1", "10"):
         (tmp_path / n).mkdir()
     assert runner.latest_run(tmp_path) == (10, tmp_path / "10")
+
+
+async def test_a_checkout_under_the_pods_own_tmp_stays_visible(tmp_path: Path) -> None:
+    """A clone in /tmp: the pod's /tmp volume covers the run dir and what the pod runs from (`keepPaths`);
+    the container still runs from there, and the supervisor still writes its exit file and log index."""
+    image = tmp_path / "checkout" / "src"
+    image.mkdir(parents=True)
+    (image / "hello.py").write_text("import os; print('hello from', os.getcwd(), sorted(os.listdir('/tmp'))[:1])")
+    pod_tmp = tmp_path / "pod-tmp"
+    pod_tmp.mkdir()
+    (pod_tmp / "mine").write_text("")
+    run = await runner.start(
+        tmp_path / "checkout" / ".kubepool" / "run",
+        spec(["python", str(image / "hello.py")], cwd=str(image), keepPaths=[str(image)],
+             mounts=[{"source": str(pod_tmp), "target": "/tmp"}]),
+    )
+    info = await run.wait()
+    log = (run.dir / runner.LOG).read_text()
+    assert info["exitCode"] == 0, log
+    assert log.strip() == f"hello from {image} ['mine']"  # the pod's own /tmp, and the checkout inside it
+    assert (run.dir / runner.LOG_INDEX).read_text().split()[0] == "0"
+
+
+async def test_a_non_root_user_reaches_paths_below_private_directories(tmp_path: Path) -> None:
+    """A clone in a home others cannot traverse (/root): an unprivileged container user still runs from it
+    and reads every kept path below the same private directory, next to the Python it runs."""
+    home = tmp_path / "home"
+    (home / "clone" / "src").mkdir(parents=True)
+    (home / "clone" / "data").mkdir()
+    (home / "clone" / "data" / "x.txt").write_text("42")
+    (home / "clone" / "secret.txt").write_text("not kept")
+    script = home / "clone" / "src" / "main.py"
+    script.write_text(
+        "import os,sys; print(os.getuid(), open(sys.argv[1]).read(), os.path.exists(sys.argv[2]))"
+    )
+    home.chmod(0o700)
+    (home / "clone").chmod(0o700)
+    keep = [str(home / "clone" / "src"), str(home / "clone" / "data")]
+    run = await runner.start(
+        tmp_path / "run",
+        spec(["python", str(script), str(home / "clone" / "data" / "x.txt"), str(home / "clone" / "secret.txt")],
+             keepPaths=keep, uid=1000, gid=1000, groups=[1000]),
+    )
+    info = await run.wait()
+    log = (run.dir / runner.LOG).read_text()
+    assert info["exitCode"] == 0, log
+    assert log.strip() == "1000 42 False"  # only the kept paths are shown, not their private siblings

@@ -26,17 +26,8 @@ OPERATOR_ENV = {
 }
 
 
-def _interpreter_reachable_by_others() -> bool:
-    """Local pods exec this venv's interpreter as the pod's user: uid 1000 needs o+x on every directory."""
-    path = Path(os.path.realpath(sys.executable))
-    return all(os.stat(d).st_mode & 0o001 for d in path.parents)
-
-
 def operator_env() -> dict[str, str]:
-    env = dict(OPERATOR_ENV)
-    if not _interpreter_reachable_by_others():
-        env["KUBEPOOL_OPERATOR_RUN_AS_USER"] = ""  # keep the (local) image's user: root's private venv
-    return env
+    return dict(OPERATOR_ENV)
 
 
 @dataclass

@@ -61,9 +61,11 @@ def test_submit_list_status_logs_cancel(fake_kube: FakeKube, script: Path, capsy
     assert "team/j1: RUNNING" in out and "3/3 ready, min 2" in out and "algo-3" in out
     assert cli.main(["status", "team/j1", "-o", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["instances"]) == 3
-    fake_kube.logs = {0: ["head line"], 1: ["worker line"]}
+    fake_kube.logs = {0: ["head line"], 1: ["Local node IP: 127.0.0.2", "kubepool[1]: worker line"]}
     assert cli.main(["logs", "j1", "--instance", "1"]) == 0
-    assert capsys.readouterr().out == "worker line\n"
+    assert capsys.readouterr().out == "kubepool[1]: worker line\n"
+    assert cli.main(["logs", "j1", "--instance", "1", "--verbose"]) == 0
+    assert capsys.readouterr().out == "Local node IP: 127.0.0.2\nkubepool[1]: worker line\n"
     assert cli.main(["cancel", "j1"]) == 0
     assert fake_kube.jobs[("team", "j1")].spec.suspend is True
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from fakes import FakeKube, pool
 
-from kubepool import jobs
+from kubepool import contract, jobs
 from kubepool.api.mljob import RaySpec
 from kubepool.contract import RESULT_LOG_MARKER
 from kubepool.jobs.payload import MANIFEST_KEY
@@ -129,11 +129,29 @@ def test_failed_job_without_result_raises_its_message(fake_kube: FakeKube, scrip
         job.result()
 
 
+RAY_BANNER = ["Local node IP: 127.101.0.2", "--------------------", "Ray runtime started.", "--------------------"]
+START, END = contract.LOG_START_MSG.splitlines(), contract.LOG_END_MSG.splitlines()
+
+
+def test_default_logs_are_the_payloads_output_and_kubepools_lines(fake_kube: FakeKube, script: Path) -> None:
+    """Snowflake's `get_logs(verbose=False)`: Ray's start-up output and the result line are left out, the
+    payload's output (a traceback included) and the runtime's own lines kept; `verbose=True` is the log."""
+    job = jobs.submit_file(script, "cpu", name="v", target_instances=2)
+    head = [*RAY_BANNER, "kubepool[0]: 2/2 instances", *START, "epoch 1", "(raylet) task log", "Traceback (most recent call last):",
+            '  File "train.py"', *END, result_line({"success": True, "value": 1}), "2026-12-01 INFO ray shutdown"]  # fmt: skip
+    fake_kube.logs = {0: head, 1: [*RAY_BANNER, "kubepool[1]: worker joined"]}
+    assert job.get_logs(as_list=True) == ["kubepool[0]: 2/2 instances", *START, "epoch 1", "(raylet) task log",
+                                          "Traceback (most recent call last):", '  File "train.py"', *END]  # fmt: skip
+    assert job.get_logs(instance_id=1) == "kubepool[1]: worker joined"
+    assert job.get_logs(limit=2, as_list=True) == END[1:]  # the last lines of what is shown
+    assert job.get_logs(verbose=True, as_list=True) == head
+
+
 def test_logs_per_instance(fake_kube: FakeKube, script: Path) -> None:
     job = jobs.submit_file(script, "cpu", name="l", target_instances=3)
     fake_kube.logs = {0: ["head"], 1: ["w1 a", "w1 b"], 2: ["w2"]}
-    assert [job.get_logs(instance_id=k) for k in range(3)] == ["head", "w1 a\nw1 b", "w2"]
-    assert job.get_logs(limit=1, instance_id=1, as_list=True) == ["w1 b"]
+    assert [job.get_logs(instance_id=k, verbose=True) for k in range(3)] == ["head", "w1 a\nw1 b", "w2"]
+    assert job.get_logs(limit=1, instance_id=1, as_list=True, verbose=True) == ["w1 b"]
     with pytest.raises(ValueError, match="instance_id must be in 0..2"):
         job.get_logs(instance_id=7)
     del fake_kube.logs[2]

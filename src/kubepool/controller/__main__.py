@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
     p.add_argument("--liveness", default=None, metavar="URL",
-                   help="liveness endpoint (default http://0.0.0.0:<KUBEPOOL_OPERATOR_LIVENESS_PORT>/healthz)")
+                   help="liveness endpoint (default http://<KUBEPOOL_OPERATOR_BIND_ADDRESS>:<KUBEPOOL_OPERATOR_LIVENESS_PORT>/healthz)")
     p.add_argument("--standalone", action="store_true", help="ignore peering (a single replica)")
     p.add_argument("--verbose", action="store_true")
     return p
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     namespaces = ns.namespace or list(cfg.namespaces)
     # The operator's configuration (read again at startup) must name the same namespaces as kopf.
     os.environ[ENV_PREFIX + "NAMESPACES"] = ",".join(namespaces)
-    liveness = ns.liveness or (f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None)
+    liveness = ns.liveness or (f"http://{cfg.url_host}:{cfg.liveness_port}/healthz" if cfg.liveness_port else None)
     kopf.configure(verbose=ns.verbose)
     quiet_routine_logs()
     kopf.run(clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=liveness,

@@ -57,6 +57,13 @@ class OperatorConfig(BaseModel):
     placeholder_namespace: str = ""
     liveness_port: int = 8080
     metrics_port: int = 9090
+    # Address the liveness and metrics endpoints listen on: all by default; the pod's IP where pods share the
+    # host's network (the chart's `operator.listenOnPodIP`), so two operators on one host never collide.
+    bind_address: str = "0.0.0.0"
+
+    @property
+    def url_host(self) -> str:
+        return f"[{self.bind_address}]" if ":" in self.bind_address else self.bind_address
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:

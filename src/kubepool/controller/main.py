@@ -107,7 +107,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
         except KubeError as e:  # e.g. RBAC allows patching the peering object but not creating it
             logger.warning("cannot create the peering object %r: %s", PEERING_NAME, e)
     try:
-        metrics.serve(cfg.metrics_port)
+        metrics.serve(cfg.metrics_port, cfg.bind_address)
     except OSError as e:  # a taken port must not stop the operator (retrying startup would, every 60 s)
         logger.warning("metrics disabled: cannot listen on port %s: %s", cfg.metrics_port, e)
     logger.info("kubepool operator configured: %s", cfg.model_dump(mode="json"))

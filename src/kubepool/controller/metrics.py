@@ -11,6 +11,6 @@ RECONCILE_SECONDS = Histogram("kubepool_reconcile_seconds", "Time to reconcile o
 API_ERRORS = Counter("kubepool_api_errors_total", "Kubernetes API calls that failed", ["status"])
 
 
-def serve(port: int) -> None:
+def serve(port: int, addr: str = "0.0.0.0") -> None:
     if port:
-        start_http_server(port)
+        start_http_server(port, addr=addr)

@@ -13,7 +13,7 @@ from lightkube.resources.core_v1 import Pod
 from kubepool import api, naming
 from kubepool.api import InstanceStatus, JobPhase
 from kubepool.api.kuberay import LABEL_INSTANCE_BASE, LABEL_REPLICA_INDEX
-from kubepool.jobs.results import find_result, is_result_line
+from kubepool.jobs.results import find_result, user_lines
 from kubepool.kube.errors import KubeError, NotFound
 from kubepool.kube.sync import Kube
 
@@ -228,7 +228,8 @@ class MLJob:
             limit: Last lines to return; negative returns all.
             instance_id: Instance whose logs to read; default the head (instance 0).
             as_list: Return a list of lines instead of one string.
-            verbose: Keep the runtime's result line (base64 data) in the output.
+            verbose: The whole log (Ray's start-up output and the runtime's result line too); by default only
+                the payload's output and the runtime's own lines.
 
         Returns:
             The log text, or its lines.
@@ -237,9 +238,10 @@ class MLJob:
             ValueError: `instance_id` is not an instance of the job.
             NotFound: The instance has no pod yet (or any more).
         """
-        fetch = limit + 1 if limit > 0 else limit  # one spare: the result line is usually the last one
-        lines = [line for line in self._log_lines(self._head_or(instance_id), fetch)
-                 if verbose or not is_result_line(line)]
+        if verbose:
+            lines = list(self._log_lines(self._head_or(instance_id), limit))
+        else:  # the filter needs the banners, which a tail may cut off
+            lines = list(user_lines(self._log_lines(self._head_or(instance_id), -1)))
         if limit > 0:
             lines = lines[-limit:]
         return lines if as_list else "\n".join(lines)
@@ -266,9 +268,8 @@ class MLJob:
             if states and states[0].state and (states[0].state.running or states[0].state.terminated):
                 break
             time.sleep(POD_START_POLL_S)
-        for line in self._log_lines(iid, limit=-1, follow=True):
-            if verbose or not is_result_line(line):
-                yield line
+        lines = self._log_lines(iid, limit=-1, follow=True)
+        yield from (lines if verbose else user_lines(lines))
 
     def cancel(self) -> None:
         """Cancel the job (`spec.suspend: true`): its pods are removed and its status becomes CANCELLED."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import base64
 import binascii
 import pickle
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kubepool.contract import RESULT_LOG_MARKER
+from kubepool.contract import LOG_END_MSG, LOG_START_MSG, RESULT_LOG_MARKER, RUNTIME_LOG_PREFIXES
 
 
 class RemoteError(Exception):
@@ -38,6 +38,28 @@ class ExecutionResult:
 
 def is_result_line(line: str) -> bool:
     return line.startswith(RESULT_LOG_MARKER)
+
+
+_BANNER, _STARTED = LOG_START_MSG.splitlines()[:2]
+_FINISHED = LOG_END_MSG.splitlines()[1]
+
+
+def user_lines(lines: Iterable[str]) -> Iterator[str]:
+    """The log a user reads by default (`verbose=False`, as Snowflake's): the payload's output between the
+    runtime's banners, the banners, and the runtime's own `kubepool[...]` lines; not Ray's start-up output
+    nor the result line. Streams: it keeps only whether it is inside the banners."""
+    inside = False
+    for line in lines:
+        if line == _STARTED:
+            inside = True
+        elif line == _FINISHED:
+            inside = False
+            yield line
+            continue
+        if is_result_line(line):
+            continue
+        if inside or line == _BANNER or line.startswith(RUNTIME_LOG_PREFIXES):
+            yield line
 
 
 def decode_result_line(line: str) -> ExecutionResult:

@@ -1,7 +1,8 @@
 """`kubepool local up|down|status`: the command line of the local cluster (argument parsing only).
 
 Environment defaults, so that a second cluster (e.g. one test session's own) needs no flags:
-KUBEPOOL_STATE_DIR (--state-dir), KUBEPOOL_PORT_OFFSET (--port-offset), KUBEPOOL_NODES_CONFIG (--nodes-config).
+KUBEPOOL_STATE_DIR (--state-dir), KUBEPOOL_SLOT (--slot), KUBEPOOL_PORT_OFFSET (--port-offset),
+KUBEPOOL_NODES_CONFIG (--nodes-config).
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"local node config (default: the running cluster's, else {controlplane.DEFAULT_NODES_CONFIG})",
     )
     up.add_argument(
+        "--slot", type=int, default=int(os.environ.get("KUBEPOOL_SLOT") or 0), metavar="N",
+        help=f"run as the N-th cluster (1..{controlplane.MAX_SLOT}) beside the default one (0): its own ports "
+        f"(+{controlplane.SLOT_PORT_STRIDE}·N) and node addresses; `make test` uses slot 1",
+    )
+    up.add_argument(
         "--port-offset", type=int, default=int(os.environ.get("KUBEPOOL_PORT_OFFSET") or 0), metavar="K",
-        help="shift every port by K, to run a second cluster beside the default one",
+        help="shift every port by K instead of the slot's offset",
     )
     sub.add_parser("down", parents=[common], help="stop every process the cluster started and remove its state")
     sub.add_parser("status", parents=[common], help="print each component's state")
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.command == "up":
             controlplane.up(
                 ns.state_dir, nodes_config=ns.nodes_config, fake_nodes=ns.fake_nodes,
-                port_offset=ns.port_offset, say=_say,
+                port_offset=ns.port_offset, slot=ns.slot, say=_say,
             )
             return 0
         if ns.command == "down":

@@ -56,6 +56,26 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 Log = Callable[[str], None]
 
 
+SLOT_PORT_STRIDE = 100
+MAX_SLOT = 6  # slot 6 ends at 127.232.0.0/16; the bench keeps 127.0.9.x and 127.24x for itself
+
+
+def slot_nodes_config(slot: int, base: Path = DEFAULT_NODES_CONFIG) -> str:
+    """`base`'s nodes on addresses of their own for the `slot`-th cluster beside the default one (slot 0):
+    node IPs move by 10·slot in the third octet, pod ranges by 20·slot in the second, so two clusters'
+    kubelet endpoints, pods and Ray ports never meet on the host's shared loopback."""
+    if not 0 <= slot <= MAX_SLOT:
+        raise ClusterError(f"slot {slot} is out of range 0..{MAX_SLOT}")
+    doc = yaml.safe_load(base.read_text()) or {}
+    for node in doc.get("nodes") or []:
+        a, b, c, d = str(node["ip"]).split(".")
+        node["ip"] = f"{a}.{b}.{int(c) + 10 * slot}.{d}"
+        net, prefix = str(node["podCIDR"]).split("/")
+        a, b, c, d = net.split(".")
+        node["podCIDR"] = f"{a}.{int(b) + 20 * slot}.{c}.{d}/{prefix}"
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 def default_state_dir() -> Path:
     """`$KUBEPOOL_STATE_DIR`, else `.kubepool/` at the repo root (the env lets a session run its own cluster)."""
     return Path(os.environ.get("KUBEPOOL_STATE_DIR") or DEFAULT_STATE_DIR).resolve()
@@ -528,7 +548,7 @@ def _write_if_changed(path: Path, data: str) -> None:
         path.write_text(data)
 
 
-def prepare(lay: Layout, nodes_config: Path) -> None:
+def prepare(lay: Layout, nodes_yaml: str) -> None:
     """Write PKI, kubeconfigs, scheduler config, cluster.json and nodes.yaml (existing PKI is kept)."""
     for sub in ("logs", "pids", "kubeconfigs"):
         (lay.state_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -544,7 +564,7 @@ def prepare(lay: Layout, nodes_config: Path) -> None:
         path.chmod(0o600)
     _write_if_changed(lay.scheduler_config, yaml.safe_dump(scheduler_config(lay), sort_keys=False))
     _write_if_changed(lay.cluster_json, json.dumps(lay.to_json(), indent=2) + "\n")
-    _write_if_changed(lay.nodes_yaml, nodes_config.read_text())
+    _write_if_changed(lay.nodes_yaml, nodes_yaml)
     _write_if_changed(kwok.config_path(lay), kwok.stages_config(lay))
 
 
@@ -567,32 +587,43 @@ def up(
     nodes_config: Path | None = None,
     fake_nodes: int = 0,
     port_offset: int = 0,
+    slot: int = 0,
     say: Log = print,
 ) -> Layout:
-    """Start (or reuse, or repair) the cluster in `state_dir`; return its layout once the API is ready.
+    """Start (or reuse, or repair) the cluster in `state_dir`; return its layout once the API is ready and
+    its local nodes are Ready.
 
-    Without `nodes_config` an existing cluster keeps its node config and a new one gets `DEFAULT_NODES_CONFIG`.
+    Without `nodes_config` an existing cluster keeps its node config and a new one gets `DEFAULT_NODES_CONFIG`
+    on the addresses of `slot` (see `slot_nodes_config`); the ports move by `port_offset`, by default
+    `SLOT_PORT_STRIDE`·slot.
     """
     t0 = time.monotonic()
     state_dir = state_dir.resolve()
     bin_dir = ensure_binaries(say)
     with _locked(state_dir):
-        lay = _up_locked(state_dir, bin_dir, nodes_config, fake_nodes, port_offset, say)
+        lay = _up_locked(state_dir, bin_dir, nodes_config, fake_nodes, port_offset or SLOT_PORT_STRIDE * slot,
+                         slot, say)
+    wait_nodes_ready(lay, say)
     say(f"ready in {time.monotonic() - t0:.1f}s")
     say(f"export KUBECONFIG={lay.kubeconfig}")
     return lay
 
 
 def _up_locked(
-    state_dir: Path, bin_dir: Path, nodes_config: Path | None, fake_nodes: int, port_offset: int, say: Log
+    state_dir: Path, bin_dir: Path, nodes_config: Path | None, fake_nodes: int, port_offset: int, slot: int,
+    say: Log,
 ) -> Layout:
     existing = Layout.load(state_dir)
     # An existing cluster keeps its ports: its running processes and kubeconfig already use them.
     lay = replace(existing, bin_dir=bin_dir) if existing else Layout(state_dir, bin_dir, Ports().shifted(port_offset))
     say(f"state: {state_dir} (apiserver {lay.apiserver_url})")
-    if nodes_config is None:
-        nodes_config = lay.nodes_yaml if lay.nodes_yaml.exists() else DEFAULT_NODES_CONFIG
-    prepare(lay, nodes_config.resolve())
+    if nodes_config is not None:
+        nodes_text = nodes_config.resolve().read_text()
+    elif lay.nodes_yaml.exists():
+        nodes_text = lay.nodes_yaml.read_text()
+    else:
+        nodes_text = slot_nodes_config(slot)
+    prepare(lay, nodes_text)
 
     comps = control_plane(lay)
     ensure(lay, comps[:1], say)  # etcd
@@ -627,6 +658,38 @@ def node_readiness(lay: Layout) -> dict[str, bool]:
         )
         for n in items
     }
+
+
+NODE_READY_TIMEOUT_S = 180.0
+
+
+def wait_nodes_ready(lay: Layout, say: Log, timeout_s: float = NODE_READY_TIMEOUT_S) -> None:
+    """Wait for every local node of the config to be Ready; a failure names each node that is not, with its
+    agent's state and the last lines of its log."""
+    names = load_node_names(lay.nodes_yaml)
+    if not names or not agent_available():
+        return
+    t0 = time.monotonic()
+    waiting: set[str] = set(names)
+    while True:
+        ready = node_readiness(lay)
+        waiting = {n for n in names if not ready.get(n)}
+        dead = {n for n in waiting if not alive(lay, f"agent-{n}")}
+        if not waiting:
+            say(f"nodes: {len(names)} Ready in {time.monotonic() - t0:.1f}s")
+            return
+        if dead or time.monotonic() - t0 > timeout_s:
+            break
+        time.sleep(0.5)
+    why = []
+    for n in sorted(waiting):
+        state = "not registered" if n not in ready else "NotReady"
+        agent = "running" if alive(lay, f"agent-{n}") else "NOT RUNNING"
+        tail = "\n".join(f"    {line}" for line in log_tail(lay, f"agent-{n}").splitlines())
+        why.append(f"  node {n}: {state}, agent {agent}; last lines of {lay.log(f'agent-{n}')}:\n{tail}")
+    raise ClusterError(
+        f"local nodes not Ready after {time.monotonic() - t0:.0f}s: {', '.join(sorted(waiting))}\n" + "\n".join(why)
+    )
 
 
 def _say_nodes(lay: Layout, say: Log) -> None:

@@ -145,18 +145,17 @@ def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionRe
     except Exception as e:  # noqa: BLE001 - this cluster cannot be reached: the job fails with the reason
         log(f"cannot wait for instances: {e}")
         return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+    print(snowflake.LOG_START_MSG, flush=True)
     try:
-        print(snowflake.LOG_START_MSG, flush=True)
-        try:
-            code, value = run_entrypoint(contract.entrypoint, payload_dir, extra)
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            print(snowflake.LOG_END_MSG, flush=True)
+        code, value = run_entrypoint(contract.entrypoint, payload_dir, extra)
     except Exception as e:  # noqa: BLE001 - the payload's failure is the job's result, not a crash
         tb = traceback.format_exc()
-        print(tb, file=sys.stderr, flush=True)
+        print(tb, file=sys.stderr, flush=True)  # inside the banners: it is the payload's output
         return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", traceback=tb)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        print(snowflake.LOG_END_MSG, flush=True)
     if code != 0:
         return result.ExecutionResult(False, code, error=f"the payload exited with code {code}")
     return result.ExecutionResult(True, 0, value=value)

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kubepool import naming
-from kubepool.contract import InstanceIdentity, JobContract
+from kubepool.contract import LOG_END_MSG, LOG_START_MSG, InstanceIdentity, JobContract
 
-LOG_START_MSG = "--------------------------------\nML job started\n--------------------------------"
-LOG_END_MSG = "--------------------------------\nML job finished\n--------------------------------"
+__all__ = ["LOG_END_MSG", "LOG_START_MSG", "head_env", "parallel_env"]
 
 
 def head_env(contract: JobContract, me: InstanceIdentity, pod_ip: str) -> dict[str, str]:

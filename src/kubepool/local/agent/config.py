@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,16 @@ class Layout:
 def venv_bin() -> str:
     """The bin dir of the Python running the agent: pods find `python` and the project's tools there first."""
     return str(Path(sys.executable).parent)
+
+
+def image_paths() -> list[str]:
+    """What a local node's pods run from, the "image": this Python's environment, everything on its import
+    path (the checkout's src/ for an editable install, directories a .pth file adds) and the directory
+    kubepool is imported from. The sandbox keeps them visible where they are, wherever the checkout lives."""
+    import kubepool
+
+    imports = [p for p in sys.path[1:] if os.path.isabs(p) and os.path.isdir(p)]  # [0]: the agent's cwd
+    return [sys.prefix, sys.base_prefix, *imports, str(Path(kubepool.__file__).resolve().parents[1])]
 
 
 def default_path() -> str:

@@ -20,7 +20,7 @@ from lightkube.core.client import PatchType
 from lightkube.resources.core_v1 import ConfigMap, Pod, Secret
 
 from kubepool.local.agent import runner
-from kubepool.local.agent.config import ClusterInfo, Layout, NodeConfig, default_path
+from kubepool.local.agent.config import ClusterInfo, Layout, NodeConfig, default_path, image_paths
 from kubepool.local.agent.ipam import Ipam
 from kubepool.local.agent.podspec import (
     ConfigError,
@@ -346,6 +346,7 @@ class PodWorker:
         return {
             "argv": argv, "env": env, "cwd": spec.get("workingDir"), "hostname": hostname,
             "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only, "optional": m.optional} for m in mounts],
+            "keepPaths": [*image_paths(), str(self.dir / "home")],
             "uid": user.uid, "gid": user.gid, "groups": list(user.groups) if user.uid is not None else None,
         }  # fmt: skip
 

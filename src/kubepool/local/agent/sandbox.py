@@ -6,8 +6,8 @@ exists, forks the container process (dropping to runAsUser/runAsGroup/groups), b
 daemons the container leaves behind stay its descendants, forwards SIGTERM to them all, and when the main
 process exits kills what is left (as a container's exit does) and writes `exit.json`:
 {"exitCode", "reason", "message", "finishedAt"}. The spec (written by the runner):
-{"argv", "env", "cwd", "hostname", "mounts": [{"source", "target", "readOnly", "optional"}], "uid", "gid", "groups",
-"exitFile", "logIndex"}. The container's output goes through this process into the log (its stdout), with
+{"argv", "env", "cwd", "hostname", "mounts": [{"source", "target", "readOnly", "optional"}], "keepPaths", "uid",
+"gid", "groups", "exitFile", "logIndex"}. The container's output goes through this process into the log (its stdout), with
 the line index `logIndex` beside it.
 """
 
@@ -36,11 +36,21 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _write_exit(path: str, code: int, reason: str, message: str = "") -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"exitCode": code, "reason": reason, "message": message, "finishedAt": _now()}, f)
-    os.replace(tmp, path)
+class RunFiles:
+    """The run dir's files the supervisor writes, opened before any mount can hide the dir (a state dir
+    under /tmp is hidden by the pod's own /tmp)."""
+
+    def __init__(self, exit_file: str, index_path: str) -> None:
+        self.dir_fd = os.open(os.path.dirname(exit_file), os.O_RDONLY | os.O_DIRECTORY)
+        self.exit_name = os.path.basename(exit_file)
+        self.index = open(index_path, "a")  # noqa: SIM115 - the relay thread writes it until the end
+
+    def write_exit(self, code: int, reason: str, message: str = "") -> None:
+        tmp = self.exit_name + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=self.dir_fd)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"exitCode": code, "reason": reason, "message": message, "finishedAt": _now()}, f)
+        os.replace(tmp, self.exit_name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
 
 
 def _mount(source: str, target: str, flags: int) -> None:
@@ -49,9 +59,13 @@ def _mount(source: str, target: str, flags: int) -> None:
         raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
 
 
-def _bind_all(mounts: list[dict[str, Any]]) -> None:
-    # Open every source before mounting anything: a mount (of /tmp, say) may hide a later source.
-    opened = [(os.open(m["source"], os.O_PATH), os.path.isdir(m["source"])) for m in mounts]
+def _open_sources(mounts: list[dict[str, Any]]) -> list[tuple[int, bool]]:
+    """An O_PATH fd for every mount source, taken before anything is mounted: a mount (of /tmp, say) or an
+    exposing tmpfs (over /root) may hide a later source."""
+    return [(os.open(m["source"], os.O_PATH), os.path.isdir(m["source"])) for m in mounts]
+
+
+def _bind_all(mounts: list[dict[str, Any]], opened: list[tuple[int, bool]]) -> None:
     for m, (fd, is_dir) in zip(mounts, opened, strict=True):
         target = m["target"]
         try:
@@ -69,6 +83,80 @@ def _bind_all(mounts: list[dict[str, Any]]) -> None:
         if m.get("readOnly"):
             _mount("", target, MS_BIND | MS_REMOUNT | MS_RDONLY)
         os.close(fd)
+
+
+def _inside(path: str, top: str) -> bool:
+    """`path` lies strictly below `top`."""
+    return path.startswith(top.rstrip("/") + "/")
+
+
+def keep_roots(paths: list[str]) -> list[str]:
+    """The smallest set of absolute paths that covers `paths` (a path inside another is dropped)."""
+    roots: list[str] = []
+    for p in sorted({os.path.normpath(x) for x in paths}, key=len):
+        if not any(p == r or _inside(p, r) for r in roots):
+            roots.append(p)
+    return sorted(roots)
+
+
+def hidden_by_mounts(paths: list[str], targets: list[str]) -> list[str]:
+    """The paths a mount at one of `targets` would hide. A mount exactly at a path replaces it on purpose."""
+    return [p for p in paths if any(_inside(p, os.path.normpath(t)) for t in targets)]
+
+
+def _expose_all(paths: list[str]) -> None:
+    """Make `paths` reachable for an unprivileged container user. Each ancestor directory that others cannot
+    traverse (/root holding a pyenv Python and a clone, say) is covered, in this namespace only, by one tmpfs
+    holding just the children that lead to `paths`, each bind-mounted from the original. Top-down, so a
+    covered directory's children are opened through the mounts made above them."""
+    split = [[c for c in p.split("/") if c] for p in paths]
+    for depth in range(max((len(s) for s in split), default=0)):
+        leads: dict[str, set[str]] = {}
+        for parts in split:
+            if len(parts) > depth:
+                leads.setdefault("/" + "/".join(parts[:depth]), set()).add(parts[depth])
+        for parent, children in sorted(leads.items()):
+            if os.stat(parent).st_mode & 0o001:
+                continue
+            opened = [(c, os.open(os.path.join(parent, c), os.O_PATH)) for c in sorted(children)]
+            kinds = [os.path.isdir(f"/proc/self/fd/{fd}") for _, fd in opened]
+            _mount_fs("tmpfs", parent, "mode=0755")
+            for (child, fd), is_dir in zip(opened, kinds, strict=True):
+                _mount_at(fd, os.path.join(parent, child), is_dir)
+
+
+def _mount_at(fd: int, target: str, is_dir: bool) -> None:
+    """Bind what `fd` names at `target`, creating the mount point (and its parents) first."""
+    if is_dir:
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _mount(f"/proc/self/fd/{fd}", target, MS_BIND | MS_REC)
+    os.close(fd)
+
+
+def _prepare_view(spec: dict[str, Any]) -> None:
+    """The container's view of the host: its volumes at their mount paths, and the host paths it runs from
+    (`keepPaths`: the Python environment, the source it imports, its home) where they are on the host, even
+    when they sit under a volume's mount path (a clone in /tmp under the pod's own /tmp) or below a directory
+    its user cannot traverse (a clone or pyenv in /root)."""
+    mounts = spec.get("mounts") or []
+    wanted = [*(spec.get("keepPaths") or []), sys.executable, sys.base_prefix, sys.prefix]  # the Python it runs
+    keep = keep_roots([os.path.realpath(p) for p in wanted if os.path.exists(p)])
+    sources = _open_sources(mounts)
+    if spec.get("uid") not in (None, 0):
+        _expose_all(keep)
+    hidden = hidden_by_mounts(keep, [m["target"] for m in mounts])
+    again = [(p, os.open(p, os.O_PATH), os.path.isdir(p)) for p in hidden]
+    _bind_all(mounts, sources)
+    for path, fd, is_dir in again:
+        try:
+            _mount_at(fd, path, is_dir)
+        except OSError as e:
+            top = max((m["target"] for m in mounts if _inside(path, os.path.normpath(m["target"]))), key=len)
+            raise OSError(e.errno, f"the volume at {top} hides {path}, which this local node's pods run from, "
+                                   f"and {path} cannot be shown inside it: {e.strerror}") from e
 
 
 def descendants(root: int) -> list[int]:
@@ -99,38 +187,17 @@ def _signal_all(sig: int) -> None:
             pass
 
 
-def _expose(path: str) -> None:
-    """Make `path` reachable for an unprivileged container user: an ancestor directory others cannot
-    traverse (/root holding a pyenv Python, say) is covered, in this namespace only, by a tmpfs that holds
-    just the next component of the path, bind-mounted from the original."""
-    parts = [p for p in os.path.realpath(path).split("/") if p]
-    for i in range(len(parts) - 1):
-        parent = "/" + "/".join(parts[:i])
-        if os.stat(parent).st_mode & 0o001:
-            continue
-        child = os.path.join(parent, parts[i])
-        fd = os.open(child, os.O_PATH)
-        is_dir = os.path.isdir(child)
-        _mount_fs("tmpfs", parent, "mode=0755")
-        if is_dir:
-            os.mkdir(child)
-        else:
-            open(child, "a").close()
-        _mount(f"/proc/self/fd/{fd}", child, MS_BIND | MS_REC)
-        os.close(fd)
-
-
 def _mount_fs(fstype: str, target: str, options: str) -> None:
     if _libc.mount(fstype.encode(), target.encode(), fstype.encode(), 0, options.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {fstype} on {target}: {os.strerror(err)}")
 
 
-def _relay(src: int, index_path: str) -> None:
+def _relay(src: int, index: Any) -> None:
     """Copy the container's output to the log (this process's stdout), noting in the index file where each
     line starts and when it was read: `<byte offset> <unix ns>` per line, for `--timestamps` and `--since`."""
     at_line_start = True
-    with open(index_path, "a") as index:
+    with index:
         while chunk := os.read(src, 65536):
             now = time.time_ns()
             offset = os.fstat(1).st_size
@@ -171,20 +238,18 @@ def _exec_child(spec: dict[str, Any], argv: list[str], env: dict[str, str], repo
 def main(spec_path: str) -> int:
     with open(spec_path) as f:
         spec: dict[str, Any] = json.load(f)
-    argv, env, exit_file = spec["argv"], spec["env"], spec["exitFile"]
+    argv, env = spec["argv"], spec["env"]
+    files = RunFiles(spec["exitFile"], spec["logIndex"])
     try:
-        if spec.get("uid") not in (None, 0):
-            for path in (sys.executable, sys.base_prefix, sys.prefix):
-                _expose(path)
         if spec.get("hostname"):
             name = spec["hostname"].encode()
             if _libc.sethostname(name, len(name)) != 0:
                 raise OSError(ctypes.get_errno(), "sethostname")
-        _bind_all(spec.get("mounts") or [])
+        _prepare_view(spec)
         if spec.get("cwd"):
             os.makedirs(spec["cwd"], exist_ok=True)
     except OSError as e:
-        _write_exit(exit_file, START_ERROR_CODE, "StartError", f"mounting volumes: {e}")
+        files.write_exit(START_ERROR_CODE, "StartError", f"mounting volumes: {e}")
         return START_ERROR_CODE
     found = (
         os.access(argv[0], os.X_OK)
@@ -193,7 +258,7 @@ def main(spec_path: str) -> int:
     )
     if not found:
         msg = f'exec: "{argv[0]}": executable file not found in $PATH' if "/" not in argv[0] else f'exec: "{argv[0]}": no such file or not executable'  # fmt: skip
-        _write_exit(exit_file, START_ERROR_CODE, "StartError", msg)
+        files.write_exit(START_ERROR_CODE, "StartError", msg)
         return START_ERROR_CODE
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     report_r, report_w = os.pipe()  # close-on-exec: EOF without data means the exec worked
@@ -207,7 +272,7 @@ def main(spec_path: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.close(report_w)
     os.close(output_w)
-    relay = threading.Thread(target=_relay, args=(output_r, spec["logIndex"]))
+    relay = threading.Thread(target=_relay, args=(output_r, files.index))
     relay.start()
     exec_error = os.read(report_r, 4096).decode("utf-8", "replace")
     os.close(report_r)
@@ -230,12 +295,12 @@ def main(spec_path: str) -> int:
             break
     relay.join(RELAY_DRAIN_S)  # every writer is gone: the relay reaches EOF
     if exec_error:
-        _write_exit(exit_file, START_ERROR_CODE, "StartError", exec_error)
+        files.write_exit(START_ERROR_CODE, "StartError", exec_error)
         return START_ERROR_CODE
     code = os.waitstatus_to_exitcode(status)
     code = 128 - code if code < 0 else code
     reason = "Completed" if code == 0 else "Error"
-    _write_exit(exit_file, code, reason)
+    files.write_exit(code, reason)
     return code
 
 

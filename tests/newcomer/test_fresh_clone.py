@@ -1,0 +1,115 @@
+"""`make demo`'s job path from a fresh clone where newcomers put one: a directory under /tmp (every local pod
+mounts its own /tmp over it) and a home that other users cannot traverse (the operator and instance pods run as
+non-root users). Each clone gets its own venv (this venv's packages, the clone's own source), its own local
+cluster in the clone's `.kubepool/` on a slot of its own, the chart, and the 3-instance XGBoost job to DONE.
+
+Marked `clone` (a few minutes each): `pytest -m "not clone"` skips them locally; `make test` runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubepool.local import controlplane
+
+pytestmark = [pytest.mark.clone, pytest.mark.timeout(1200)]
+REPO = controlplane.REPO_ROOT
+SLOTS = {"tmp": 2, "private-home": 3}
+OPERATOR_UID = 65532  # the chart's runAsUser
+
+
+def _base(where: str) -> Path:
+    if where == "tmp":  # as `git clone ... /tmp/x` makes it: others may traverse it
+        base = Path(tempfile.mkdtemp(prefix="kubepool-clone-", dir="/tmp"))
+        base.chmod(0o755)
+        return base
+    base = Path(tempfile.mkdtemp(prefix=".kubepool-clone-", dir=Path.home()))
+    home = Path.home()
+    if home.stat().st_mode & 0o001:  # a home others can traverse: the clone's own parent is private
+        base.chmod(0o700)
+    return base
+
+
+def _venv(clone: Path) -> Path:
+    """A venv inside the clone that imports the clone's source first and this venv's packages after it."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone / ".venv")], check=True)
+    py = clone / ".venv" / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "kubepool-clone-test.pth").write_text("\n".join([str(clone / "src"), *site.getsitepackages()]) + "\n")
+    return py
+
+
+def _container_uids(state_dir: Path, namespace: str) -> dict[str, set[int]]:
+    """pod name -> the uids of its live containers' processes (the supervisors' children), read from /proc."""
+    out: dict[str, set[int]] = {}
+    for pid_file in state_dir.glob("nodes/*/pods/*/containers/*/*/pid"):
+        meta = json.loads((pid_file.parents[3] / "pod.json").read_text())
+        if meta["namespace"] != namespace:
+            continue
+        supervisor = int(pid_file.read_text().split()[0])
+        children = Path(f"/proc/{supervisor}/task/{supervisor}/children")
+        if not children.exists():
+            continue
+        for child in children.read_text().split():
+            status = Path(f"/proc/{child}/status").read_text()
+            uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+            out.setdefault(meta["name"], set()).add(uid)
+    return out
+
+
+@pytest.fixture
+def clones() -> Iterator[dict[str, tuple[Path, int]]]:
+    """One fresh clone per location; each one's cluster is stopped and its directory removed at the end."""
+    made: dict[str, tuple[Path, int]] = {}
+    try:
+        for where, slot in SLOTS.items():
+            base = _base(where)
+            dest = base / "kubepool"
+            made[where] = (dest, slot)
+            subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(dest)], check=True)
+        yield made
+    finally:
+        for dest, _ in made.values():
+            py = dest / ".venv" / "bin" / "python"
+            if py.exists():
+                subprocess.run([str(py), "-m", "kubepool.local.cli", "down", "--state-dir", str(dest / ".kubepool")],
+                               capture_output=True, text=True, timeout=180)
+            shutil.rmtree(dest.parent, ignore_errors=True)
+
+
+def _demo(dest: Path, slot: int) -> str:
+    py = _venv(dest)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBEPOOL_", "KUBECONFIG"))}
+    env.update(KUBEPOOL_SLOT=str(slot), PYTHONDONTWRITEBYTECODE="1")
+    log = dest.parent / "demo.log"
+    with log.open("w") as out:
+        code = subprocess.run([str(py), "-m", "kubepool.demo"], cwd=dest, env=env, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=1000).returncode
+    text = log.read_text()
+    assert code == 0, f"make demo's job path failed from a clone in {dest}:\n" + "\n".join(text.splitlines()[-150:])
+    return text
+
+
+def test_demo_job_from_fresh_clones_side_by_side(clones: dict[str, tuple[Path, int]]) -> None:
+    """The second demo runs while the first one's cluster and operator are still up on the same host, as
+    `make test` runs beside `make demo`'s cluster."""
+    for where, (dest, slot) in clones.items():
+        text = _demo(dest, slot)
+        assert "ended DONE" in text and "result: score:" in text, f"{where}:\n{text[-3000:]}"
+        assert f"state in {dest / '.kubepool'}" in text  # the clone's own cluster, not another one
+        assert "Ray runtime started" not in text  # per-instance logs without Ray's start-up banner
+        # The operator really runs as the chart's non-root user, from a checkout it could not reach unaided.
+        uids = _container_uids(dest / ".kubepool", "kubepool-system")
+        operator = {name: u for name, u in uids.items() if name.startswith("kubepool-")}
+        assert operator and all(u == {OPERATOR_UID} for u in operator.values()), (where, uids)
