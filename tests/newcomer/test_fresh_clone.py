@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
 import tempfile
@@ -41,13 +40,23 @@ def _base(where: str) -> Path:
 
 
 def _venv(clone: Path) -> Path:
-    """A venv inside the clone that imports the clone's source first and this venv's packages after it."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone / ".venv")], check=True)
-    py = clone / ".venv" / "bin" / "python"
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "kubepool-clone-test.pth").write_text("\n".join([str(clone / "src"), *site.getsitepackages()]) + "\n")
-    return py
+    """The clone's own venv as `make venv` makes it, without reinstalling torch: this venv hard-linked into
+    the clone, its scripts pointed at the clone's interpreter, its editable kubepool at the clone's source."""
+    here, there = Path(sys.prefix), clone / ".venv"
+    subprocess.run(["cp", "-al", str(here), str(there)], check=True)
+    for script in (there / "bin").iterdir():
+        if script.is_file() and not script.is_symlink() and script.read_bytes().startswith(f"#!{here}/".encode()):
+            fresh = script.with_name(script.name + ".new")  # a new file: the hard link stays this venv's
+            fresh.write_bytes(script.read_bytes().replace(str(here).encode(), str(there).encode(), 1))
+            fresh.chmod(script.stat().st_mode)
+            fresh.replace(script)
+    [purelib] = there.glob("lib/python*/site-packages")
+    editable = list(purelib.glob("__editable__*kubepool*"))
+    assert editable, f"no editable install of kubepool in {here}"
+    for f in editable:
+        f.unlink()
+    (purelib / "kubepool-clone.pth").write_text(f"{clone / 'src'}\n")
+    return there / "bin" / "python"
 
 
 def _container_uids(state_dir: Path, namespace: str) -> dict[str, set[int]]:

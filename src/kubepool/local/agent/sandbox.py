@@ -69,11 +69,7 @@ def _bind_all(mounts: list[dict[str, Any]], opened: list[tuple[int, bool]]) -> N
     for m, (fd, is_dir) in zip(mounts, opened, strict=True):
         target = m["target"]
         try:
-            if is_dir:
-                os.makedirs(target, exist_ok=True)
-            elif not os.path.exists(target):
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                open(target, "a").close()
+            _mount_point(target, is_dir)
         except PermissionError:
             if m.get("optional"):  # an unprivileged agent cannot create /dev/termination-log: do without
                 os.close(fd)
@@ -125,13 +121,17 @@ def _expose_all(paths: list[str]) -> None:
                 _mount_at(fd, os.path.join(parent, child), is_dir)
 
 
-def _mount_at(fd: int, target: str, is_dir: bool) -> None:
-    """Bind what `fd` names at `target`, creating the mount point (and its parents) first."""
+def _mount_point(target: str, is_dir: bool) -> None:
     if is_dir:
         os.makedirs(target, exist_ok=True)
-    else:
+    elif not os.path.exists(target):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         open(target, "a").close()
+
+
+def _mount_at(fd: int, target: str, is_dir: bool) -> None:
+    """Bind what `fd` names at `target`, creating the mount point (and its parents) first."""
+    _mount_point(target, is_dir)
     _mount(f"/proc/self/fd/{fd}", target, MS_BIND | MS_REC)
     os.close(fd)
 
