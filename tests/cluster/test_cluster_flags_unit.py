@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 from pathlib import Path
@@ -109,6 +110,21 @@ def test_slots_move_the_nodes_apart_from_the_default_cluster() -> None:
     assert (cpu1["ip"], cpu1["podCIDR"]) == ("127.0.11.1", "127.121.0.0/16")
     with pytest.raises(controlplane.ClusterError, match="out of range"):
         controlplane.slot_nodes_config(controlplane.MAX_SLOT + 1)
+
+
+def test_slot_ports_never_meet_local_ray_ports() -> None:
+    """Local jobs' instances share the host's ports: instance k shifts its per-node Ray ports by a per-job
+    100..700 plus k·stride. No slot's control plane may listen on one of them (etcd's peer port once did)."""
+    from kubepool.controller.builders.common import local_port_shift
+    from kubepool.runtime.ray_node import node_ports
+
+    stride = 3000  # what make demo, the chart test and the operator tests set (rayPortStride)
+    job_shifts = {local_port_shift(f"uid-{i}", stride) for i in range(200)}
+    assert job_shifts == {100, 200, 300, 400, 500, 600, 700}
+    ray = {p for shift in job_shifts for k in range(8) for p in node_ports(shift + k * stride).values() if p}
+    for slot in range(controlplane.MAX_SLOT + 1):
+        ports = set(dataclasses.asdict(Ports().shifted(controlplane.SLOT_PORT_STRIDE * slot)).values())
+        assert not ports & ray, (slot, sorted(ports & ray))
 
 
 def test_kwok_flags_and_stages(tmp_path: Path) -> None:

@@ -56,7 +56,9 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 Log = Callable[[str], None]
 
 
-SLOT_PORT_STRIDE = 100
+# Slot N's ports are the default ones + 10·N: they stay in the gaps between the Ray port windows of local jobs'
+# instances (instance k takes ~6480-7083 and ~8180-8780 shifted by 3000·k), as the default ports do.
+SLOT_PORT_STRIDE = 10
 MAX_SLOT = 6  # slot 6 ends at 127.232.0.0/16; the bench keeps 127.0.9.x and 127.24x for itself
 
 
