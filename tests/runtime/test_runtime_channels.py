@@ -130,3 +130,16 @@ def test_s3_channels_over_http(s3_endpoint: str, aws_env: None, tmp_path: Path) 
             assert (tmp_path / f"d{i}/train" / key.removeprefix("train/")).read_text() == key
         assert (tmp_path / f"d{i}/one/y.csv").read_text() == "other/y.csv"
     assert sorted(got) == sorted(k for k in keys if k.startswith("train/"))
+
+
+def test_s3_keys_never_escape_the_channel_dir(s3_endpoint: str, aws_env: None, tmp_path: Path) -> None:
+    """A key with `..` parts would overwrite the job's code: the channel is refused, nothing is written."""
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket="evil")
+    s3.put_object(Bucket="evil", Key="data/ok.csv", Body=b"ok")
+    s3.put_object(Bucket="evil", Key="data/../../code/train.py", Body=b"print('owned')")
+    c = contract([Channel(name="train", source=ChannelSource(s3_uri="s3://evil/data/", s3_endpoint_url=s3_endpoint))])
+    dest = tmp_path / "base" / "input" / "data"
+    with pytest.raises(ValueError, match=r"'data/\.\./\.\./code/train\.py' would be written outside the channel"):
+        channels.materialize(c, c.identity(0), dest, {})
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []  # refused before anything was fetched

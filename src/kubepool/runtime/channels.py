@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
@@ -53,17 +53,22 @@ def list_s3(client: Any, bucket: str, prefix: str) -> list[str]:
 
 
 def relative_name(key: str, prefix: str) -> str:
-    """Where an object lands inside the channel dir: its path below the prefix (its name if the URI is the object)."""
+    """Where an object lands inside the channel dir: its path below the prefix (its name if the URI is the object).
+    A key that would land outside the channel dir (a `..` part: `data/../../code/train.py`) is refused: whoever
+    can write to the bucket must not be able to overwrite the job's code or another channel's data."""
     rel = key[len(prefix) :].lstrip("/") if key.startswith(prefix) else key
-    return rel or Path(key).name
+    rel = rel or PurePosixPath(key).name
+    if not rel or ".." in PurePosixPath(rel).parts:
+        raise ValueError(f"object key {key!r} would be written outside the channel directory; rename or remove it")
+    return rel
 
 
 def fetch_s3(channel: Channel, dest: Path, contract: JobContract, me: InstanceIdentity, env: Mapping[str, str]) -> list[str]:
     bucket, prefix = parse_s3_uri(channel.source.s3_uri or "")
     client = s3_client(channel, env)
     chosen = select(list_s3(client, bucket, prefix), contract, channel, me)
-    for key in chosen:
-        target = dest / relative_name(key, prefix)
+    targets = [(key, dest / relative_name(key, prefix)) for key in chosen]  # every key checked before any fetch
+    for key, target in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
         client.download_file(bucket, key, str(target))
     return chosen
