@@ -23,9 +23,9 @@ from kubepool.api.kuberay import (
 from kubepool.controller.admission import Claim, Decision, regrant
 from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
+from kubepool.controller.jobstatus import Observed, compute_job_status
 from kubepool.controller.observed import PodView, instance_id_of
 from kubepool.controller.plan import plan_job
-from kubepool.controller.status import Observed, compute_job_status
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = OperatorConfig(default_image="img:1")
