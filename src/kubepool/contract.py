@@ -56,6 +56,7 @@ RESULT_LOG_MARKER = "KUBEPOOL_RESULT "
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_MAX_BYTES = 4096  # Kubernetes truncates longer messages
 DEFAULT_RAY_TEMP_DIR = "/tmp/ray"
+RAY_READY_FILE = "ray_current_cluster"  # `ray start` writes it into its --temp-dir once the node is up
 DEFAULT_HEAD_LOST_TIMEOUT_SECONDS = 60.0
 
 _MODEL = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
@@ -169,7 +170,7 @@ class JobContract(BaseModel):
     job_uid: str = Field("", alias="jobUid")
     target_instances: int = Field(alias="targetInstances")
     min_instances: int = Field(alias="minInstances")
-    instances_timeout_seconds: int = Field(720, alias="instancesTimeoutSeconds")
+    instances_timeout_seconds: int = Field(naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS, alias="instancesTimeoutSeconds")
     min_wait_seconds: float = Field(-1, alias="minWaitSeconds", description="-1: min(3*log2(target), timeout/10)")
     groups: list[Group]
     instances: list[Instance]
@@ -255,7 +256,7 @@ def build_contract(
     groups: Sequence[Group],
     target_instances: int,
     min_instances: int,
-    instances_timeout_seconds: int = 720,
+    instances_timeout_seconds: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     channels: Sequence[Channel] = (),
     hyperparameters: Mapping[str, str] | None = None,
     entrypoint: Entrypoint | None = None,

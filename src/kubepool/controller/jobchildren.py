@@ -13,8 +13,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
-from kubepool.api.kuberay import POD_FINALIZER
 from kubepool.controller.builders import (
     JobRef,
     build_contract_configmap,
@@ -104,7 +104,7 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
 async def release_pods(op: OperatorState, key: JobKey, pods: list[PodView]) -> None:
     """Let KubeRay's deleted pods go: their outcome was seen."""
     for p in pods:
-        await op.api.remove_pod_finalizer(key[0], p.name, p.finalizers, POD_FINALIZER)
+        await op.api.remove_pod_finalizer(key[0], p.name, p.finalizers, naming.POD_FINALIZER)
 
 
 async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools: dict[str, ComputePool]) -> None:

@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 
 from kubepool import naming
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
-from kubepool.api.kuberay import POD_FINALIZER
 from kubepool.controller import jobstatus as job_status
 from kubepool.controller.builders import JobRef, Obj, build_endpoint_slice, build_instance_pods
 from kubepool.controller.builders.raycluster import build_raycluster
@@ -77,7 +76,7 @@ def _release_held_pods(c: _Context, plan: Plan) -> None:
     """A pod KubeRay deleted is held until its exit counted: a terminated pod of the running attempt is the
     outcome (the head's exit, a worker's release or failure); anything else has nothing left to tell."""
     finished = c.st.phase is not None and c.st.phase.finished
-    plan.release_pods = [p for p in c.pods if p.deleting and POD_FINALIZER in p.finalizers
+    plan.release_pods = [p for p in c.pods if p.deleting and naming.POD_FINALIZER in p.finalizers
                          and (finished or p.attempt != c.st.attempt or not p.terminated)]
 
 

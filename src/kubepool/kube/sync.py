@@ -163,10 +163,6 @@ class Kube:
         ns = self._ns(namespace)
         return _call(f"list pods in {ns}", lambda: list(self.client.list(Pod, namespace=ns, labels=dict(labels))))
 
-    def get_pod(self, name: str, namespace: str | None = None) -> Pod:
-        ns = self._ns(namespace)
-        return _call(f"pod {ns}/{name}", lambda: self.client.get(Pod, name, namespace=ns))
-
     def pod_log(self, name: str, *, container: str | None = None, tail_lines: int | None = None,
                 follow: bool = False, namespace: str | None = None) -> Iterator[str]:
         """Lines (without newlines) of one container's log, through the API server's pod log endpoint."""
