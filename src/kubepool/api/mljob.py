@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field
+from pydantic.json_schema import JsonDict
 
 from kubepool import naming
 from kubepool.api.common import (
@@ -26,8 +27,8 @@ MAX_GROUPS = 5
 GROUP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$"  # SageMaker names such as instance_group_1
 CHANNEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-REL_PATH_RULE = {"rule": "!self.startsWith('/') && !self.split('/').exists(p, p == '..')", "message": "must be a relative path without '..'"}
-NO_DOTDOT_RULE = {"rule": "!self.split('/').exists(p, p == '..')", "message": "must not contain '..'"}
+REL_PATH_RULE: JsonDict = {"rule": "!self.startsWith('/') && !self.split('/').exists(p, p == '..')", "message": "must be a relative path without '..'"}
+NO_DOTDOT_RULE: JsonDict = {"rule": "!self.split('/').exists(p, p == '..')", "message": "must not contain '..'"}
 
 
 class InstanceGroup(Model):
