@@ -46,13 +46,15 @@ crds: venv
 	$(BIN)/python -m kubepool.api.crdgen crds
 	rm -rf charts/kubepool/crds && mkdir -p charts/kubepool && cp -r crds charts/kubepool/crds
 
-lint: venv
+lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); types of the operator, runtime and API
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy src/kubepool/api src/kubepool/contract.py src/kubepool/controller src/kubepool/runtime
 
 test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray" $(PYTEST_ARGS)
 
-test: venv k8s-bin kuberay-bin
+test: venv lint k8s-bin kuberay-bin
 	@echo "[test $$(date +%H:%M:%S)] pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
 	$(BIN)/pytest $(PYTEST_ARGS)
 

@@ -5,7 +5,7 @@ operator, the KubeRay operator (N RayClusters of the same shape) and the floor (
 pods itself, 16 requests in flight). One warm-up round, then repeats interleaved (kubepool, KubeRay, floor);
 ratios are taken pair by pair within a repeat, then the median. kubepool's jobs each get their own ComputePool,
 created once the operator is up: with pools shared by many jobs its FIFO admission loses wake-ups and jobs stay
-Queued, and pools that exist when it starts cost it O(nodes x pools^2) work (bench/README.md). One extra run
+Queued, and pools that exist when it starts cost it O(nodes x pools^2) work (bench/NOTES.md). One extra run
 ("kubepool-shared", 10 pools shared by all jobs) records the stall.
 P2 churn: M one-instance jobs created in waves; a kwok Stage moves each head pod to Succeeded 2 s after it runs;
 each wave waits for DONE; the operator's RSS is read at M live jobs; then the jobs are deleted in waves. Status

@@ -37,6 +37,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kubepool import naming
+
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_UNREACHABLE, EXIT_API = 0, 1, 2, 3, 4, 5, 6
 EXIT_TIMEOUT, EXIT_INTERRUPTED = 124, 130
 
@@ -62,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
     s.add_argument("--pip", action="append", default=[], metavar="REQ", help="pip requirement (repeatable)")
     s.add_argument("--image", help="runtime image (default: the operator's)")
-    s.add_argument("--instances-timeout", type=int, default=720, help="seconds to wait for --min-instances")
+    s.add_argument("--instances-timeout", type=int, default=naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS, help="seconds to wait for --min-instances")
     s.add_argument("--parallel", action="store_true", help="run on every instance instead of the head")
     s.add_argument("--wait", action="store_true", help="wait for the job; exit 0 on DONE, 1 otherwise")
     s.add_argument("--timeout", type=float, default=-1, help="with --wait: seconds to wait (exit 124 after)")

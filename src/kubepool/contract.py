@@ -60,9 +60,11 @@ LOG_END_MSG = "--------------------------------\nML job finished\n--------------
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_MAX_BYTES = 4096  # Kubernetes truncates longer messages
 DEFAULT_RAY_TEMP_DIR = "/tmp/ray"
+RAY_READY_FILE = "ray_current_cluster"  # `ray start` writes it into its --temp-dir once the node is up
 DEFAULT_HEAD_LOST_TIMEOUT_SECONDS = 60.0
 
-_MODEL = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+# Every model below: populate_by_name, extra ignored, frozen (each writes its ConfigDict out: mypy's pydantic
+# plugin reads only a literal one).
 
 
 class Distribution(StrEnum):
@@ -82,14 +84,14 @@ class RunMode(StrEnum):
 class ChannelSource(BaseModel):
     """Where a channel's objects come from; exactly one field is set."""
 
-    model_config = _MODEL
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
     s3_uri: str | None = Field(None, alias="s3Uri")
     s3_endpoint_url: str | None = Field(None, alias="s3EndpointUrl")
     local_path: str | None = Field(None, alias="localPath", description="mounted PVC/ConfigMap directory")
 
 
 class Channel(BaseModel):
-    model_config = _MODEL
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
     name: str
     distribution: Distribution = Distribution.FULLY_REPLICATED
     source: ChannelSource
@@ -101,7 +103,7 @@ class Channel(BaseModel):
 class Group(BaseModel):
     """One instance group: SageMaker's `instance_groups` entry plus the resources one instance gets."""
 
-    model_config = _MODEL
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
     name: str
     instance_type: str = Field(alias="instanceType")
     count: int
@@ -116,7 +118,7 @@ class Group(BaseModel):
 
 
 class Instance(BaseModel):
-    model_config = _MODEL
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
     instance_id: int = Field(alias="instanceId")
     group: str
     rank_in_group: int = Field(alias="rankInGroup")
@@ -126,7 +128,7 @@ class Instance(BaseModel):
 
 
 class Entrypoint(BaseModel):
-    model_config = _MODEL
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
     path: str | None = Field(None, description="a .py file, relative to the payload dir or absolute")
     module: str | None = None
     command: list[str] | None = None
@@ -140,7 +142,7 @@ class Entrypoint(BaseModel):
 
 
 class RaySettings(BaseModel):
-    model_config = _MODEL
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
     auth_mode: str = Field("token", alias="authMode")
     gcs_port: int = Field(naming.RAY_GCS_PORT, alias="gcsPort")
     dashboard_port: int = Field(naming.RAY_DASHBOARD_PORT, alias="dashboardPort")
@@ -152,7 +154,7 @@ class RaySettings(BaseModel):
 class InstanceIdentity(BaseModel):
     """Everything one instance derives from the contract and its instance id."""
 
-    model_config = _MODEL
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
     instance_id: int
     is_head: bool
     group: str
@@ -167,13 +169,13 @@ class InstanceIdentity(BaseModel):
 class JobContract(BaseModel):
     """The document every instance of one job reads."""
 
-    model_config = _MODEL
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
     job_name: str = Field(alias="jobName")
     namespace: str
     job_uid: str = Field("", alias="jobUid")
     target_instances: int = Field(alias="targetInstances")
     min_instances: int = Field(alias="minInstances")
-    instances_timeout_seconds: int = Field(720, alias="instancesTimeoutSeconds")
+    instances_timeout_seconds: int = Field(naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS, alias="instancesTimeoutSeconds")
     min_wait_seconds: float = Field(-1, alias="minWaitSeconds", description="-1: min(3*log2(target), timeout/10)")
     groups: list[Group]
     instances: list[Instance]
@@ -259,7 +261,7 @@ def build_contract(
     groups: Sequence[Group],
     target_instances: int,
     min_instances: int,
-    instances_timeout_seconds: int = 720,
+    instances_timeout_seconds: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     channels: Sequence[Channel] = (),
     hyperparameters: Mapping[str, str] | None = None,
     entrypoint: Entrypoint | None = None,

@@ -31,8 +31,16 @@ ROLE_PLACEHOLDER = "placeholder"
 PLACEHOLDER_PRIORITY_CLASS = "kubepool-placeholder"
 PLACEHOLDER_PRIORITY = -10  # below the default 0 of instance pods: any instance pre-empts a placeholder
 ANNOTATION_PLACEHOLDER_SPEC = f"{GROUP}/placeholder-spec"  # hash of the pod spec: a changed pool replaces its pods
+# The KubeRay backend: a worker template's label, the group's first worker instance id (KubeRay's replica index
+# adds to it, api.kuberay.kuberay_instance_id); the finalizer on KubeRay's pods, which KubeRay deletes (and
+# recreates) as soon as they end, so the exit the job's status is decided from is seen before the pod goes.
+LABEL_INSTANCE_BASE = f"{GROUP}/instance-base"
+POD_FINALIZER = f"{GROUP}/instance-outcome"
 
 ANNOTATION_PREFIX = GROUP  # kopf progress/diffbase storage lives under this prefix, never in status
+
+# MLJob spec.instancesTimeoutSeconds when unset (the CRD, contract, SDK and CLI share it): 12 minutes, as Snowflake.
+DEFAULT_INSTANCES_TIMEOUT_SECONDS = 720
 
 # Default single-pool group name: SageMaker's name for a homogeneous cluster.
 DEFAULT_GROUP = "homogeneousCluster"
@@ -140,6 +148,3 @@ def placeholder_labels(pool: str) -> dict[str, str]:
     """Labels of a pool's placeholder pods (the operator's watch and kubectl select them by these)."""
     return {LABEL_POOL: pool, LABEL_ROLE: ROLE_PLACEHOLDER, LABEL_MANAGED_BY: MANAGED_BY}
 
-
-def job_selector(job: str) -> dict[str, str]:
-    return {LABEL_JOB: job}

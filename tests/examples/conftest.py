@@ -5,29 +5,23 @@ fixtures, which skip when KubeRay cannot be built)."""
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubepool import naming
-
-_TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(_TESTS / "operator"))
-sys.path.insert(0, str(_TESTS / "kuberay"))
-from examplekit import BACKENDS, EXAMPLES, Env  # noqa: E402
-from kuberay_fixtures import (  # noqa: E402,F401 - shared fixtures, registered here
+from support.examplekit import BACKENDS, EXAMPLES, Env
+from support.kuberay_fixtures import (  # noqa: F401 - shared fixtures, registered here
     kubepool_operator,
     kuberay_crds,
     kuberay_dir,
     kuberay_namespace,
     ray_operator,
 )
-from operator_cluster import Operator, get_json, wait_for  # noqa: E402
-from operator_fixtures import crds  # noqa: E402,F401
+from support.operator_cluster import Operator, get_json, wait_for
+from support.operator_fixtures import crds  # noqa: F401
 
 
 @pytest.fixture(scope="module")

@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 import yaml
-from examplekit import EXAMPLES, Env
-from operator_cluster import get_json, wait_for
 
 from kubepool import naming
 from kubepool.api.kuberay import LABEL_CLUSTER
 from kubepool.jobs import MLJob
 from kubepool.jobs.job import TERMINAL
 from kubepool.kube.errors import KubeError
+from support.examplekit import EXAMPLES, Env
+from support.operator_cluster import get_json, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ray]
 

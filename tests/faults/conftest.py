@@ -1,22 +1,18 @@
 """Fixtures of the fault suite: the CRDs, the operator subprocess (kill it, restart it), a small-footprint
 ComputePool factory (tiny resources so many instances share the three local CPU nodes) and a Recorder that
-watches the namespace's MLJobs and pods for the whole test. Reuses tests/operator/operator_cluster."""
+watches the namespace's MLJobs and pods for the whole test. Reuses tests/support/operator_cluster."""
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from faultkit import Recorder
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
-
-from faultkit import Recorder  # noqa: E402
-from operator_fixtures import apply, crds, operator  # noqa: E402,F401 - shared fixtures, registered here
+from support.operator_fixtures import apply, crds, operator  # noqa: F401 - shared fixtures, registered here
 
 
 @pytest.fixture

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operator_cluster import ROOT, get_json, wait_for
-
 from kubepool import naming
+from support.operator_cluster import ROOT, get_json, wait_for
 
 RANK = {"": 0, "PENDING": 1, "RUNNING": 2, "DONE": 3, "FAILED": 3, "CANCELLED": 3}
 TERMINAL = {"DONE", "FAILED", "CANCELLED"}

@@ -20,7 +20,8 @@ from faultkit import (
     sleep_cmd,
     wait_terminal,
 )
-from operator_cluster import Operator, wait_for, wait_phase
+
+from support.operator_cluster import Operator, wait_for, wait_phase
 
 
 def test_apiserver_restart_mid_run(cluster: Any, kubectl: Any, namespace: str, operator: Operator, small_pool: Any,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 from faultkit import job, pods_of, record, sleep_cmd, wait_terminal
-from operator_cluster import Operator, wait_phase
 
 from kubepool import contract
+from support.operator_cluster import Operator, wait_phase
 
 HOSTILE = ["$(HOME)", f"$({contract.ENV_INSTANCE_ID})", "; rm -rf /", "`id`", "$(rm -rf /)", "a\nb", "日本語 ✓ 🚀",
            "--help", "../../etc/passwd", "' OR 1=1 --"]

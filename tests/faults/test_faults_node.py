@@ -23,9 +23,9 @@ from faultkit import (
     sleep_cmd,
     wait_terminal,
 )
-from operator_cluster import Operator, wait_for
 
 from kubepool import naming
+from support.operator_cluster import Operator, wait_for
 
 VERDICT_S = 30.0
 NODE_LOST_SECONDS = 5

@@ -21,7 +21,8 @@ from faultkit import (
     sleep_cmd,
     wait_terminal,
 )
-from operator_cluster import Operator, wait_for
+
+from support.operator_cluster import Operator, wait_for
 
 SEED = 20261129
 

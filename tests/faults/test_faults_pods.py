@@ -18,9 +18,9 @@ from faultkit import (
     sleep_cmd,
     wait_terminal,
 )
-from operator_cluster import Operator, get_json, wait_for, wait_phase
 
 from kubepool import naming
+from support.operator_cluster import Operator, get_json, wait_for, wait_phase
 
 VERDICT_S = 30.0
 

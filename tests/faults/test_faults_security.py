@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 from faultkit import job, pod_running, record, sleep_cmd, wait_terminal
-from operator_cluster import ROOT, Operator, get_json, wait_phase
 
 from kubepool import contract, naming
 from kubepool.local import controlplane
+from support.operator_cluster import ROOT, Operator, get_json, wait_phase
 
 
 def test_operator_rbac_has_no_wildcards_and_no_secret_reads() -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 from faultkit import job, record, sleep_cmd, wait_terminal
-from operator_cluster import Operator, get_json, wait_for
+
+from support.operator_cluster import Operator, get_json, wait_for
 
 TOLERANCE_S = 5.0
 

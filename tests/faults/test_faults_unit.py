@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator" / "unit"))
-
-from operator_factories import at, job, pod, with_status  # noqa: E402
-
-from kubepool.api import JobPhase, MLJob  # noqa: E402
-from kubepool.controller import status as S  # noqa: E402
-from kubepool.controller.admission import Decision  # noqa: E402
-from kubepool.controller.observed import PodView  # noqa: E402
-from kubepool.controller.status import Observed, compute_job_status  # noqa: E402
+from kubepool.api import JobPhase, MLJob
+from kubepool.controller import jobstatus as S
+from kubepool.controller.admission import Decision
+from kubepool.controller.jobstatus import Observed, compute_job_status
+from kubepool.controller.observed import PodView
+from support.factories import at, job, pod, with_status
 
 
 def _running(j: MLJob, n: int) -> MLJob:
@@ -50,11 +45,10 @@ def test_deleted_worker_below_min_is_lost_above_min_runs_on() -> None:
 
 
 def test_env_values_reach_the_payload_literally() -> None:
-    from operator_factories import pool
-
     from kubepool.controller.builders import build_instance_pods
     from kubepool.controller.config import OperatorConfig
     from kubepool.local.agent.podspec import expand
+    from support.factories import pool
 
     hostile = "$(HOME) $$(X) $(KUBEPOOL_INSTANCE_ID) ; rm -rf / `id` $"
     j = job(targetInstances=1, env=[{"name": "LIT", "value": hostile}])
@@ -69,10 +63,9 @@ def test_parallel_mode_runs_without_instances_that_were_never_admitted(monkeypat
     import socket
     import time
 
-    from operator_factories import pool
-
     from kubepool.controller.builders import build_job_contract
     from kubepool.runtime import main as runtime
+    from support.factories import pool
 
     doc = build_job_contract(job(targetInstances=3, minInstances=2, mode="parallel", instancesTimeoutSeconds=600),
                              {"cpu": pool()})

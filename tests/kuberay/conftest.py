@@ -1,19 +1,16 @@
-"""Fixtures of the KubeRay backend's cluster tests: the shared KubeRay fixtures (kuberay_fixtures: CRDs, a
+"""Fixtures of the KubeRay backend's cluster tests: the shared KubeRay fixtures (support.kuberay_fixtures: CRDs, a
 namespace, the real ray-operator and kubepool's operator, per module) and a ComputePool of the module."""
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kuberay_fixtures import (  # noqa: E402,F401 - shared fixtures, registered here
+from support.kuberay_fixtures import (  # noqa: F401 - shared fixtures, registered here
     kubepool_operator,
     kuberay_crds,
     kuberay_dir,

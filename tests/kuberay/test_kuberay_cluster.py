@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 from kubepool import naming
 from kubepool.api.kuberay import LABEL_CLUSTER, LABEL_NODE_TYPE
 from kubepool.runtime_cluster import scale_patch
+from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 pytestmark = pytest.mark.cluster
 

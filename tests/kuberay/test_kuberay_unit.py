@@ -14,18 +14,14 @@ from pydantic import BaseModel
 
 from kubepool import contract, naming
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
-from kubepool.api.kuberay import (
-    LABEL_INSTANCE_BASE,
-    LABEL_REPLICA_INDEX,
-    POD_FINALIZER,
-    RayCluster,
-)
+from kubepool.api.kuberay import LABEL_REPLICA_INDEX, RayCluster
 from kubepool.controller.admission import Claim, Decision, regrant
 from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
+from kubepool.controller.jobstatus import Observed, compute_job_status
 from kubepool.controller.observed import PodView, instance_id_of
 from kubepool.controller.plan import plan_job
-from kubepool.controller.status import Observed, compute_job_status
+from kubepool.naming import LABEL_INSTANCE_BASE, POD_FINALIZER
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = OperatorConfig(default_image="img:1")

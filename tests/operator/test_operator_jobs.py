@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 from kubepool import contract, naming
 from kubepool.local import kwok
+from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 JOB_TIMEOUT_S = 360.0  # a Ray cluster of 3 on a loaded, shared 2-core machine (load average > 10)
 PAYLOAD = {

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from operator_cluster import Operator, mljob, wait_for, wait_phase
+
+from support.operator_cluster import Operator, mljob, wait_for, wait_phase
 
 
 def _peering_crd(kind: str, plural: str, scope: str) -> dict[str, Any]:

@@ -9,9 +9,9 @@ import json
 from typing import Any
 
 import yaml
-from operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 from kubepool import naming
+from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 JOB_TIMEOUT_S = 360.0  # a Ray cluster on a loaded, shared 2-core machine
 POD_TIMEOUT_S = 120.0

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_cluster import Operator, get_json, mljob, wait_for
+
+from support.operator_cluster import Operator, get_json, mljob, wait_for
 
 pytestmark = pytest.mark.cluster
 JOBS = 8

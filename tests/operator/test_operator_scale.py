@@ -9,9 +9,9 @@ import re
 from typing import Any
 
 import yaml
-from operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 from kubepool import naming
+from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
 JOB_TIMEOUT_S = 420.0  # two Ray node joins and a leave on a loaded, shared 2-core machine
 

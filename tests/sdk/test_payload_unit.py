@@ -12,6 +12,7 @@ from kubepool.jobs.payload import (
     MANIFEST_KEY,
     PayloadFile,
     PayloadTooLarge,
+    configmap,
     directory_payload,
     file_payload,
     pack,
@@ -88,7 +89,7 @@ def test_too_large_names_the_alternatives() -> None:
 
 
 def test_configmap_is_owned_by_the_job() -> None:
-    cm = pack([PayloadFile("a.py", b"")]).configmap("train-1", "team", "uid-9")
+    cm = configmap(pack([PayloadFile("a.py", b"")]), "train-1", "team", "uid-9")
     assert cm.metadata is not None and cm.metadata.ownerReferences is not None
     assert cm.metadata.name == "train-1-payload" and cm.metadata.namespace == "team"
     ref = cm.metadata.ownerReferences[0]

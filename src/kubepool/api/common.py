@@ -31,6 +31,14 @@ class Model(BaseModel):
     def wire(self) -> dict:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
+    def merge_patch(self) -> dict:
+        """A JSON merge patch that makes an object `self` whatever the API server holds: every field `self`
+        lacks is removed (what was last written may be older than the writer's own view)."""
+        doc = self.wire()
+        for name, f in type(self).model_fields.items():
+            doc.setdefault(f.alias or name, None)
+        return doc
+
 
 class ConditionStatus(StrEnum):
     TRUE = "True"

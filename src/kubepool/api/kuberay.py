@@ -5,6 +5,7 @@ the pod builders already produce. Pure pydantic, no client."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -26,14 +27,16 @@ LABEL_GROUP = "ray.io/group"  # the worker group's name; "headgroup" on the head
 # Set on worker pods when the operator runs with the RayMultiHostIndexing feature gate (alpha in v1.5.0, on by
 # default from v1.6.0): 0..replicas-1, the lowest free index first. kubepool's instance ids derive from it.
 LABEL_REPLICA_INDEX = "ray.io/worker-group-replica-index"
-# kubepool's label on a worker template: the group's first worker instance id (the replica index adds to it).
-LABEL_INSTANCE_BASE = f"{naming.GROUP}/instance-base"
-# kubepool's finalizer on KubeRay's pods: KubeRay deletes every terminated pod at once (and recreates it), which
-# would erase the exit the job's status is decided from; the operator lets the pod go once it has seen it.
-POD_FINALIZER = f"{naming.GROUP}/instance-outcome"
 # On the RayCluster: KubeRay keeps our container command instead of generating `ray start ... --block`.
 ANNOTATION_OVERWRITE_CMD = "ray.io/overwrite-container-cmd"
-NODE_TYPE_HEAD, NODE_TYPE_WORKER = "head", "worker"
+
+
+def kuberay_instance_id(labels: Mapping[str, str]) -> int | None:
+    """A KubeRay worker pod's instance id: KubeRay names worker pods itself from one template per group, so it is
+    the template's first instance id (naming.LABEL_INSTANCE_BASE) plus the pod's replica index (0.., lowest
+    free first). None for any other pod."""
+    base, index = labels.get(naming.LABEL_INSTANCE_BASE, ""), labels.get(LABEL_REPLICA_INDEX, "")
+    return int(base) + int(index) if base.isdigit() and index.isdigit() else None
 
 
 class HeadGroupSpec(Model):

@@ -9,7 +9,9 @@ from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field
+from pydantic.json_schema import JsonDict
 
+from kubepool import naming
 from kubepool.api.common import (
     DNS_LABEL_PATTERN,
     LONG_STR,
@@ -25,8 +27,8 @@ MAX_GROUPS = 5
 GROUP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$"  # SageMaker names such as instance_group_1
 CHANNEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-REL_PATH_RULE = {"rule": "!self.startsWith('/') && !self.split('/').exists(p, p == '..')", "message": "must be a relative path without '..'"}
-NO_DOTDOT_RULE = {"rule": "!self.split('/').exists(p, p == '..')", "message": "must not contain '..'"}
+REL_PATH_RULE: JsonDict = {"rule": "!self.startsWith('/') && !self.split('/').exists(p, p == '..')", "message": "must be a relative path without '..'"}
+NO_DOTDOT_RULE: JsonDict = {"rule": "!self.split('/').exists(p, p == '..')", "message": "must not contain '..'"}
 
 
 class InstanceGroup(Model):
@@ -120,7 +122,7 @@ class MLJobSpec(Model):
     compute_pool: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool of every instance (single-pool form; excludes instanceGroups).")
     target_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description="Instances to start (default 1; with instanceGroups: the sum of the counts).")
     min_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description="Instances (head counted) that must be ready to start (default: targetInstances).")
-    instances_timeout_seconds: int = Field(720, ge=1, le=86400, description="Seconds to wait for minInstances before the job FAILS with InstancesUnavailable.")
+    instances_timeout_seconds: int = Field(naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS, ge=1, le=86400, description="Seconds to wait for minInstances before the job FAILS with InstancesUnavailable.")
     instance_groups: list[InstanceGroup] | None = Field(None, max_length=MAX_GROUPS, description="SageMaker-style instance groups (excludes computePool); the head is the first group's first instance.")
     channels: list[Channel] | None = Field(None, max_length=20, description="Input channels.")
     image: str | None = Field(None, max_length=512, description="Runtime image (default from the operator's configuration).")

@@ -4,14 +4,13 @@ endpoint by default. Argument parsing only."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import kopf
 
 from kubepool.controller import main as _registers_handlers  # noqa: F401  (import = registration)
-from kubepool.controller.config import ENV_PREFIX, OperatorConfig
-from kubepool.controller.logs import quiet_routine_logs
+from kubepool.controller.config import OperatorConfig
+from kubepool.controller.kopf_fence import quiet_routine_logs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,13 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     cfg = OperatorConfig.from_env()
     namespaces = ns.namespace or list(cfg.namespaces)
-    # The operator's configuration (read again at startup) must name the same namespaces as kopf.
-    os.environ[ENV_PREFIX + "NAMESPACES"] = ",".join(namespaces)
+    # The operator's configuration (handed to its startup in kopf's memo) names the same namespaces as kopf.
+    cfg = cfg.model_copy(update={"namespaces": tuple(namespaces)})
     liveness = ns.liveness or (f"http://{cfg.url_host}:{cfg.liveness_port}/healthz" if cfg.liveness_port else None)
     kopf.configure(verbose=ns.verbose)
     quiet_routine_logs()
     kopf.run(clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=liveness,
-             standalone=ns.standalone)
+             standalone=ns.standalone, memo=kopf.Memo(cfg=cfg))
     return 0
 
 

@@ -1,6 +1,7 @@
 """The operator's entry module for `kopf run -m kubepool.controller.main`: kopf settings (progress and
 diff-base in kubepool.dev annotations, peering, events, server-side label selectors) and the operator's
-state in memo. Handlers live in `handlers`."""
+state in memo. The configuration comes in kopf's memo (`memo.cfg`, set by `python -m kubepool.controller`;
+read from the environment only when kopf is started directly). Handlers live in `handlers`."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import asyncio
 import logging
 import os
 import random
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import kopf
 
 from kubepool import naming
-from kubepool.controller import fastjson, handlers, metrics, reconcile
+from kubepool.controller import handlers, metrics
 from kubepool.controller.config import OperatorConfig, resolve_placeholder_namespace
+from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json
 from kubepool.controller.state import OperatorState
+from kubepool.controller.view import INDEXES
+from kubepool.controller.wiring import new_operator
 from kubepool.kube.aio import Api
 from kubepool.kube.errors import KubeError
 
@@ -25,28 +28,6 @@ __all__ = ["handlers"]  # importing this module registers the handlers
 
 PEERING_NAME = "kubepool"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-# Kinds with change handlers (on.create/update/resume): only they need kopf's diff base. MLJobs have none
-# (handlers.reconcile_mljob watches events and tracks generations itself).
-CHANGE_HANDLED_KINDS = frozenset({naming.POOL_KIND})
-
-
-class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
-    """kopf builds a diff base for every event of every watched kind by deep-copying the whole body (status and
-    managedFields too, dropped right after): the largest CPU cost of a pod event. Kinds without change handlers
-    (pods, nodes) get none, and the others are copied without the parts the essence drops anyway."""
-
-    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
-        if body.get("kind") not in CHANGE_HANDLED_KINDS:
-            return cast(kopf.BodyEssence, None)  # kopf treats None as "no essence": no diff, no change cause
-        extra = list(extra_fields or ())
-        if all(tuple(f)[:1] not in (("metadata",), ("status",)) for f in extra):
-            meta = body.get("metadata") or {}
-            slim = {k: v for k, v in body.items() if k not in ("metadata", "status")}
-            slim["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
-            body = kopf.Body(cast(kopf.RawBody, slim))
-        return super().build(body=body, extra_fields=extra)
 
 
 @kopf.on.login()
@@ -66,9 +47,8 @@ def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo
     return kopf.login_with_kubeconfig(settings=settings, **kwargs)
 
 
-@kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    cfg = OperatorConfig.from_env()
+def apply_settings(settings: kopf.OperatorSettings) -> None:
+    """kopf's settings for kubepool (also applied by the fence test, which runs kopf's processing with them)."""
     # kopf's own bookkeeping stays in annotations under our prefix: the strict status schema would prune it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = LeanDiffBaseStorage(
@@ -90,19 +70,27 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     settings.watching.connect_timeout = 10
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
-    if not fastjson.install():
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
+    cfg: OperatorConfig = getattr(memo, "cfg", None) or OperatorConfig.from_env()
+    apply_settings(settings)
+    if not install_fast_json():
         logger.warning("kopf's watch decoding is not where kubepool expects it: watching with the standard json")
-    memo.op = OperatorState(cfg=cfg, api=Api())
     own = (SA_DIR / "namespace").read_text().strip() if (SA_DIR / "namespace").is_file() else None
-    memo.op.placeholder_namespace = resolve_placeholder_namespace(cfg, own)
-    if cfg.namespaces and memo.op.placeholder_namespace not in cfg.namespaces:
+    # kopf's indexes are live views, created before the startup handlers run: captured once, here.
+    op = new_operator(cfg, Api(), indexes={name: kwargs[name] for name in INDEXES},
+                      placeholder_namespace=resolve_placeholder_namespace(cfg, own))
+    memo.op = op
+    if cfg.namespaces and op.placeholder_namespace not in cfg.namespaces:
         logger.warning("placeholder namespace %r is not watched: warm capacity cannot follow its placeholders",
-                       memo.op.placeholder_namespace)
-    memo.op.recheck = asyncio.get_running_loop().create_task(reconcile.recheck_queue_forever(memo.op))
+                       op.placeholder_namespace)
+    op.queue.recheck = asyncio.get_running_loop().create_task(op.queue.recheck_forever())
     if not settings.peering.standalone:
         try:
             scope = () if settings.peering.clusterwide else cfg.namespaces
-            if not await memo.op.api.ensure_peering(PEERING_NAME, scope):
+            if not await op.api.ensure_peering(PEERING_NAME, scope):
                 logger.warning("kopf's peering CRDs are not installed: running without peering")
         except KubeError as e:  # e.g. RBAC allows patching the peering object but not creating it
             logger.warning("cannot create the peering object %r: %s", PEERING_NAME, e)
@@ -117,8 +105,5 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
 async def close(memo: kopf.Memo, **_: Any) -> None:
     op: OperatorState | None = getattr(memo, "op", None)
     if op is not None:
-        for handle in [*op.wakeups.values(), *op.suspend_timers.values()]:
-            handle.cancel()
-        if op.recheck is not None:
-            op.recheck.cancel()
+        op.close()
         await op.api.close()

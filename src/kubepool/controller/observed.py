@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubepool import naming
-from kubepool.api.kuberay import LABEL_INSTANCE_BASE, LABEL_REPLICA_INDEX
+from kubepool.api.kuberay import kuberay_instance_id
 
 SUCCEEDED, FAILED, PENDING, RUNNING = "Succeeded", "Failed", "Pending", "Running"
 
@@ -79,14 +79,12 @@ class PodView:
 
 
 def instance_id_of(labels: Mapping[str, str]) -> int:
-    """The pod backend labels each pod with its instance id. KubeRay names worker pods itself from one template
-    per group: the template's first instance id plus the pod's replica index (0.., lowest free first). -1: none."""
+    """The pod backend labels each pod with its instance id; a KubeRay worker's derives from its labels
+    (api.kuberay.kuberay_instance_id). -1: none."""
     if naming.LABEL_INSTANCE in labels:
         return int(labels[naming.LABEL_INSTANCE])
-    base, index = labels.get(LABEL_INSTANCE_BASE), labels.get(LABEL_REPLICA_INDEX)
-    if base is not None and index is not None and base.isdigit() and index.isdigit():
-        return int(base) + int(index)
-    return -1
+    kuberay = kuberay_instance_id(labels)
+    return -1 if kuberay is None else kuberay
 
 
 @dataclass(frozen=True)

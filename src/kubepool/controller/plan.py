@@ -5,14 +5,13 @@ due (so the operator sleeps instead of polling)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kubepool import naming
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
-from kubepool.api.kuberay import POD_FINALIZER
-from kubepool.controller import status as job_status
+from kubepool.controller import jobstatus as job_status
 from kubepool.controller.builders import JobRef, Obj, build_endpoint_slice, build_instance_pods
 from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
@@ -42,65 +41,121 @@ class Plan:
 
 def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[str, ComputePool], *,
              cfg: OperatorConfig, now: datetime, backend: Backend = Backend.PODS) -> Plan:
+    """The plan of one pass: the steps below, in order (an unfinished job's steps, or a finished job's)."""
     plan = Plan()
-    kuberay = backend is Backend.KUBERAY
-    finished = st.phase is not None and st.phase.finished
-    # A pod KubeRay deleted is held until its exit counted: a terminated pod of the running attempt is the
-    # outcome (the head's exit, a worker's release or failure); anything else has nothing left to tell.
-    plan.release_pods = [p for p in pods if p.deleting and POD_FINALIZER in p.finalizers
-                         and (finished or p.attempt != st.attempt or not p.terminated)]
+    ctx = _Context(job, st, pods, pools, cfg, now, backend is Backend.KUBERAY)
+    _release_held_pods(ctx, plan)
     if st.admitted_at is None or st.phase is None:
         return plan
-    spec = job.spec
-    live = [p for p in pods if not p.terminated and not p.deleting]
-    if not st.phase.finished:
-        plan.ensure_children = True
-        granted = len(st.instances)
-        # After a shrink (scale_cluster): pods past the grant go. Never below minInstances, and never the head:
-        # a grant that small is a stale or inconsistent view, and acting on it would kill a running job.
-        shrink_ok = granted >= max(1, spec.resolved_min())
-        beyond = [p for p in live if shrink_ok and p.attempt == st.attempt and p.instance_id >= granted]
-        if kuberay:
-            doomed: dict[str, list[str]] = {}
-            for p in beyond:
-                doomed.setdefault(p.group, []).append(p.name)
-            plan.apply_raycluster = build_raycluster(job, pools, granted=granted, attempt=st.attempt, cfg=cfg,
-                                                     workers_to_delete=doomed)
-        else:
-            have = {p.name for p in pods}
-            wanted = build_instance_pods(job, pools, granted=granted, attempt=st.attempt, cfg=cfg)
-            # The head first: workers are created once it holds a node. Created together, the scheduler may place
-            # the workers on the last free nodes of the pool and leave the head Pending, with every worker waiting
-            # for a head that never comes (minInstances < targetInstances on a pool short of nodes).
-            if not any(p.is_head and p.node and p.attempt == st.attempt and not p.deleting for p in pods):
-                wanted = [p for p in wanted if p["metadata"]["labels"].get(naming.LABEL_ROLE) == naming.ROLE_HEAD]
-            plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
-            plan.delete_pods = [p.name for p in beyond]
-        plan.delete_pods += [p.name for p in live if p.attempt != st.attempt]
-        plan.endpoint_slice = build_endpoint_slice(JobRef.of(job), [p for p in pods if p.attempt == st.attempt])
-        if st.phase is JobPhase.PENDING:
-            plan.wake(st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds))
-        since = job_status.first_admitted(st)
-        if spec.active_deadline_seconds and since:
-            plan.wake(since + timedelta(seconds=spec.active_deadline_seconds))
-        return plan
-    done_at = st.completion_time or now
-    if kuberay:
-        # KubeRay would recreate every pod that ends, the head included (and rerun the payload): the cluster
-        # goes as soon as the job is finished; its workers already had the head's word to leave.
-        plan.delete_raycluster = bool(pods)
-    elif st.reason in _REMOVE_AT_ONCE or st.phase is JobPhase.CANCELLED:
+    steps = _FINISHED if st.phase.finished else _UNFINISHED
+    for step in steps:
+        step(ctx, plan)
+    return plan
+
+
+@dataclass(frozen=True)
+class _Context:
+    job: MLJob
+    st: MLJobStatus
+    pods: Sequence[PodView]
+    pools: dict[str, ComputePool]
+    cfg: OperatorConfig
+    now: datetime
+    kuberay: bool
+
+    @property
+    def live(self) -> list[PodView]:
+        return [p for p in self.pods if not p.terminated and not p.deleting]
+
+    @property
+    def done_at(self) -> datetime:
+        return self.st.completion_time or self.now
+
+
+def _release_held_pods(c: _Context, plan: Plan) -> None:
+    """A pod KubeRay deleted is held until its exit counted: a terminated pod of the running attempt is the
+    outcome (the head's exit, a worker's release or failure); anything else has nothing left to tell."""
+    finished = c.st.phase is not None and c.st.phase.finished
+    plan.release_pods = [p for p in c.pods if p.deleting and naming.POD_FINALIZER in p.finalizers
+                         and (finished or p.attempt != c.st.attempt or not p.terminated)]
+
+
+def _shared_children(c: _Context, plan: Plan) -> None:
+    plan.ensure_children = True
+
+
+def _instances(c: _Context, plan: Plan) -> None:
+    """The granted instances: the RayCluster sized to them, or their pods. After a shrink (scale_cluster) the
+    pods past the grant go; never below minInstances, and never the head: a grant that small is a stale or
+    inconsistent view, and acting on it would kill a running job."""
+    st, pods = c.st, c.pods
+    granted = len(st.instances)
+    shrink_ok = granted >= max(1, c.job.spec.resolved_min())
+    beyond = [p for p in c.live if shrink_ok and p.attempt == st.attempt and p.instance_id >= granted]
+    if c.kuberay:
+        doomed: dict[str, list[str]] = {}
+        for p in beyond:
+            doomed.setdefault(p.group, []).append(p.name)
+        plan.apply_raycluster = build_raycluster(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg,
+                                                 workers_to_delete=doomed)
+        return
+    have = {p.name for p in pods}
+    wanted = build_instance_pods(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg)
+    # The head first: workers are created once it holds a node. Created together, the scheduler may place the
+    # workers on the last free nodes of the pool and leave the head Pending, with every worker waiting for a head
+    # that never comes (minInstances < targetInstances on a pool short of nodes).
+    if not any(p.is_head and p.node and p.attempt == st.attempt and not p.deleting for p in pods):
+        wanted = [p for p in wanted if p["metadata"]["labels"].get(naming.LABEL_ROLE) == naming.ROLE_HEAD]
+    plan.create_pods = [p for p in wanted if p["metadata"]["name"] not in have]
+    plan.delete_pods = [p.name for p in beyond]
+
+
+def _earlier_attempts(c: _Context, plan: Plan) -> None:
+    plan.delete_pods += [p.name for p in c.live if p.attempt != c.st.attempt]
+
+
+def _endpoints(c: _Context, plan: Plan) -> None:
+    plan.endpoint_slice = build_endpoint_slice(JobRef.of(c.job), [p for p in c.pods if p.attempt == c.st.attempt])
+
+
+def _deadlines(c: _Context, plan: Plan) -> None:
+    st, spec = c.st, c.job.spec
+    assert st.admitted_at is not None
+    if st.phase is JobPhase.PENDING:
+        plan.wake(st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds))
+    since = job_status.first_admitted(st)
+    if spec.active_deadline_seconds and since:
+        plan.wake(since + timedelta(seconds=spec.active_deadline_seconds))
+
+
+def _cleanup(c: _Context, plan: Plan) -> None:
+    """A finished job's instances go: KubeRay's cluster at once (KubeRay would recreate every pod that ends, the
+    head included, and rerun the payload; its workers already had the head's word to leave), pods at once after
+    failures that hold capacity for nothing, else after worker_grace_seconds (workers leave on their own)."""
+    live = c.live
+    if c.kuberay:
+        plan.delete_raycluster = bool(c.pods)
+    elif c.st.reason in _REMOVE_AT_ONCE or c.st.phase is JobPhase.CANCELLED:
         plan.delete_pods = [p.name for p in live]
     else:
-        grace_end = done_at + timedelta(seconds=cfg.worker_grace_seconds)
-        if now >= grace_end:
+        grace_end = c.done_at + timedelta(seconds=c.cfg.worker_grace_seconds)
+        if c.now >= grace_end:
             plan.delete_pods = [p.name for p in live]
         elif live:
             plan.wake(grace_end)
-    if spec.ttl_seconds_after_finished is not None:
-        expiry = done_at + timedelta(seconds=spec.ttl_seconds_after_finished)
-        if now >= expiry:
-            plan.delete_job = True
-        else:
-            plan.wake(expiry)
-    return plan
+
+
+def _ttl(c: _Context, plan: Plan) -> None:
+    ttl = c.job.spec.ttl_seconds_after_finished
+    if ttl is None:
+        return
+    expiry = c.done_at + timedelta(seconds=ttl)
+    if c.now >= expiry:
+        plan.delete_job = True
+    else:
+        plan.wake(expiry)
+
+
+_UNFINISHED: tuple[Callable[[_Context, Plan], None], ...] = (
+    _shared_children, _instances, _earlier_attempts, _endpoints, _deadlines)
+_FINISHED: tuple[Callable[[_Context, Plan], None], ...] = (_cleanup, _ttl)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from kubepool import naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
 from kubepool.jobs.job import MLJob
@@ -134,7 +135,7 @@ def remote(
     pip_requirements: Sequence[str] | None = None,
     name: str | None = None,
     namespace: str | None = None,
-    instances_timeout: int = 720,
+    instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
     **kwargs: Any,
 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]:

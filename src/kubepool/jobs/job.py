@@ -12,7 +12,7 @@ from lightkube.resources.core_v1 import Pod
 
 from kubepool import api, naming
 from kubepool.api import InstanceStatus, JobPhase
-from kubepool.api.kuberay import LABEL_INSTANCE_BASE, LABEL_REPLICA_INDEX
+from kubepool.api.kuberay import kuberay_instance_id
 from kubepool.jobs.results import find_result, user_lines
 from kubepool.kube.errors import KubeError, NotFound
 from kubepool.kube.sync import Kube
@@ -30,14 +30,6 @@ def parse_job_id(job_id: str, default_namespace: str) -> tuple[str, str]:
     if not name or (sep and not namespace):
         raise ValueError(f"invalid job id {job_id!r}: use NAME or NAMESPACE/NAME")
     return (namespace if sep else default_namespace), name
-
-
-def _kuberay_instance_id(pod: Pod) -> int | None:
-    """A KubeRay worker's instance id: its template's first id plus the pod's replica index (as the operator
-    maps it); None for any other pod."""
-    labels = (pod.metadata.labels if pod.metadata else None) or {}
-    base, index = labels.get(LABEL_INSTANCE_BASE, ""), labels.get(LABEL_REPLICA_INDEX, "")
-    return int(base) + int(index) if base.isdigit() and index.isdigit() else None
 
 
 def _phase(obj: api.MLJob) -> str:
@@ -198,7 +190,7 @@ class MLJob:
                                    self._namespace)
         if not pods:  # KubeRay names worker pods from one template per group: base id + replica index
             pods = [p for p in self.kube.list_pods({naming.LABEL_JOB: self._name}, self._namespace)
-                    if _kuberay_instance_id(p) == instance_id]
+                    if kuberay_instance_id((p.metadata.labels if p.metadata else None) or {}) == instance_id]
         if not pods:
             target = self.target_instances
             if not 0 <= instance_id < target:

@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kubepool import api
+from kubepool import api, naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
 from kubepool.jobs.job import MLJob, parse_job_id
-from kubepool.jobs.payload import PayloadFile, directory_payload, file_payload, pack
+from kubepool.jobs.payload import PayloadFile, configmap, directory_payload, file_payload, pack
 from kubepool.jobs.spec import build_mljob, check_instances, generate_name
 from kubepool.kube.errors import Forbidden, KubeError, NotFound
 from kubepool.kube.sync import Kube
@@ -97,7 +97,7 @@ def submit(kube: Kube, job: api.MLJob, files: Sequence[PayloadFile]) -> MLJob:
     created = kube.create_job(job, namespace)
     if payload is not None:
         try:
-            kube.create_configmap(payload.configmap(name, namespace, created.metadata["uid"]), namespace)
+            kube.create_configmap(configmap(payload, name, namespace, created.metadata["uid"]), namespace)
         except KubeError:
             kube.delete_job(name, namespace)  # a job without its code could only fail
             raise
@@ -120,7 +120,7 @@ def submit_file(
     pip_requirements: Sequence[str] | None = None,
     name: str | None = None,
     namespace: str | None = None,
-    instances_timeout: int = 720,
+    instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
     parallel: bool = False,
     **kwargs: Any,
@@ -174,7 +174,7 @@ def submit_directory(
     pip_requirements: Sequence[str] | None = None,
     name: str | None = None,
     namespace: str | None = None,
-    instances_timeout: int = 720,
+    instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
     parallel: bool = False,
     **kwargs: Any,

@@ -71,7 +71,7 @@ def build_mljob(
     args: Sequence[Any] = (),
     env_vars: Mapping[str, Any] | None = None,
     pip_requirements: Sequence[str] | None = None,
-    instances_timeout: int = 720,
+    instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
     mode: RunMode = RunMode.HEAD,
     with_payload: bool = True,

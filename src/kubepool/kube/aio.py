@@ -21,6 +21,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
 from kubepool import naming
 from kubepool.kube.errors import NotFound, Unreachable, status_error, translate
+from kubepool.kube.lightkube_fence import async_http
 
 Obj = dict[str, Any]
 # Requests in flight at once, all calls together: below the HTTP client's keep-alive pool (20), so a burst
@@ -81,7 +82,7 @@ class Api:
     def __init__(self, client: AsyncClient | None = None, http: Http | None = None) -> None:
         self._client = client or AsyncClient(field_manager=naming.FIELD_MANAGER)
         # lightkube's own HTTP client: its kubeconfig or in-cluster credentials, TLS and base URL.
-        self._http: Http = http if http is not None else self._client._client._client  # type: ignore[attr-defined]
+        self._http: Http = http if http is not None else async_http(self._client)
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._bulk = asyncio.Semaphore(MAX_BULK_IN_FLIGHT)
 

@@ -17,13 +17,13 @@ import httpx2
 from lightkube import ApiError, Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ConfigError
-from lightkube.core.generic_client import WatchDriver
 from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
 from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import CascadeType, PatchType
 
 from kubepool.api import ComputePool, MLJob
 from kubepool.kube.errors import Unreachable, translate
+from kubepool.kube.lightkube_fence import watch_window
 from kubepool.kube.resources import ComputePoolResource, MLJobResource
 
 T = TypeVar("T")
@@ -128,23 +128,7 @@ class Kube:
 
     def _watch_window(self, res: Any, namespace: str, params: dict[str, str], resource_version: str | None,
                       seconds: int) -> Iterator[tuple[str, Any]]:
-        # lightkube's public `watch` reconnects forever without yielding, so a caller's deadline could not be
-        # kept with it; one request that the server closes after `seconds` can.
-        gc = self.client._client
-        br = gc.prepare_request("list", res=res, namespace=namespace, watch=True,
-                                params={**params, "timeoutSeconds": seconds, "resourceVersion": resource_version})
-        br.timeout = httpx2.Timeout(10.0, read=seconds + 10.0)
-        resp = gc.send(gc.build_adapter_request(br), stream=True)
-        try:
-            if resp.is_error:
-                resp.read()
-            gc.raise_for_status(resp)
-            driver = WatchDriver(br, gc.build_adapter_request)
-            for line in resp.iter_lines():
-                if line.strip():
-                    yield driver.process_one_line(line)
-        finally:
-            resp.close()
+        return watch_window(self.client, res, namespace, {**params, "resourceVersion": resource_version}, seconds)
 
     # --- ComputePool ---------------------------------------------------------------------------------
     def get_pool(self, name: str) -> ComputePool:
@@ -162,10 +146,6 @@ class Kube:
     def list_pods(self, labels: Mapping[str, str], namespace: str | None = None) -> list[Pod]:
         ns = self._ns(namespace)
         return _call(f"list pods in {ns}", lambda: list(self.client.list(Pod, namespace=ns, labels=dict(labels))))
-
-    def get_pod(self, name: str, namespace: str | None = None) -> Pod:
-        ns = self._ns(namespace)
-        return _call(f"pod {ns}/{name}", lambda: self.client.get(Pod, name, namespace=ns))
 
     def pod_log(self, name: str, *, container: str | None = None, tail_lines: int | None = None,
                 follow: bool = False, namespace: str | None = None) -> Iterator[str]:

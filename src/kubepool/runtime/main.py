@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from kubepool import naming
+from kubepool import payload_format as payload
 from kubepool.contract import (
     DEFAULT_BASE_DIR,
     DEFAULT_HEAD_LOST_TIMEOUT_SECONDS,
@@ -39,7 +40,6 @@ from kubepool.contract import (
     load_contract,
     resolve_replica_index,
 )
-from kubepool.jobs import payload
 from kubepool.runtime import channels, hosts, ray_node, result, sagemaker, shutdown, snowflake
 
 LEAVE_ACK_SECONDS = 15.0  # Snowflake's signal_workers --wait-time
@@ -72,7 +72,7 @@ def fail(msg: str, env: Mapping[str, str], code: int = 1) -> int:
 
 
 def unpack_payload(mounted: Path, env: Mapping[str, str]) -> Path:
-    """The SDK ships code as a flat ConfigMap plus a manifest (`kubepool.jobs.payload`): rebuild its tree in
+    """The SDK ships code as a flat ConfigMap plus a manifest (`kubepool.payload_format`): rebuild its tree in
     SageMaker's code dir, which is writable. Code without a manifest (a PVC, the image) runs where it is."""
     if not (mounted / payload.MANIFEST_KEY).is_file():
         return mounted

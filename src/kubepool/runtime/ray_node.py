@@ -19,11 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubepool import naming
+from kubepool import contract, naming
 from kubepool.contract import ENV_RAY_AUTH_MODE, ENV_RAY_AUTH_TOKEN, InstanceIdentity, JobContract
 
 AUTH_TOKEN, AUTH_DISABLED = "token", "disabled"
-READY_FILE = "ray_current_cluster"  # `ray start` writes it into --temp-dir once the node is up
 STOP_GRACE_SECONDS = 15.0
 GIVE_UP_CHECK_SECONDS = 2.0
 GCS_POLL_SECONDS = 0.25  # a worker waiting for the head's GCS (one TCP connect per look)
@@ -145,7 +144,7 @@ class RayNode:
 
     def start(self) -> None:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
-        (self.temp_dir / READY_FILE).unlink(missing_ok=True)
+        (self.temp_dir / contract.RAY_READY_FILE).unlink(missing_ok=True)
         # Its own process group, so `stop` can remove everything this node started.
         self.proc = subprocess.Popen([ray_executable(), *self.argv], env=self.env, start_new_session=True)
 
@@ -156,7 +155,7 @@ class RayNode:
         """True once the node is up; False if `ray start` exited, the deadline passed or `give_up` said so."""
         next_check = time.monotonic() + GIVE_UP_CHECK_SECONDS
         while time.monotonic() < deadline:
-            if (self.temp_dir / READY_FILE).exists():
+            if (self.temp_dir / contract.RAY_READY_FILE).exists():
                 return True
             if not self.alive():
                 return False

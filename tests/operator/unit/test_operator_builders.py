@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-from operator_factories import gpu_pool, job, pool
 
 from kubepool import contract, naming
 from kubepool.controller.builders import (
@@ -23,6 +22,7 @@ from kubepool.controller.builders import (
 from kubepool.controller.builders.common import local_port_shift
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
 from kubepool.controller.observed import PodView
+from support.factories import gpu_pool, job, pool
 
 CFG = OperatorConfig(default_image="img:1")
 NODE_LOST = [{"key": t, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}

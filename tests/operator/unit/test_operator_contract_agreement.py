@@ -4,7 +4,6 @@ each pod the right identity (group, rank, head)."""
 from __future__ import annotations
 
 import pytest
-from operator_factories import gpu_pool, job, pool
 
 from kubepool import contract, naming
 from kubepool.controller.builders import (
@@ -14,6 +13,7 @@ from kubepool.controller.builders import (
     build_job_contract,
 )
 from kubepool.controller.config import OperatorConfig
+from support.factories import gpu_pool, job, pool
 
 POOLS = {"cpu": pool(), "gpu": gpu_pool()}
 HETERO = {"instanceGroups": [{"name": "instance_group_1", "computePool": "cpu", "instanceCount": 2},

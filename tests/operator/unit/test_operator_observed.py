@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from operator_factories import T0
 
 from kubepool import naming
 from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
 from kubepool.controller.observed import NodeView, PodView
-from kubepool.controller.status import status_patch
+from support.factories import T0
 
 
 def raw_pod(phase: str, **status: Any) -> dict[str, Any]:
@@ -49,7 +48,7 @@ def test_status_patch_removes_fields_the_new_status_lacks() -> None:
     old = MLJobStatus(phase=JobPhase.PENDING, reason="Queued", message="waiting", admitted_at=T0)
     new = MLJobStatus(phase=JobPhase.PENDING, admitted_at=T0)
     assert old.reason is not None
-    patch = status_patch(new)
+    patch = new.merge_patch()
     assert patch["reason"] is None and patch["message"] is None and patch["phase"] == "PENDING"
-    pool = status_patch(ComputePoolStatus(ready_nodes=2))
+    pool = ComputePoolStatus(ready_nodes=2).merge_patch()
     assert pool["idleSince"] is None and pool["readyNodes"] == 2  # a busy pool's idleSince is removed

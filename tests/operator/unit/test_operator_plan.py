@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from operator_factories import T0, at, job, pod, pool, with_status
 
 from kubepool.api import JobPhase, MLJob
 from kubepool.controller.admission import Decision
 from kubepool.controller.config import OperatorConfig
+from kubepool.controller.jobstatus import Observed, compute_job_status
 from kubepool.controller.observed import PodView
 from kubepool.controller.plan import plan_job
-from kubepool.controller.status import Observed, compute_job_status
+from support.factories import T0, at, job, pod, pool, with_status
 
 CFG = OperatorConfig(worker_grace_seconds=30)
 POOLS = {"cpu": pool()}

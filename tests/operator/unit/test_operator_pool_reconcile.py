@@ -1,60 +1,29 @@
-"""A pool's status pass with an in-memory stand-in for kubepool.kube.aio.Api: placeholders created (after
+"""A pool's status pass (poolreconcile) with an in-memory stand-in for kubepool.kube.aio.Api: placeholders created (after
 their PriorityClass), deleted when instances take the warm nodes, when the pool suspends or when they were
 built from an older spec; the auto-suspend wake-up scheduled from idleSince."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
-
-from operator_factories import job, pool
+from typing import Any
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob
-from kubepool.controller import reconcile
 from kubepool.controller.builders.placeholders import build_placeholder_pod
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PlaceholderView
+from kubepool.controller.poolreconcile import reconcile_pool
 from kubepool.controller.state import OperatorState
-from kubepool.kube.aio import Api
-
-
-class FakeApi:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.created: dict[tuple[str, str], dict[str, Any]] = {}
-        self.pool_status: dict[str, Any] = {}
-
-    async def create_if_absent(self, obj: dict[str, Any]) -> bool:
-        key = (obj["kind"], obj["metadata"]["name"])
-        self.calls.append(("create", f"{obj['kind']}/{obj['metadata']['name']}"))
-        if key in self.created:
-            return False
-        self.created[key] = obj
-        return True
-
-    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
-        self.calls.append(("delete", f"{namespace}/{name}"))
-
-    async def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
-        self.calls.append(("pool-status", name))
-        self.pool_status = status
-
-
-def wire(obj: ComputePool | MLJob) -> dict[str, Any]:
-    return obj.model_dump(mode="json", by_alias=True, exclude_none=True)
+from kubepool.controller.view import JOB_INDEX
+from support.factories import job, pool
+from support.fake_api import FakeApi
+from support.operator import operator_state, wire
 
 
 def state(p: ComputePool, jobs: list[MLJob] | None = None, placeholders: list[PlaceholderView] | None = None,
           cfg: OperatorConfig | None = None) -> tuple[OperatorState, FakeApi]:
-    api = FakeApi()
-    op = OperatorState(cfg=cfg or OperatorConfig(), api=cast(Api, api), placeholder_namespace="ops")
-    op.indexes = {
-        "mljob_index": {("ns", j.metadata["name"]): [wire(j)] for j in jobs or []},
-        "pool_index": {"cpu": [wire(p)]},
-        "placeholder_index": {"cpu": list(placeholders or [])},
-        "node_index": {},
-    }
+    op, api, _ = operator_state(jobs or [], [p], placeholders={"cpu": list(placeholders or [])}, cfg=cfg,
+                                placeholder_namespace="ops")
     return op, api
 
 
@@ -80,21 +49,21 @@ def admitted_job(instances: int) -> MLJob:
 
 async def test_placeholders_follow_the_priority_class_and_the_status_is_written_first() -> None:
     op, api = state(warm_pool())
-    await reconcile.reconcile_pool(op, "cpu")
+    await reconcile_pool(op, "cpu")
     assert api.calls == [("pool-status", "cpu"), ("create", "PriorityClass/kubepool-placeholder"),
                          ("create", "Pod/kubepool-warm-cpu-0"), ("create", "Pod/kubepool-warm-cpu-1")]
-    assert all(o["metadata"].get("namespace") == "ops" for (kind, _), o in api.created.items() if kind == "Pod")
+    assert all(o["metadata"].get("namespace") == "ops" for (kind, _), o in api.objects.items() if kind == "Pod")
     assert api.pool_status["warmInstances"] == 0 and api.pool_status["idleSince"]
     # A second pass before the watch shows them creates nothing again (and writes no unchanged status).
     api.calls.clear()
-    await reconcile.reconcile_pool(op, "cpu")
+    await reconcile_pool(op, "cpu")
     assert api.calls == []
 
 
 async def test_instances_in_use_release_the_placeholders_they_replace() -> None:
     p = warm_pool()
     op, api = state(p, jobs=[admitted_job(1)], placeholders=[view(p, 0), view(p, 1)])
-    await reconcile.reconcile_pool(op, "cpu")
+    await reconcile_pool(op, "cpu")
     assert ("delete", "ops/kubepool-warm-cpu-1") in api.calls and ("delete", "ops/kubepool-warm-cpu-0") not in api.calls
     assert api.pool_status["instancesInUse"] == 1 and api.pool_status["warmInstances"] == 2
     assert api.pool_status["idleSince"] is None  # busy: removed from the stored status
@@ -103,7 +72,7 @@ async def test_instances_in_use_release_the_placeholders_they_replace() -> None:
 async def test_a_suspended_pool_drops_its_placeholders() -> None:
     p = warm_pool(suspend=True)
     op, api = state(p, placeholders=[view(p, 0), view(p, 1)])
-    await reconcile.reconcile_pool(op, "cpu")
+    await reconcile_pool(op, "cpu")
     assert {c for c in api.calls if c[0] == "delete"} == {("delete", "ops/kubepool-warm-cpu-0"),
                                                           ("delete", "ops/kubepool-warm-cpu-1")}
     assert api.pool_status["phase"] == "SUSPENDED"
@@ -112,21 +81,21 @@ async def test_a_suspended_pool_drops_its_placeholders() -> None:
 async def test_a_placeholder_of_an_older_spec_is_replaced() -> None:
     p = warm_pool()
     op, api = state(p, placeholders=[view(p, 0), view(p, 1, spec_hash="old")])
-    await reconcile.reconcile_pool(op, "cpu")
+    await reconcile_pool(op, "cpu")
     assert [c for c in api.calls if c[0] in ("delete", "create")] == [("delete", "ops/kubepool-warm-cpu-1")]
 
 
 async def test_warm_capacity_off_creates_nothing() -> None:
     op, api = state(warm_pool(), cfg=OperatorConfig(warm_capacity=False))
-    await reconcile.reconcile_pool(op, "cpu")
+    await reconcile_pool(op, "cpu")
     assert api.calls == [("pool-status", "cpu")]
 
 
 async def test_the_auto_suspend_wake_up_is_scheduled_only_while_idle() -> None:
     op, api = state(warm_pool(autoSuspendSeconds=600))
-    await reconcile.reconcile_pool(op, "cpu")
-    handle = op.suspend_timers["cpu"]
+    await reconcile_pool(op, "cpu")
+    handle = op.pool_memo.suspend_timers["cpu"]
     assert 500 < handle.when() - asyncio.get_running_loop().time() <= 601
-    op.indexes["mljob_index"] = {("ns", "train"): [wire(admitted_job(1))]}
-    await reconcile.reconcile_pool(op, "cpu")
-    assert "cpu" not in op.suspend_timers and handle.cancelled()
+    op.view.indexes[JOB_INDEX] = {("ns", "train"): [wire(admitted_job(1))]}
+    await reconcile_pool(op, "cpu")
+    assert "cpu" not in op.pool_memo.suspend_timers and handle.cancelled()

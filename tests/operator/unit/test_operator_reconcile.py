@@ -1,104 +1,54 @@
-"""The reconcile orchestration with an in-memory stand-in for kubepool.kube.aio.Api (the handler tier: no
-cluster). Checks ordering (status persisted before children), idempotency and queue progression."""
+"""A job's pass (jobreconcile), the work queue and the status writer, wired as in production over an in-memory
+stand-in for kubepool.kube.aio.Api (no cluster). Checks ordering (status persisted before children),
+idempotency and queue progression."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
-from operator_factories import job, pod, pool
-
 from kubepool.api import MLJob
-from kubepool.controller import reconcile
-from kubepool.controller.config import OperatorConfig
+from kubepool.controller import statuswriter, view, workqueue
+from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.observed import PodView
 from kubepool.controller.state import OperatorState
-from kubepool.kube.aio import Api
-
-
-class RecordingApi:
-    """Keeps what the operator wrote, in order; objects are keyed by (kind, name)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.statuses: dict[str, dict[str, Any]] = {}
-
-    async def apply(self, obj: dict[str, Any]) -> None:
-        self.calls.append(("apply", obj["kind"]))
-        self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
-
-    async def create_if_absent(self, obj: dict[str, Any]) -> bool:
-        key = (obj["kind"], obj["metadata"]["name"])
-        self.calls.append(("create", obj["kind"]))
-        if key in self.objects:
-            return False
-        self.objects[key] = obj
-        return True
-
-    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
-        self.calls.append(("delete", name))
-        self.objects.pop(("Pod", name), None)
-
-    async def delete_job(self, namespace: str, name: str) -> None:
-        self.calls.append(("delete-job", name))
-
-    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.calls.append(("status", name))
-        self.statuses[name] = status
-
-    async def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
-        self.calls.append(("pool-status", name))
-
-    async def crd_exists(self, name: str) -> bool:
-        return False
-
-    def pods(self) -> list[str]:
-        return sorted(name for kind, name in self.objects if kind == "Pod")
+from support.factories import job, pod, pool
+from support.fake_api import FakeApi
+from support.operator import operator_state
 
 
 def state(jobs: list[MLJob], pods: list[PodView] | None = None,
-          max_nodes: int = 3) -> tuple[OperatorState, RecordingApi, list[str]]:
-    api = RecordingApi()
-    events: list[str] = []
-    op = OperatorState(cfg=OperatorConfig(), api=cast(Api, api),
-                       post_event=lambda body, *, type, reason, message: events.append(reason))
-    op.indexes = {
-        "mljob_index": {("ns", j.metadata["name"]): [j.model_dump(mode="json", by_alias=True, exclude_none=True)] for j in jobs},
-        "pod_index": {("ns", "train"): list(pods or [])},
-        "pool_index": {"cpu": [pool(max_nodes=max_nodes).model_dump(mode="json", by_alias=True, exclude_none=True)]},
-        "node_index": {},
-    }
-    return op, api, events
+          max_nodes: int = 3) -> tuple[OperatorState, FakeApi, list[str]]:
+    return operator_state(jobs, [pool(max_nodes=max_nodes)], {("ns", "train"): list(pods or [])})
 
 
 async def test_status_is_persisted_before_children_and_passes_are_idempotent() -> None:
     op, api, events = state([job(targetInstances=2)])
-    await reconcile.reconcile_job(op, ("ns", "train"))
+    await reconcile_job(op, ("ns", "train"))
     assert api.calls[0] == ("status", "train"), "admission is written before anything is created"
     assert api.statuses["train"]["phase"] == "PENDING" and len(api.statuses["train"]["instances"]) == 2
     assert api.pods() == ["train-homogeneouscluster-0"], "the head first; its workers once it holds a node"
     assert {k for k, _ in api.objects} >= {"ConfigMap", "Service", "NetworkPolicy", "Secret", "Role"}
     assert events == ["WaitingForInstances"]
-    op.indexes["pod_index"][("ns", "train")] = [pod(0, ready=False)]  # holds a node, not yet ready
-    await reconcile.reconcile_job(op, ("ns", "train"))
+    op.view.indexes[view.POD_INDEX][("ns", "train")] = [pod(0, ready=False)]  # holds a node, not yet ready
+    await reconcile_job(op, ("ns", "train"))
     assert api.pods() == ["train-homogeneouscluster-0", "train-homogeneouscluster-1"]
     api.calls.clear()
-    await reconcile.reconcile_job(op, ("ns", "train"))
+    await reconcile_job(op, ("ns", "train"))
     assert ("status", "train") not in api.calls, "an unchanged status is not written again"
     assert api.pods() == ["train-homogeneouscluster-0", "train-homogeneouscluster-1"]
-    assert not [c for c in api.calls if c[0] == "apply"], "children are applied once per attempt"
+    assert not api.count("apply"), "children are applied once per attempt"
 
 
 async def test_done_frees_capacity_for_the_queued_job() -> None:
     first = job("train", targetInstances=1, created="2026-01-01T12:00:00Z")
     second = job("next", targetInstances=1, created="2026-01-01T12:00:05Z")
     op, api, events = state([first, second], max_nodes=1)
-    await reconcile.reconcile_job(op, ("ns", "train"))
-    await reconcile.reconcile_job(op, ("ns", "next"))
+    await reconcile_job(op, ("ns", "train"))
+    await reconcile_job(op, ("ns", "next"))
     assert api.statuses["next"]["reason"] == "Queued" and api.pods() == ["train-homogeneouscluster-0"]
-    op.indexes["pod_index"][("ns", "train")] = [pod(0, "Succeeded", False)]
-    await reconcile.reconcile_job(op, ("ns", "train"))
+    op.view.indexes[view.POD_INDEX][("ns", "train")] = [pod(0, "Succeeded", False)]
+    await reconcile_job(op, ("ns", "train"))
     assert api.statuses["train"]["phase"] == "DONE" and "Completed" in events
     await asyncio.sleep(0.05)  # the queued job's pass runs in the background
     assert api.statuses["next"]["phase"] == "PENDING" and "admittedAt" in api.statuses["next"]
@@ -111,14 +61,14 @@ async def test_admission_wakes_the_queue_even_when_creating_children_fails() -> 
     older = job("job-12", targetInstances=1, created="2026-01-01T12:00:00Z")  # same second: "job-12" < "job-2"
     younger = job("job-2", targetInstances=1, created="2026-01-01T12:00:00Z")
     op, api, _ = state([older, younger], max_nodes=2)
-    await reconcile.reconcile_job(op, ("ns", "job-2"))
+    await reconcile_job(op, ("ns", "job-2"))
     assert api.statuses["job-2"]["reason"] == "Queued"
 
     async def refuse(obj: dict[str, Any]) -> None:
         raise RuntimeError("apply refused")
     api.apply = refuse  # type: ignore[method-assign]
     try:
-        await reconcile.reconcile_job(op, ("ns", "job-12"))
+        await reconcile_job(op, ("ns", "job-12"))
     except RuntimeError:
         pass
     assert "admittedAt" in api.statuses["job-12"]
@@ -129,8 +79,8 @@ async def test_admission_wakes_the_queue_even_when_creating_children_fails() -> 
 async def test_periodic_recheck_admits_a_stranded_job(monkeypatch: Any) -> None:
     """The safety net: a waiting job nobody wakes is re-decided within QUEUE_RECHECK_SECONDS."""
     op, api, _ = state([job("train", targetInstances=1)], max_nodes=1)
-    monkeypatch.setattr(reconcile, "QUEUE_RECHECK_SECONDS", 0.01)
-    task = asyncio.ensure_future(reconcile.recheck_queue_forever(op))
+    monkeypatch.setattr(workqueue, "QUEUE_RECHECK_SECONDS", 0.01)
+    task = asyncio.ensure_future(op.queue.recheck_forever())
     await asyncio.sleep(0.1)
     task.cancel()
     assert "admittedAt" in api.statuses["train"]
@@ -138,22 +88,22 @@ async def test_periodic_recheck_admits_a_stranded_job(monkeypatch: Any) -> None:
 
 async def test_pool_refreshes_are_coalesced(monkeypatch: Any) -> None:
     op, api, _ = state([])
-    monkeypatch.setattr(reconcile, "POOL_REFRESH_SECONDS", 0.01)
+    monkeypatch.setattr(workqueue, "POOL_REFRESH_SECONDS", 0.01)
     for _ in range(5):
-        reconcile.refresh_pools(op, ["cpu", "cpu"])
+        op.queue.refresh_pools(["cpu", "cpu"])
     await asyncio.sleep(0.1)
-    assert api.calls == [("pool-status", "cpu")] and not op.pools_due
+    assert api.calls == [("pool-status", "cpu")] and not op.queue.pools_due
 
 
 async def test_created_pods_are_not_created_again_before_the_watch_shows_them() -> None:
     op, api, _ = state([job(targetInstances=2)])
-    await reconcile.reconcile_job(op, ("ns", "train"))
-    await reconcile.reconcile_job(op, ("ns", "train"))  # the pod watch has not caught up
-    assert api.calls.count(("create", "Pod")) == 1  # the head (its workers wait for it to hold a node)
-    for expected in op.created_pods.values():  # expired: a create that never showed up is retried
+    await reconcile_job(op, ("ns", "train"))
+    await reconcile_job(op, ("ns", "train"))  # the pod watch has not caught up
+    assert api.count("create", "Pod") == 1  # the head (its workers wait for it to hold a node)
+    for expected in op.children.created_pods.values():  # expired: a create that never showed up is retried
         expected.update(dict.fromkeys(expected, 0.0))
-    await reconcile.reconcile_job(op, ("ns", "train"))
-    assert api.calls.count(("create", "Pod")) == 2
+    await reconcile_job(op, ("ns", "train"))
+    assert api.count("create", "Pod") == 2
 
 
 async def test_admissions_in_flight_never_share_capacity() -> None:
@@ -170,10 +120,10 @@ async def test_admissions_in_flight_never_share_capacity() -> None:
             await release.wait()
         await written(namespace, name, status)
     api.patch_job_status = slow  # type: ignore[method-assign]
-    pending = asyncio.ensure_future(reconcile.reconcile_job(op, ("ns", "first")))
+    pending = asyncio.ensure_future(reconcile_job(op, ("ns", "first")))
     await asyncio.sleep(0.01)
     assert "first" not in api.statuses, "the first admission is still being written"
-    await asyncio.wait_for(reconcile.reconcile_job(op, ("ns", "second")), 5)  # not behind the first's write
+    await asyncio.wait_for(reconcile_job(op, ("ns", "second")), 5)  # not behind the first's write
     assert api.statuses["second"]["reason"] == "Queued"
     release.set()
     await pending
@@ -185,22 +135,22 @@ async def test_admissions_in_flight_never_share_capacity() -> None:
     op, api, _ = state([third], max_nodes=1)
     api.patch_job_status = refuse  # type: ignore[method-assign]
     try:
-        await reconcile.reconcile_job(op, ("ns", "third"))
+        await reconcile_job(op, ("ns", "third"))
     except RuntimeError:
         pass
-    assert "uid-third" not in op.written and [c.granted for c in op.claims()] == [0]
+    assert "uid-third" not in op.status.written and [c.granted for c in op.view.claims()] == [0]
 
 
 async def test_a_burst_of_pod_events_costs_one_pass() -> None:
     op, api, _ = state([job(targetInstances=2)])
-    await reconcile.reconcile_job(op, ("ns", "train"))
+    await reconcile_job(op, ("ns", "train"))
     passes = len(api.calls)
-    op.indexes["pod_index"][("ns", "train")] = [pod(0, "Running", True), pod(1, "Running", True)]
+    op.view.indexes[view.POD_INDEX][("ns", "train")] = [pod(0, "Running", True), pod(1, "Running", True)]
     for _ in range(4):
-        reconcile.spawn_job(op, ("ns", "train"), delay=0.01)
-    assert op.pending == {("ns", "train")}
+        op.queue.spawn(("ns", "train"), delay=0.01)
+    assert op.queue.pending == {("ns", "train")}
     await asyncio.sleep(0.1)
-    assert api.calls[passes:] == [("status", "train")] and not op.pending
+    assert api.calls[passes:] == [("status", "train")] and not op.queue.pending
 
 
 async def test_job_events_trigger_a_pass_on_new_jobs_spec_changes_and_deletion_only() -> None:
@@ -211,12 +161,12 @@ async def test_job_events_trigger_a_pass_on_new_jobs_spec_changes_and_deletion_o
     from kubepool.controller import handlers
     op, api, _ = state([job(targetInstances=1)])
     memo = cast(kopf.Memo, SimpleNamespace(op=op))
-    body = dict(op.indexes["mljob_index"][("ns", "train")][0])
+    body = dict(op.view.indexes[view.JOB_INDEX][("ns", "train")][0])
 
     async def event(kind: str | None, **meta: Any) -> bool:
         b = {**body, "metadata": {**body["metadata"], **meta}}
         await handlers.reconcile_mljob(event={"type": kind, "object": b}, body=kopf.Body(b), memo=memo)
-        triggered = ("ns", "train") in op.pending
+        triggered = ("ns", "train") in op.queue.pending
         await asyncio.sleep(0.02)  # let the pass run
         return triggered
 
@@ -224,29 +174,29 @@ async def test_job_events_trigger_a_pass_on_new_jobs_spec_changes_and_deletion_o
     assert not await event("MODIFIED", resourceVersion="2"), "a status write: same generation"
     assert await event("MODIFIED", generation=2), "the spec changed"
     assert await event("MODIFIED", generation=2, deletionTimestamp="2026-01-01T13:00:00Z")
-    del op.indexes["mljob_index"][("ns", "train")]  # kopf updates its indexes before the handlers
-    assert not await event("DELETED", generation=2) and ("ns", "train") not in op.seen_jobs
-    op.indexes["mljob_index"][("ns", "train")] = [body]
+    del op.view.indexes[view.JOB_INDEX][("ns", "train")]  # kopf updates its indexes before the handlers
+    assert not await event("DELETED", generation=2) and ("ns", "train") not in op.view.seen_jobs
+    op.view.indexes[view.JOB_INDEX][("ns", "train")] = [body]
     assert await event("ADDED", uid="uid-again"), "a new job of the same name"
 
 
 async def test_instance_details_are_written_together_and_transitions_at_once(monkeypatch: Any) -> None:
-    monkeypatch.setattr(reconcile, "STATUS_FLUSH_SECONDS", 0.05)
+    monkeypatch.setattr(statuswriter, "STATUS_FLUSH_SECONDS", 0.05)
     op, api, _ = state([job(targetInstances=2)])
     key = ("ns", "train")
-    await reconcile.reconcile_job(op, key)
+    await reconcile_job(op, key)
     assert api.calls.count(("status", "train")) == 1  # admitted: at once
-    op.indexes["pod_index"][key] = [pod(0, "Pending", False), pod(1, "Pending", False)]
-    await reconcile.reconcile_job(op, key)
-    op.indexes["pod_index"][key] = [pod(0, "Running", True), pod(1, "Pending", False)]
-    await reconcile.reconcile_job(op, key)
+    op.view.indexes[view.POD_INDEX][key] = [pod(0, "Pending", False), pod(1, "Pending", False)]
+    await reconcile_job(op, key)
+    op.view.indexes[view.POD_INDEX][key] = [pod(0, "Running", True), pod(1, "Pending", False)]
+    await reconcile_job(op, key)
     assert api.calls.count(("status", "train")) == 1, "pods starting: not written yet"
-    assert op.job(key)[0].status.ready_instances == 1, "but this process reads them at once"
+    assert op.view.job(key)[0].status.ready_instances == 1, "but this process reads them at once"
     await asyncio.sleep(0.15)
     assert api.calls.count(("status", "train")) == 2 and api.statuses["train"]["readyInstances"] == 1
-    assert api.statuses["train"]["instances"][0]["phase"] == "Running" and not op.unflushed
-    op.indexes["pod_index"][key] = [pod(0, "Running", True), pod(1, "Running", True)]
-    await reconcile.reconcile_job(op, key)
+    assert api.statuses["train"]["instances"][0]["phase"] == "Running" and not op.status.unflushed
+    op.view.indexes[view.POD_INDEX][key] = [pod(0, "Running", True), pod(1, "Running", True)]
+    await reconcile_job(op, key)
     assert api.calls.count(("status", "train")) == 3 and api.statuses["train"]["phase"] == "RUNNING"
     await asyncio.sleep(0.15)
     assert api.calls.count(("status", "train")) == 3, "nothing left to flush"
@@ -263,7 +213,7 @@ async def test_a_pod_that_ended_is_handled_at_once_a_starting_one_after_the_burs
     meta = {"name": "train-homogeneouscluster-0", "namespace": "ns", "labels": {"kubepool.dev/job": "train"}}
     for phase, delayed in (("Running", True), ("Succeeded", False)):
         await handlers.pod_event(body=kopf.Body({"metadata": meta, "status": {"phase": phase}}), memo=memo)
-        await asyncio.sleep(reconcile.POD_EVENT_DELAY_SECONDS / 4)
-        assert (("ns", "train") in op.pending) is delayed, phase
-        await asyncio.sleep(reconcile.POD_EVENT_DELAY_SECONDS * 2)
-        assert not op.pending
+        await asyncio.sleep(workqueue.POD_EVENT_DELAY_SECONDS / 4)
+        assert (("ns", "train") in op.queue.pending) is delayed, phase
+        await asyncio.sleep(workqueue.POD_EVENT_DELAY_SECONDS * 2)
+        assert not op.queue.pending

@@ -4,7 +4,6 @@ PriorityClass, and the pool status' suspend/resume transitions and restart-safe 
 from __future__ import annotations
 
 import pytest
-from operator_factories import T0, at, gpu_pool, job, pool
 
 from kubepool import naming
 from kubepool.api import ComputePool, ComputePoolStatus, PoolPhase
@@ -19,7 +18,8 @@ from kubepool.controller.builders.placeholders import (
 from kubepool.controller.builders.pods import build_instance_pod
 from kubepool.controller.config import OperatorConfig, resolve_placeholder_namespace
 from kubepool.controller.observed import PlaceholderView
-from kubepool.controller.status import auto_suspend_at, compute_pool_status, placeholders_wanted
+from kubepool.controller.poolstatus import auto_suspend_at, compute_pool_status, placeholders_wanted
+from support.factories import T0, at, gpu_pool, job, pool
 
 CFG = OperatorConfig()
 

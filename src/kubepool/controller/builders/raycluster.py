@@ -22,9 +22,7 @@ from kubepool import contract, naming
 from kubepool.api import ComputePool, MLJob
 from kubepool.api.kuberay import (
     ANNOTATION_OVERWRITE_CMD,
-    LABEL_INSTANCE_BASE,
     LABEL_REPLICA_INDEX,
-    POD_FINALIZER,
     HeadGroupSpec,
     RayCluster,
     RayClusterSpec,
@@ -41,7 +39,6 @@ from kubepool.controller.builders.common import (
 )
 from kubepool.controller.builders.pods import build_instance_pod
 from kubepool.controller.config import OperatorConfig
-from kubepool.runtime.ray_node import READY_FILE
 
 # A pod is Ready once its Ray node is up (the runtime's ready marker under Ray's --temp-dir). Our own probes
 # also keep KubeRay from injecting its probes on fixed ports that local nodes shift.
@@ -61,7 +58,7 @@ def worker_group_name(group: str) -> str:
 def _probes(container: Obj, job: MLJob) -> None:
     if job.spec.mode is contract.RunMode.HEAD:
         temp_dir = next((e.value for e in job.spec.env if e.name == contract.ENV_RAY_TEMP_DIR), None)
-        check = ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{READY_FILE}"]
+        check = ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{contract.RAY_READY_FILE}"]
     else:
         # parallel and sagemaker modes start no Ray node: as with the pod backend (no probe), a running
         # container is a ready instance.
@@ -85,14 +82,14 @@ def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, c
         # One template for all replicas: no per-pod hostname; the replica index picks the instance.
         spec.pop("hostname", None)
         labels.pop(naming.LABEL_INSTANCE, None)
-        labels[LABEL_INSTANCE_BASE] = str(inst.instance_id)
+        labels[naming.LABEL_INSTANCE_BASE] = str(inst.instance_id)
         container["env"].append({"name": contract.ENV_REPLICA_INDEX, "valueFrom": {"fieldRef": {
             "fieldPath": f"metadata.labels['{LABEL_REPLICA_INDEX}']"}}})
         if cfg.ray_port_stride:
             container["env"].append({"name": contract.ENV_RAY_PORT_STRIDE, "value": str(cfg.ray_port_stride)})
     # KubeRay owns its pods (owner reference to the RayCluster) and names them; the finalizer keeps a terminated
     # pod (and its exit) until the operator has seen it.
-    return {"metadata": {"labels": labels, "finalizers": [POD_FINALIZER]}, "spec": spec}
+    return {"metadata": {"labels": labels, "finalizers": [naming.POD_FINALIZER]}, "spec": spec}
 
 
 def build_raycluster(job: MLJob, pools: dict[str, ComputePool], *, granted: int, attempt: int,

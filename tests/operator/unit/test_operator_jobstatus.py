@@ -1,15 +1,14 @@
-"""MLJob and ComputePool status: the phase machine, gate, timeouts, retries, conditions (pure)."""
+"""MLJob status: the phase machine (jobsteps), gate, timeouts, retries, conditions (pure)."""
 
 from __future__ import annotations
 
 import pytest
-from operator_factories import T0, at, gpu_pool, job, pod, pool, with_status
 
-from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus, PoolPhase
-from kubepool.controller import status as S
-from kubepool.controller.admission import Claim, Decision
-from kubepool.controller.observed import NodeView, Taint
-from kubepool.controller.status import Observed, compute_job_status, compute_pool_status
+from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
+from kubepool.controller import jobstatus as S
+from kubepool.controller.admission import Decision
+from kubepool.controller.jobstatus import Observed, compute_job_status
+from support.factories import T0, at, job, pod, with_status
 
 ADMIT3 = Decision(True, granted=3)
 
@@ -151,37 +150,6 @@ def test_condition_transition_time_kept() -> None:
     st1 = with_status(j, run(j, [pod(0), pod(1, ready=False)], 1))
     st2 = run(st1, [pod(0), pod(1, ready=False)], 50)
     assert {c.type: c.last_transition_time for c in st2.conditions}["Admitted"] == T0
-
-
-NODES = [
-    NodeView("cpu-node-1", True, {"kubepool.dev/node-pool": "cpu"}),
-    NodeView("cpu-node-2", False, {"kubepool.dev/node-pool": "cpu"}),
-    NodeView("gpu-node-1", True, {"kubepool.dev/node-pool": "gpu"}, (Taint("nvidia.com/gpu", "NoSchedule", "present"),)),
-]
-
-
-@pytest.mark.parametrize(("p", "claims", "phase", "ready", "in_use", "running", "queued"), [
-    (pool(nodeSelector={"kubepool.dev/node-pool": "cpu"}), [], PoolPhase.IDLE, 1, 0, 0, 0),
-    (pool(), [Claim("ns", "a", "t", ("cpu",) * 2, 2, 2), Claim("ns", "b", "t", ("cpu",), 1)], PoolPhase.ACTIVE, 1, 2, 1, 1),
-    (gpu_pool(), [], PoolPhase.IDLE, 1, 0, 0, 0),
-    (pool(suspend=True), [], PoolPhase.SUSPENDED, 1, 0, 0, 0),
-], ids=["idle-selector", "active-with-queue", "gpu-tolerates-taint", "suspended"])
-def test_pool_status(p, claims, phase, ready, in_use, running, queued) -> None:  # type: ignore[no-untyped-def]
-    st = compute_pool_status(p, NODES, claims, T0)
-    assert (st.phase, st.ready_nodes, st.instances_in_use, st.running_jobs, st.queued_jobs) == (
-        phase, ready, in_use, running, queued)
-
-
-def test_node_change_touches_only_the_pools_it_matched_or_matches() -> None:
-    pools = {"cpu": pool(nodeSelector={"kubepool.dev/node-pool": "cpu"}), "gpu": gpu_pool(),
-             "other": pool("other", nodeSelector={"kubepool.dev/node-pool": "other"})}
-    cpu, gpu = NODES[0], NODES[2]
-    assert S.pools_affected_by_node(pools, cpu, NodeView("cpu-node-1", True, {"kubepool.dev/node-pool": "cpu"})) == []
-    assert S.pools_affected_by_node(pools, None, cpu) == ["cpu"]  # added
-    assert S.pools_affected_by_node(pools, gpu, None) == ["gpu"]  # deleted
-    relabelled = NodeView("cpu-node-1", True, {"kubepool.dev/node-pool": "other"})
-    assert S.pools_affected_by_node(pools, cpu, relabelled) == ["cpu", "other"]
-    assert S.pools_affected_by_node(pools, cpu, NodeView("cpu-node-1", False, dict(cpu.labels))) == ["cpu"]
 
 
 def test_shrink_then_grow_waits_for_the_new_instance_while_the_old_pod_leaves() -> None:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
-from operator_cluster import ROOT, Operator  # noqa: E402
+from support.operator_cluster import ROOT, Operator
 
 EXAMPLES = ROOT / "examples"
 BACKENDS = ["pods", "kuberay"]

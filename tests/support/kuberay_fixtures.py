@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,8 +17,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
-from operator_cluster import ROOT, Operator  # noqa: E402 - the operator tests' subprocess harness
+from support.operator_cluster import ROOT, Operator  # the operator tests' subprocess harness
 
 RAY_OPERATOR_START_S = 60.0
 # kubepool's runtime waits for the head itself, and local nodes resolve only pod hostnames (no Service DNS), so

@@ -1,0 +1,161 @@
+"""A job's children made to match its plan: the shared children (runtime account, contract, Service, network
+policy, token), the instance pods or the RayCluster, the EndpointSlice, pods let go or deleted, and the job
+itself past its TTL. `ChildMemo` remembers what this process already wrote, so an unchanged pass writes
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kubepool import naming
+from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.controller.builders import (
+    JobRef,
+    build_contract_configmap,
+    build_headless_service,
+    build_job_contract,
+    build_namespace_runtime_rbac,
+    build_network_policy,
+    build_ray_token_secret,
+    build_runtime_rbac,
+)
+from kubepool.controller.builders.common import local_port_shift
+from kubepool.controller.builders.raycluster import raycluster_name
+from kubepool.controller.config import RuntimeAccountPolicy
+from kubepool.controller.observed import PodView
+from kubepool.controller.plan import Plan
+from kubepool.controller.view import JobKey
+
+if TYPE_CHECKING:
+    from kubepool.controller.state import OperatorState
+
+log = logging.getLogger(__name__)
+EXPECT_POD_SECONDS = 30.0  # a created pod not yet in the watch is not created again for this long
+WRITE_CONCURRENCY = 8  # independent child writes of one job in flight at once
+
+
+@dataclass
+class ChildMemo:
+    """What this process wrote of each job's children (by job uid), and of each namespace's runtime account."""
+
+    # the (attempt, generation) pairs whose shared children are written (a resize changes the contract)
+    ready: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    rayclusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # the RayCluster last applied
+    endpoint_slices: dict[str, dict[str, Any]] = field(default_factory=dict)  # the EndpointSlice last applied
+    created_pods: dict[str, dict[str, float]] = field(default_factory=dict)  # pod → monotonic expiry
+    # namespace → the write of its shared runtime account (RuntimeAccountPolicy.PER_NAMESPACE), once per process
+    runtime_accounts: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+
+    def forget(self, uid: str) -> None:
+        self.ready.pop(uid, None)
+        self.rayclusters.pop(uid, None)
+        self.endpoint_slices.pop(uid, None)
+        self.created_pods.pop(uid, None)
+
+    def pods_seen(self, uid: str, pods: list[PodView]) -> None:
+        """The watch caught up with these creates."""
+        expected = self.created_pods.get(uid)
+        if expected:
+            for p in pods:
+                expected.pop(p.name, None)
+
+
+async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus, plan: Plan,
+                     pools: dict[str, ComputePool]) -> None:
+    memo = op.children
+    if plan.ensure_children:
+        await _ensure_children(op, job, st, pools)
+    uid = job.metadata.get("uid", "")
+    # Pods created by an earlier pass but not yet in the watch would be planned again (a 409 per pod): remember
+    # them until the watch shows them, or EXPECT_POD_SECONDS passed (a create that never landed is retried).
+    expected = memo.created_pods.setdefault(uid, {})
+    now = time.monotonic()
+    todo = [p for p in plan.create_pods if expected.get(p["metadata"]["name"], 0.0) <= now]
+    try:
+        await _all([op.api.create_if_absent(p) for p in todo])
+    except Exception:
+        memo.runtime_accounts.pop(key[0], None)  # e.g. its ServiceAccount was deleted: written again next pass
+        raise
+    for p in todo:
+        expected[p["metadata"]["name"]] = now + EXPECT_POD_SECONDS
+    if plan.endpoint_slice is not None and memo.endpoint_slices.get(uid) != plan.endpoint_slice:
+        await op.api.apply(plan.endpoint_slice)
+        memo.endpoint_slices[uid] = plan.endpoint_slice
+    if plan.apply_raycluster is not None and memo.rayclusters.get(uid) != plan.apply_raycluster:
+        await op.api.apply(plan.apply_raycluster)  # replicas follow the granted instances (scale_cluster)
+        memo.rayclusters[uid] = plan.apply_raycluster
+    if plan.delete_raycluster:
+        await op.api.delete_raycluster(key[0], raycluster_name(key[1]))
+        memo.rayclusters.pop(uid, None)
+    await release_pods(op, key, plan.release_pods)
+    for name in plan.delete_pods:
+        await op.api.delete_pod(key[0], name, op.cfg.pod_termination_grace_seconds)
+    if plan.delete_job:
+        log.info("MLJob %s/%s: ttlSecondsAfterFinished passed; deleting it", *key)
+        await op.api.delete_job(*key)
+
+
+async def release_pods(op: OperatorState, key: JobKey, pods: list[PodView]) -> None:
+    """Let KubeRay's deleted pods go: their outcome was seen."""
+    for p in pods:
+        await op.api.remove_pod_finalizer(key[0], p.name, p.finalizers, naming.POD_FINALIZER)
+
+
+async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools: dict[str, ComputePool]) -> None:
+    ref = JobRef.of(job)
+    await _ensure_runtime_account(op, ref.namespace)
+    generation = int(job.metadata.get("generation") or 0)
+    if (st.attempt, generation) in op.children.ready.get(ref.uid, ()):
+        return
+    # Independent writes, sent together (a RoleBinding may name its Role before the Role exists); the pods come
+    # after them (their ServiceAccount must exist). Objects that never change are created, not applied (a
+    # create costs the API server less than a server-side apply); the contract follows resizes, so it is applied.
+    writes: list[Awaitable[Any]] = []
+    if op.cfg.runtime_account is RuntimeAccountPolicy.PER_JOB:
+        writes += [op.api.apply(obj) for obj in build_runtime_rbac(ref)]
+    if job.spec.ray.auth_mode == "token":
+        writes.append(op.api.create_if_absent(build_ray_token_secret(ref, secrets.token_urlsafe(32))))
+    shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
+    doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift)
+    writes += [op.api.apply(build_contract_configmap(ref, doc)), op.api.create_if_absent(build_headless_service(ref)),
+               op.api.create_if_absent(build_network_policy(ref))]
+    await _all(writes)
+    op.children.ready.setdefault(ref.uid, set()).add((st.attempt, generation))
+
+
+async def _ensure_runtime_account(op: OperatorState, namespace: str) -> None:
+    """The namespace's shared runtime account (RuntimeAccountPolicy.PER_NAMESPACE), applied once per process:
+    concurrent first jobs of a namespace wait on the same write; a failed write is tried again by the next."""
+    if op.cfg.runtime_account is not RuntimeAccountPolicy.PER_NAMESPACE:
+        return
+    accounts = op.children.runtime_accounts
+    pending = accounts.get(namespace)
+    if pending is None:
+        pending = asyncio.ensure_future(_all([op.api.apply(obj) for obj in build_namespace_runtime_rbac(namespace)]))
+        accounts[namespace] = pending
+    try:
+        await asyncio.shield(pending)
+    except Exception:
+        if accounts.get(namespace) is pending:
+            del accounts[namespace]
+        raise
+
+
+async def _all(writes: list[Awaitable[Any]]) -> None:
+    """Await independent API writes concurrently (at most WRITE_CONCURRENCY at once per call); every one runs
+    to its end before the first error, if any, is raised."""
+    slots = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+    async def bounded(write: Awaitable[Any]) -> Any:
+        async with slots:
+            return await write
+
+    for result in await asyncio.gather(*(bounded(w) for w in writes), return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result

@@ -1,0 +1,135 @@
+"""One MLJob's pass, level-based and safe to run any number of times: read the job from the cluster view,
+decide its status (admission under the admission lock), persist it before creating anything, wake the
+queue, announce the transition, then make the children match the plan and sleep until the next deadline.
+The steps run in this order in `reconcile_job`; the pure decisions are in jobstatus/admission/plan."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+import kopf
+
+from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
+from kubepool.api.kuberay import RAYCLUSTER_CRD
+from kubepool.controller import admission, metrics
+from kubepool.controller.builders.common import placement_of, pools_of
+from kubepool.controller.jobchildren import apply_plan, release_pods
+from kubepool.controller.jobstatus import Observed, compute_job_status
+from kubepool.controller.observed import PodView
+from kubepool.controller.plan import plan_job
+from kubepool.controller.view import JobKey, claim_of
+
+if TYPE_CHECKING:
+    from kubepool.controller.state import OperatorState
+
+log = logging.getLogger(__name__)
+_WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
+_WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+async def reconcile_job(op: OperatorState, key: JobKey) -> None:
+    """Bring one job one step closer to its spec. Passes of one job never overlap (the queue's job lock)."""
+    started = time.monotonic()
+    async with op.queue.lock(key):
+        op.queue.started(key)
+        found = op.view.job(key)
+        if found is None or found[1].get("metadata", {}).get("deletionTimestamp"):
+            await release_pods(op, key, [p for p in op.view.pods(key) if p.deleting])  # nothing left to decide
+            return
+        job, body = found
+        prev = job.status
+        pods = op.view.pods(key, job.metadata.get("uid", ""))
+        op.children.pods_seen(job.metadata.get("uid", ""), pods)
+        pools = op.view.pools()
+        backend = job.spec.backend or op.cfg.default_backend
+        # 1. the status, persisted before anything is created
+        new = await _decide_and_write(op, key, job, pods, pools, backend)
+        # 2. the queue, woken right after the status is persisted, before the children: if creating them fails,
+        # the retried pass sees no transition any more and the jobs queued behind this one would never be woken.
+        _wake_queue(op, job, prev, new)
+        # 3. the Event, for the same reason before the children
+        _announce(op, body, prev, new)
+        # 4. the children, and 5. the next deadline
+        plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now(), backend=backend)
+        await apply_plan(op, key, job, new, plan, pools)
+        op.queue.wake_at(key, plan.wake_at)
+    metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+
+async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: list[PodView],
+                            pools: dict[str, ComputePool], backend: Backend) -> MLJobStatus:
+    """The job's next status, written (or, when not decisive, scheduled by the status writer). A job not yet
+    admitted, or resized while admitted (scale_cluster patched targetInstances or an instanceCount), is
+    decided and reserved under the admission lock, so two jobs never take the same capacity."""
+    prev = job.status
+    finished = prev is not None and prev.phase is not None and prev.phase.finished
+    kuberay = backend is Backend.KUBERAY and not finished and await op.api.crd_exists(RAYCLUSTER_CRD)
+
+    def status(decision: admission.Decision | None = None) -> MLJobStatus:
+        return compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
+                                                kuberay_installed=kuberay))
+
+    admitting = prev is None or prev.admitted_at is None and not finished
+    resized = not admitting and not finished and prev is not None and len(placement_of(job)) != len(prev.instances)
+    if not admitting and not resized:
+        new = status()
+        await op.status.write(key, job, new)
+        return new
+    async with op.queue.admission_lock:
+        capacity = {name: p.spec.max_nodes for name, p in pools.items()}
+        claim = claim_of(job, *key)
+        if admitting:
+            suspended = [name for name, p in pools.items() if p.spec.suspend]
+            decision = admission.decide(claim, op.view.claims(), capacity, suspended)
+        else:
+            decision = admission.Decision(True, admission.regrant(claim, op.view.claims(), capacity))
+        new = status(decision)
+        reserved = op.status.reserve(job, new)
+    await op.status.write_reserved(key, job, new, reserved)
+    return new
+
+
+def _holds_capacity(st: MLJobStatus | None) -> bool:
+    return st is not None and st.admitted_at is not None and not (st.phase is not None and st.phase.finished)
+
+
+def _waiting(st: MLJobStatus | None) -> bool:
+    return st is None or st.admitted_at is None and not (st.phase is not None and st.phase.finished)
+
+
+def _queue_moved(prev: MLJobStatus | None, new: MLJobStatus) -> bool:
+    """Whether the job changed its pools' queue or admitted set: admitted, left the queue unadmitted (cancelled
+    or timed out while waiting), finished, or shrank. Jobs waiting on those pools must then decide again."""
+    return (_holds_capacity(prev) != _holds_capacity(new) or _waiting(prev) != _waiting(new)
+            or (prev is not None and len(prev.instances) > len(new.instances)))
+
+
+def _wake_queue(op: OperatorState, job: MLJob, prev: MLJobStatus | None, new: MLJobStatus) -> None:
+    """Jobs waiting on the job's pools decide again when the queue moved; the pools' status follows any
+    transition."""
+    if _queue_moved(prev, new):
+        op.queue.trigger_waiting(pools_of(job))
+    elif prev is None or (prev.phase, prev.reason, prev.admitted_at) != (new.phase, new.reason, new.admitted_at):
+        op.queue.refresh_pools(pools_of(job))
+
+
+def _announce(op: OperatorState, body: dict[str, Any], prev: MLJobStatus | None, new: MLJobStatus) -> None:
+    """One Event per transition of (phase, reason)."""
+    before = (prev.phase, prev.reason) if prev else (None, None)
+    if before == (new.phase, new.reason) or new.phase is None:
+        return
+    warning = new.phase in _WARNING_PHASES or new.reason in _WARNING_REASONS
+    op.post_event(kopf.Body(cast(kopf.RawBody, body)), type="Warning" if warning else "Normal",
+                  reason=new.reason or str(new.phase), message=f"{new.phase}: {new.message or ''}"[:1024])
+
+
+def job_key(body: Any) -> JobKey:
+    meta = body.get("metadata", {})
+    return meta.get("namespace", "default"), meta.get("name", "")

@@ -1,0 +1,107 @@
+"""PURE: an MLJob's status from its spec, previous status, observed pods, admission decision and the time,
+decided by the named, ordered steps of `jobsteps`; and what of a change must be written at once (`decisive`). No I/O,
+no clock. The ComputePool's status is in `poolstatus`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from kubepool import naming
+from kubepool.api import Condition, ConditionStatus, JobPhase, MLJob, MLJobStatus
+from kubepool.contract import RunMode
+from kubepool.controller.builders.common import placement_of
+from kubepool.controller.jobsteps import (
+    COMPLETED,
+    DEADLINE_EXCEEDED,
+    HEAD_FAILED,
+    INSTANCE_FAILED,
+    INSTANCES_LOST,
+    INSTANCES_READY,
+    INSTANCES_UNAVAILABLE,
+    KUBERAY_NOT_INSTALLED,
+    MESSAGE_MAX,
+    RETRYING,
+    SUSPENDED,
+    TERMINATING,
+    WAITING_FOR_INSTANCES,
+    Observed,
+    advance,
+    first_admitted,
+    instances_of,
+)
+
+# The reasons (status.reason and Event reasons) and Observed are part of this module's face.
+__all__ = [
+    "COMPLETED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
+    "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RETRYING", "SUSPENDED", "TERMINATING", "WAITING_FOR_INSTANCES",
+    "Observed", "compute_job_status", "decisive", "first_admitted", "status_changed",
+]
+
+
+def _conditions(prev: Sequence[Condition], st: MLJobStatus, ready_ok: bool, now: datetime,
+                generation: int | None) -> list[Condition]:
+    """Admitted, InstancesReady, Complete, Failed; a condition keeps its transition time while unchanged."""
+    phase = st.phase
+    want = [
+        ("Admitted", st.admitted_at is not None, "Admitted" if st.admitted_at else (st.reason or "Pending")),
+        ("InstancesReady", ready_ok, INSTANCES_READY if ready_ok else WAITING_FOR_INSTANCES),
+        ("Complete", phase is JobPhase.DONE, COMPLETED if phase is JobPhase.DONE else "NotComplete"),
+        ("Failed", phase in (JobPhase.FAILED, JobPhase.CANCELLED),
+         (st.reason or "Failed") if phase in (JobPhase.FAILED, JobPhase.CANCELLED) else "NotFailed"),
+    ]
+    old = {c.type: c for c in prev}
+    out = []
+    for ctype, true, reason in want:
+        status = ConditionStatus.TRUE if true else ConditionStatus.FALSE
+        before = old.get(ctype)
+        since = before.last_transition_time if before is not None and before.status == status else now
+        message = (st.message or "") if true or ctype == "Admitted" else ""
+        out.append(Condition(type=ctype, status=status, reason=reason, message=message[:MESSAGE_MAX],
+                             last_transition_time=since, observed_generation=generation))
+    return out
+
+
+def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
+    """The job's next status. Finished jobs keep their phase; instance entries still follow the pods."""
+    prev = job.status or MLJobStatus()
+    st = prev.model_copy(deep=True)
+    st.target_instances, st.min_instances = job.spec.resolved_target(), job.spec.resolved_min()
+    st.pools = ",".join(dict.fromkeys(p.pool for p in placement_of(job)))
+    generation = job.metadata.get("generation")
+    st.observed_generation = generation
+    if prev.phase is not None and prev.phase.finished:
+        if st.instances:
+            # A finished job's record outlives its pods (KubeRay's all go when the job ends): an instance whose
+            # pod is gone keeps what was last seen of it.
+            seen = {p.instance_id for p in obs.pods if p.attempt == st.attempt}
+            last = {i.instance_id: i for i in prev.instances}
+            st.instances = [i if i.instance_id in seen or i.instance_id not in last else last[i.instance_id]
+                            for i in instances_of(job, len(st.instances), obs.pods, st.attempt)]
+    else:
+        advance(job, st, obs)
+        # Only where a dashboard runs: head mode (the others start no Ray) with spec.ray.dashboard on.
+        if st.admitted_at is not None and st.phase is JobPhase.RUNNING and job.spec.ray.dashboard \
+                and job.spec.mode is RunMode.HEAD:
+            head = f"{naming.sagemaker_host(0)}.{naming.service_name(job.metadata['name'])}"
+            st.ray_dashboard = f"http://{head}:{naming.RAY_DASHBOARD_PORT}"
+    st.ready_instances = sum(1 for i in st.instances if i.ready)
+    st.ready = f"{st.ready_instances}/{st.target_instances}"
+    st.conditions = _conditions(prev.conditions, st, st.ready_instances >= st.min_instances, obs.now, generation)
+    return st
+
+
+def status_changed(old: MLJobStatus | None, new: MLJobStatus) -> bool:
+    """Whether `new` differs from `old` on the wire (what the API server would store)."""
+    return (old.wire() if old else {}) != new.wire()
+
+
+def decisive(st: MLJobStatus) -> tuple[Any, ...]:
+    """What a status change must be written for at once: phase, reason, admission, attempt, times, the set of
+    instances and every condition's truth. The rest (an instance's node, pod phase and readiness, the ready
+    count in the message) follows a job's pods through every step of their start-up: the status writer sends
+    those changes together, a little later (or with the next decisive one)."""
+    return (st.phase, st.reason, st.admitted_at, st.attempt, st.start_time, st.completion_time, len(st.instances),
+            st.observed_generation, st.target_instances, st.min_instances, st.pools,
+            tuple((c.type, c.status) for c in st.conditions))

@@ -1,0 +1,272 @@
+"""PURE: how an unfinished MLJob moves along PENDING → RUNNING → DONE/FAILED, as named steps in order of
+precedence (STEPS), each reading one pass over the job (`_Pass`). `jobstatus.compute_job_status` runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from kubepool import naming
+from kubepool.api import Backend, ConditionStatus, InstanceStatus, JobPhase, MLJob, MLJobSpec, MLJobStatus
+from kubepool.contract import RunMode
+from kubepool.controller.admission import Decision
+from kubepool.controller.builders.common import placement_of
+from kubepool.controller.observed import FAILED, SUCCEEDED, PodView
+
+MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enough for `kubectl get -o yaml`
+
+# Reasons (status.reason and Event reasons).
+WAITING_FOR_INSTANCES = "WaitingForInstances"
+INSTANCES_READY = "InstancesReady"
+INSTANCES_UNAVAILABLE = "InstancesUnavailable"
+INSTANCES_LOST = "InstancesLost"
+COMPLETED = "Completed"
+HEAD_FAILED = "HeadFailed"
+INSTANCE_FAILED = "InstanceFailed"
+RETRYING = "Retrying"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+SUSPENDED = "Suspended"
+KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything the job's status depends on besides the job itself."""
+
+    pods: Sequence[PodView]
+    now: datetime
+    decision: Decision | None = None  # for a job not admitted yet
+    backend: Backend = Backend.PODS  # resolved (spec or operator default)
+    kuberay_installed: bool = False
+
+
+def _cut(text: str | None) -> str | None:
+    return text if text is None or len(text) <= MESSAGE_MAX else "…" + text[-(MESSAGE_MAX - 1):]
+
+
+TERMINATING = "Terminating"  # an instance entry's phase while its pod is being deleted and still runs (as kubectl says)
+
+
+def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) -> list[InstanceStatus]:
+    # An instance can have two pods for a while: one leaving (deleted by a shrink) and its successor (KubeRay
+    # names pods itself, so a grow right after a shrink makes a new one at once). The live one is the instance.
+    mine = {p.instance_id: p for p in sorted((p for p in pods if p.attempt == attempt), key=lambda p: not p.deleting)}
+    out = []
+    for inst in placement_of(job)[:granted]:
+        pod = mine.get(inst.instance_id)
+        out.append(InstanceStatus(
+            instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
+            host=naming.sagemaker_host(inst.instance_id),
+            pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
+            node=pod.node if pod else None, ready=bool(pod and pod.ready),
+            phase=(TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,
+            exit_code=pod.exit_code if pod else None, message=_cut(pod.message) if pod else None,
+        ))
+    return out
+
+
+def first_admitted(st: MLJobStatus) -> datetime | None:
+    """When the job was first admitted: activeDeadlineSeconds counts from here, across retries (the Admitted
+    condition keeps its transition time while it stays True; admittedAt restarts with each attempt)."""
+    cond = next((c for c in st.conditions if c.type == "Admitted" and c.status == ConditionStatus.TRUE), None)
+    return cond.last_transition_time if cond is not None and cond.last_transition_time else st.admitted_at
+
+
+def _finish(st: MLJobStatus, phase: JobPhase, reason: str, message: str, now: datetime) -> None:
+    st.phase, st.reason, st.message = phase, reason, _cut(message)
+    st.completion_time = st.completion_time or now
+
+
+@dataclass
+class _Pass:
+    """What the steps of one pass over an unfinished job share. `st` is the status being built."""
+
+    job: MLJob
+    st: MLJobStatus
+    obs: Observed
+    # Instances whose pod was scheduled and not yet leaving, as the previous status recorded them.
+    placed_before: set[int]
+    current: list[PodView] = field(default_factory=list)  # the pods of the attempt that runs (set by _observe)
+    head: PodView | None = None
+
+    @property
+    def spec(self) -> MLJobSpec:
+        return self.job.spec
+
+    @property
+    def now(self) -> datetime:
+        return self.obs.now
+
+    def finish(self, phase: JobPhase, reason: str, message: str) -> bool:
+        _finish(self.st, phase, reason, message, self.now)
+        return True
+
+    def observeinstances_of(self) -> None:
+        self.st.instances = instances_of(self.job, len(self.st.instances), self.obs.pods, self.st.attempt)
+
+
+# Each step reads the pass and either decides the job's status for this pass (returns True: the later steps do
+# not run) or leaves it to the next one. The order is the order of precedence.
+def _suspended(p: _Pass) -> bool:
+    return p.spec.suspend and p.finish(JobPhase.CANCELLED, SUSPENDED, "the job was suspended; its pods are removed")
+
+
+def _kuberay_missing(p: _Pass) -> bool:
+    return p.obs.backend is Backend.KUBERAY and not p.obs.kuberay_installed and p.finish(
+        JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
+        "backend kuberay needs the ray.io RayCluster CRD, which is not installed")
+
+
+def _admission(p: _Pass) -> bool:
+    """A job not admitted yet takes the decision (and stays PENDING while refused); an admitted one follows a
+    new grant (scale_cluster resized it)."""
+    st, decision = p.st, p.obs.decision
+    if st.admitted_at is None:
+        d = decision or Decision(False, reason="Pending", message="waiting for admission")
+        if not d.admitted:
+            st.phase, st.reason, st.message = JobPhase.PENDING, d.reason, d.message
+            return True
+        st.admitted_at = p.now
+        st.instances = instances_of(p.job, d.granted, [], st.attempt)
+    elif decision is not None and decision.admitted and decision.granted != len(st.instances):
+        st.instances = instances_of(p.job, decision.granted, p.obs.pods, st.attempt)
+    return False
+
+
+def _deadline(p: _Pass) -> bool:
+    limit, since = p.spec.active_deadline_seconds, first_admitted(p.st)
+    return bool(limit and since and p.now >= since + timedelta(seconds=limit)) and p.finish(
+        JobPhase.FAILED, DEADLINE_EXCEEDED, f"the job ran longer than activeDeadlineSeconds={limit}")
+
+
+def _observe(p: _Pass) -> bool:
+    p.current = [pod for pod in p.obs.pods if pod.attempt == p.st.attempt]
+    p.head = next((pod for pod in p.current if pod.is_head), None)
+    return False
+
+
+def _every(p: _Pass) -> bool:
+    """parallel and sagemaker modes run the payload on every instance: as on SageMaker, the job is done when
+    every instance succeeded and failed when any instance failed; in head mode the head's exit decides."""
+    return p.spec.mode is not RunMode.HEAD
+
+
+def _succeeded(p: _Pass) -> bool:
+    granted = len(p.st.instances)
+    if _every(p) and granted and sum(1 for pod in p.current if pod.phase == SUCCEEDED) >= granted:
+        p.observeinstances_of()
+        return p.finish(JobPhase.DONE, COMPLETED, f"all {granted} instances finished successfully")
+    if not _every(p) and p.head is not None and p.head.phase == SUCCEEDED:
+        p.observeinstances_of()
+        return p.finish(JobPhase.DONE, COMPLETED, "the head finished successfully")
+    return False
+
+
+def _failed(p: _Pass) -> bool:
+    """A head that failed, vanished while RUNNING or is being deleted (by hand, eviction, node loss) is a failed
+    head: retried per backoffLimit, never merely counted as one lost instance. In parallel and sagemaker modes a
+    failed peer fails the job the same way; a head that succeeded has only to wait for its peers, even while
+    KubeRay deletes its terminated pod (held by the outcome finalizer until the job finishes)."""
+    st, head, spec = p.st, p.head, p.spec
+    failed_peer = next((pod for pod in p.current if _every(p) and not pod.is_head and pod.phase == FAILED), None)
+    head_gone = head is None and st.phase is JobPhase.RUNNING
+    head_deleted = head is not None and head.deleting and head.phase not in (FAILED, SUCCEEDED)
+    if not ((head is not None and head.phase == FAILED) or head_gone or head_deleted or failed_peer is not None):
+        return False
+    why = ("the head's pod disappeared" if head is None else "the head's pod was deleted" if head_deleted
+           else head.message or f"exit code {head.exit_code}" if head.phase == FAILED
+           else f"instance {failed_peer.instance_id} failed: {failed_peer.message or f'exit code {failed_peer.exit_code}'}"
+           if failed_peer is not None else "")
+    if st.attempt < spec.backoff_limit:
+        st.attempt += 1
+        st.admitted_at = p.now  # the new attempt gets the whole instances timeout again
+        p.observeinstances_of()
+        st.phase, st.reason = JobPhase.PENDING, RETRYING
+        st.message = _cut(f"attempt {st.attempt} of {spec.backoff_limit} after the head failed: {why}")
+        return True
+    p.observeinstances_of()
+    head_failed = head is None or head_deleted or head.phase == FAILED
+    return p.finish(JobPhase.FAILED, HEAD_FAILED if head_failed else INSTANCE_FAILED, why)
+
+
+def _ready_count(st: MLJobStatus) -> int:
+    return sum(1 for i in st.instances if i.ready)
+
+
+def _running(p: _Pass) -> bool:
+    """A RUNNING job stays RUNNING unless it lost instances below its minimum. Only definite losses count: a
+    failed, deleted or vanished pod. A scheduled pod that is briefly not Ready or not Running (its node agent
+    restarting) is not lost; a never-scheduled one is not alive. A worker exits 0 only when the head releases it:
+    from then on the head's own exit decides the outcome."""
+    st, current = p.st, p.current
+    if st.phase is not JobPhase.RUNNING:
+        return False
+    releasing = any(not pod.is_head and pod.phase == SUCCEEDED for pod in current)
+    # An instance that succeeded is not lost, though KubeRay deletes its pod (held until the job finishes).
+    alive = sum(1 for pod in current if pod.phase == SUCCEEDED or pod.phase != FAILED and not pod.deleting and pod.node)
+    # A minimum raised past what ever ran (scale_cluster grew the job) waits for the new instances: they join,
+    # they are not lost (scale_cluster rolls back on its own timeout).
+    placed = p.placed_before | {pod.instance_id for pod in current if pod.node and not pod.deleting}
+    required = min(p.spec.resolved_min(), len(placed))
+    if alive < required and not releasing:
+        seen = {pod.instance_id for pod in current}
+        lost = [pod.name for pod in current if pod.phase == FAILED or pod.deleting]
+        lost += [i.pod for i in st.instances if i.instance_id not in seen]
+        return p.finish(JobPhase.FAILED, INSTANCES_LOST,
+                        f"only {alive} of {required} required instances remain (lost: {', '.join(lost) or 'none'})")
+    st.reason, st.message = INSTANCES_READY, f"{_ready_count(st)} of {p.spec.resolved_target()} instances ready"
+    return True
+
+
+def _head_ready(st: MLJobStatus) -> bool:
+    return bool(st.instances) and st.instances[0].ready  # the gate counts the head: nothing runs without it
+
+
+def _started(p: _Pass) -> bool:
+    st, ready = p.st, _ready_count(p.st)
+    if ready < p.spec.resolved_min() or not _head_ready(st):
+        return False
+    st.phase, st.reason, st.message = JobPhase.RUNNING, INSTANCES_READY, f"{ready} of {p.spec.resolved_target()} instances ready"
+    st.start_time = st.start_time or p.now
+    return True
+
+
+def _instances_timeout(p: _Pass) -> bool:
+    st, spec = p.st, p.spec
+    assert st.admitted_at is not None
+    if p.now < st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds):
+        return False
+    return p.finish(JobPhase.FAILED, INSTANCES_UNAVAILABLE,
+                    f"{_ready_count(st)} of {spec.resolved_min()} required instances ready after "
+                    f"instancesTimeoutSeconds={spec.instances_timeout_seconds}")
+
+
+def _waiting(p: _Pass) -> bool:
+    st, spec = p.st, p.spec
+    st.phase, st.reason = JobPhase.PENDING, WAITING_FOR_INSTANCES
+    st.message = (f"{_ready_count(st)} of {spec.resolved_min()} instances ready (target {spec.resolved_target()})"
+                  + ("" if _head_ready(st) else "; the head is not ready"))
+    return True
+
+
+def _instances_observed(p: _Pass) -> bool:
+    p.observeinstances_of()
+    return False
+
+
+# PENDING → RUNNING → DONE/FAILED, in order of precedence.
+STEPS: tuple[Callable[[_Pass], bool], ...] = (
+    _suspended, _kuberay_missing, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
+    _running, _started, _instances_timeout, _waiting,
+)
+
+
+def advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
+    """Move an unfinished job along PENDING → RUNNING → DONE/FAILED: the first of STEPS that decides wins."""
+    # A pod that was already Terminating when its entry was written is the leftover of a shrink (scale_cluster
+    # down, then up again), not a member that can be lost.
+    p = _Pass(job, st, obs, placed_before={i.instance_id for i in st.instances if i.node and i.phase != TERMINATING})
+    for step in STEPS:
+        if step(p):
+            return

@@ -1,0 +1,108 @@
+"""Everything of kubepool that depends on kopf's behaviour beyond its documented API, in one place (kopf is
+pinned below 2; tests/operator/unit/test_operator_kopf_fence.py runs kopf's real event processing through each
+of these, so a kopf upgrade that moves them fails a test instead of the operator):
+
+- `install_fast_json`: kopf decodes every watch event with the standard library's json, a fifth of the
+  operator's CPU in a burst of new jobs (every pod event carries the whole pod); orjson decodes the same lines
+  several times faster. Swapped in where kopf looks `json` up, or not at all.
+- `LeanDiffBaseStorage`: kopf deep-copies every watched body to build a diff base; kinds without change
+  handlers get none (`build` returns None, which kopf's annotated contract does not allow but its
+  processing treats as "no essence").
+- `DemoteRoutine`: kopf's routine success lines are recognised by their text and demoted to DEBUG."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+from typing import Any, cast
+
+import kopf
+import orjson
+
+from kubepool import naming
+
+
+# --- watch decoding -------------------------------------------------------------------------------------------
+def loads(text: str | bytes) -> Any:
+    """orjson's decoding; the standard library's for what orjson refuses. (orjson reads integers beyond 64 bits
+    as floats; the API server never sends them: it decodes every number into Go's int64 or float64.)"""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+class _Json:
+    """The part of the `json` module kopf's API client uses."""
+
+    loads = staticmethod(loads)
+    dumps = staticmethod(json.dumps)
+    JSONDecodeError = json.JSONDecodeError
+
+
+def install_fast_json() -> bool:
+    """Make kopf's watch streams decode with `loads`. False (and nothing changed) if kopf no longer decodes them
+    with a module-level `json` in kopf._cogs.clients.api."""
+    from kopf._cogs.clients import api
+
+    current = getattr(api, "json", None)
+    if current is _Json:
+        return True
+    if current is not json:
+        return False
+    api.json = _Json  # type: ignore[assignment]  # kopf's module, swapped for one with the same three names
+    return True
+
+
+# --- diff base ------------------------------------------------------------------------------------------------
+# Kinds with change handlers (on.create/update/resume): only they need kopf's diff base. MLJobs have none
+# (handlers.reconcile_mljob watches events and tracks generations itself).
+CHANGE_HANDLED_KINDS = frozenset({naming.POOL_KIND})
+
+
+class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """kopf builds a diff base for every event of every watched kind by deep-copying the whole body (status and
+    managedFields too, dropped right after): the largest CPU cost of a pod event. Kinds without change handlers
+    (pods, nodes) get none, and the others are copied without the parts the essence drops anyway."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        if body.get("kind") not in CHANGE_HANDLED_KINDS:
+            return cast(kopf.BodyEssence, None)  # kopf treats None as "no essence": no diff, no change cause
+        extra = list(extra_fields or ())
+        if all(tuple(f)[:1] not in (("metadata",), ("status",)) for f in extra):
+            meta = body.get("metadata") or {}
+            slim = {k: v for k, v in body.items() if k not in ("metadata", "status")}
+            slim["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+            body = kopf.Body(cast(kopf.RawBody, slim))
+        return super().build(body=body, extra_fields=extra)
+
+
+# --- log output -----------------------------------------------------------------------------------------------
+# kopf's per-handler and per-cause success lines (kopf/_core/actions/execution.py, reactor/processing.py).
+_ROUTINE = re.compile(r"Handler '[^']*' succeeded\.|\w+ is processed: \d+ succeeded; 0 failed\.")
+_CHATTY = ("httpx", "httpx2")  # one INFO line per HTTP request (lightkube uses httpx2, kopf aiohttp)
+
+
+class DemoteRoutine(logging.Filter):
+    """Marks kopf's routine success lines as DEBUG and lets them through only when DEBUG is on. kopf's Event
+    posting is a handler of its own logger, run before the root handlers filtered here, so the Events it posts
+    do not change."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and record.name.startswith("kopf") and _ROUTINE.fullmatch(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_routine_logs() -> None:
+    """After kopf.configure(): demote routine lines on the root handlers, request lines below WARNING. kopf and
+    httpx log every handler run and every request at INFO (~50 lines per job); transitions, warnings and errors
+    stay."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(DemoteRoutine())
+    for name in _CHATTY:
+        if not logging.getLogger(name).isEnabledFor(logging.DEBUG):
+            logging.getLogger(name).setLevel(logging.WARNING)

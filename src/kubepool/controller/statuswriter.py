@@ -1,0 +1,83 @@
+"""Writing a job's status: the write-behind (changes that are not decisive are sent together a little later)
+and the reservation an admission takes under the admission lock before its write. `written` is this
+process' view of every job's status, newer than the watch's; ClusterView reads it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+from kubepool.api import MLJob, MLJobStatus
+from kubepool.controller.jobstatus import decisive, status_changed
+from kubepool.controller.view import JobKey
+from kubepool.kube.aio import Api
+
+STATUS_FLUSH_SECONDS = 1.0  # a job's status changes that are not decisive are written this late
+UNCHANGED = object()  # reserve(): the status needs no write
+
+
+@dataclass
+class StatusWriter:
+    api: Api
+    wake: Callable[[JobKey], None]  # asks for the job's pass: a due flush is written by it
+    written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written (or to flush)
+    unflushed: dict[str, bool] = field(default_factory=dict)  # job uid → written[uid] not yet sent; flush due
+
+    def forget(self, uid: str) -> None:
+        self.written.pop(uid, None)
+        self.unflushed.pop(uid, None)
+
+    async def write(self, key: JobKey, job: MLJob, new: MLJobStatus) -> None:
+        """Persist `new` as the job's status: at once when a decisive field changed (or a flush is due), else
+        STATUS_FLUSH_SECONDS later, this process reading `new` meanwhile."""
+        uid = job.metadata.get("uid", "")
+        changed = status_changed(job.status, new)
+        unflushed = self.unflushed.get(uid)  # None: all written; False: a flush is scheduled; True: it is due
+        if not changed and not unflushed:
+            return
+        if changed and not unflushed and job.status is not None and decisive(job.status) == decisive(new):
+            self.written[uid] = new  # this process' view at once; the API's with the flush
+            if unflushed is None:
+                self.unflushed[uid] = False
+                asyncio.get_running_loop().call_later(STATUS_FLUSH_SECONDS, self._flush_due, key, uid)
+            return
+        await self.api.patch_job_status(key[0], key[1], new.merge_patch())
+        self.written[uid] = new
+        self.unflushed.pop(uid, None)
+
+    def _flush_due(self, key: JobKey, uid: str) -> None:
+        if uid in self.unflushed:
+            self.unflushed[uid] = True
+            self.wake(key)
+
+    def reserve(self, job: MLJob, new: MLJobStatus) -> object:
+        """Under the admission lock: make `new` the job's status for every later decision (ClusterView.claims
+        reads `written`) before it is written, so the write itself happens outside the lock. Admissions in a
+        burst then overlap their round trips instead of queueing one PATCH at a time behind the lock. Returns
+        what `written` held before (None: nothing), or UNCHANGED."""
+        if not status_changed(job.status, new):
+            return UNCHANGED
+        uid = job.metadata.get("uid", "")
+        before = self.written.get(uid)
+        self.written[uid] = new
+        return before
+
+    async def write_reserved(self, key: JobKey, job: MLJob, new: MLJobStatus, before: object) -> None:
+        """Write a status `reserve` took; if the write fails, give the reservation back. The job's retried pass
+        decides again, and wakes the queue once its admission is written (jobs that waited meanwhile also have
+        the periodic re-check)."""
+        if before is UNCHANGED:
+            return
+        uid = job.metadata.get("uid", "")
+        try:
+            await self.api.patch_job_status(key[0], key[1], new.merge_patch())
+            self.unflushed.pop(uid, None)
+        except BaseException:
+            if self.written.get(uid) is new:
+                if before is None:
+                    self.written.pop(uid, None)
+                else:
+                    self.written[uid] = cast(MLJobStatus, before)
+            raise

@@ -1,0 +1,170 @@
+"""The operator's read side: kopf's indexes (jobs, pods, placeholders, pools, nodes; live views kopf keeps
+current) read as parsed models, with the status this process last wrote winning over the watch's, so a
+decision never reads a status older than its own write. Nothing here calls the API; everything is rebuilt
+from the watches after a restart."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.controller.admission import Claim
+from kubepool.controller.builders.common import placement_of
+from kubepool.controller.observed import NodeView, PlaceholderView, PodView
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]  # (namespace, name)
+
+# The kopf indexes (handler ids in `handlers`): kopf passes each to every handler under this name.
+JOB_INDEX = "mljob_index"
+POD_INDEX = "pod_index"
+PLACEHOLDER_INDEX = "placeholder_index"
+POOL_INDEX = "pool_index"
+NODE_INDEX = "node_index"
+INDEXES = (JOB_INDEX, POD_INDEX, PLACEHOLDER_INDEX, POOL_INDEX, NODE_INDEX)
+
+
+def _values(index: Any, key: Any) -> list[Any]:
+    try:
+        return list(index[key]) if key in index else []
+    except KeyError:  # the key vanished between the check and the read
+        return []
+
+
+@dataclass
+class ClusterView:
+    """The cluster as this process watched it. `written` is the status writer's map (job uid → the status this
+    process last wrote or is about to), read here, never written."""
+
+    written: Mapping[str, MLJobStatus]
+    indexes: Mapping[str, Any] = field(default_factory=dict)  # INDEXES → kopf's index, captured at startup
+    # Parsed models by resourceVersion: every decision reads every job and pool, and pydantic validation of
+    # the whole index per decision made bursts quadratic. Models handed out are never mutated.
+    parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
+    parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
+    claim_cache: dict[JobKey, tuple[MLJob, MLJobStatus | None, Claim]] = field(default_factory=dict)
+    # Jobs seen finished (a finished phase is final): claims() skips them without a look, so a decision costs
+    # O(unfinished jobs), not O(all jobs).
+    finished: set[JobKey] = field(default_factory=set)
+    # What the event handlers last acted on: a job's (uid, generation, deleting), a node as the pools read it.
+    seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)
+    node_views: dict[str, NodeView] = field(default_factory=dict)
+
+    def forget(self, key: JobKey) -> None:
+        self.seen_jobs.pop(key, None)
+        self.parsed_jobs.pop(key, None)
+        self.claim_cache.pop(key, None)
+        self.finished.discard(key)  # a new job of the same name starts unfinished
+
+    def _index(self, name: str) -> Any:
+        return self.indexes.get(name, {})
+
+    def job(self, key: JobKey) -> tuple[MLJob, dict[str, Any]] | None:
+        """The job as watched, with the status this process last wrote (if newer than the watch's)."""
+        bodies = _values(self._index(JOB_INDEX), key)
+        if not bodies:
+            return None
+        body = bodies[0]
+        job = self._parsed_job(key, body)
+        if job is None:
+            return None
+        mine = self.written.get(job.metadata.get("uid", ""))
+        if mine is not None and mine is not job.status:
+            job = job.model_copy(update={"status": mine})  # shallow: the cached model stays as watched
+        return job, body
+
+    def _parsed_job(self, key: JobKey, body: dict[str, Any]) -> MLJob | None:
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        hit = self.parsed_jobs.get(key)
+        if rv and hit is not None and hit[0] == rv:
+            return hit[1]
+        try:
+            job = MLJob.model_validate(body)
+        except ValidationError as e:
+            log.warning("MLJob %s/%s does not parse: %s", *key, e)
+            return None
+        if rv:
+            self.parsed_jobs[key] = (rv, job)
+        return job
+
+    def jobs(self) -> Iterator[tuple[JobKey, MLJob]]:
+        for key in list(self._index(JOB_INDEX)):
+            found = self.job(key)
+            if found is not None:
+                yield key, found[0]
+
+    def pods(self, key: JobKey, uid: str | None = None) -> list[PodView]:
+        """The job's pods; with uid None, also those of an earlier job of the same name."""
+        return [p for p in _values(self._index(POD_INDEX), key) if uid is None or p.job_uid == uid]
+
+    def pools(self) -> dict[str, ComputePool]:
+        out = {}
+        index = self._index(POOL_INDEX)
+        for name in list(index):
+            for body in _values(index, name):
+                rv = (body.get("metadata") or {}).get("resourceVersion")
+                hit = self.parsed_pools.get(name)
+                if rv and hit is not None and hit[0] == rv:
+                    out[name] = hit[1]
+                    continue
+                try:
+                    out[name] = ComputePool.model_validate(body)
+                except ValidationError as e:
+                    log.warning("ComputePool %s does not parse: %s", name, e)
+                    continue
+                if rv:
+                    self.parsed_pools[name] = (rv, out[name])
+        for gone in self.parsed_pools.keys() - out.keys():
+            del self.parsed_pools[gone]
+        return out
+
+    def nodes(self) -> list[NodeView]:
+        index = self._index(NODE_INDEX)
+        return [n for name in list(index) for n in _values(index, name)]
+
+    def placeholders(self, pool: str | None = None) -> list[PlaceholderView]:
+        """Placeholder pods of one pool (None: of every pool), as watched."""
+        index = self._index(PLACEHOLDER_INDEX)
+        keys = [pool] if pool is not None else list(index)
+        return [p for k in keys for p in _values(index, k)]
+
+    def claims(self) -> list[Claim]:
+        """Every unfinished job's claim on its pools."""
+        out = []
+        index = self._index(JOB_INDEX)
+        for key in list(index):
+            if key in self.finished:
+                continue
+            bodies = _values(index, key)
+            parsed = self._parsed_job(key, bodies[0]) if bodies else None
+            if parsed is None:
+                continue
+            mine = self.written.get(parsed.metadata.get("uid", ""))
+            st = mine if mine is not None else parsed.status
+            if st is not None and st.phase is not None and st.phase.finished:
+                self.finished.add(key)
+                self.claim_cache.pop(key, None)
+                continue
+            # A claim depends only on the parsed job and its status: reuse it while both are the same objects
+            # (no copy of the model per job per decision, as job() makes).
+            hit = self.claim_cache.get(key)
+            if hit is None or hit[0] is not parsed or hit[1] is not st:
+                job = parsed if st is parsed.status else parsed.model_copy(update={"status": st})
+                hit = (parsed, st, claim_of(job, *key))
+                self.claim_cache[key] = hit
+            out.append(hit[2])
+        return out
+
+
+def claim_of(job: MLJob, namespace: str, name: str) -> Claim:
+    st = job.status or MLJobStatus()
+    return Claim(
+        namespace=namespace, name=name, created=str(job.metadata.get("creationTimestamp", "")),
+        pools=tuple(p.pool for p in placement_of(job)), min_instances=job.spec.resolved_min(),
+        granted=len(st.instances) if st.admitted_at is not None else 0,
+    )

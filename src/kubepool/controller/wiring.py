@@ -1,0 +1,32 @@
+"""Builds the operator's state and binds its work queue to the reconcilers: the one place that knows every
+piece, so none of them imports another's caller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import kopf
+
+from kubepool.controller.config import OperatorConfig
+from kubepool.controller.jobreconcile import reconcile_job
+from kubepool.controller.poolreconcile import export_job_gauges, reconcile_pool
+from kubepool.controller.state import OperatorState
+from kubepool.controller.statuswriter import StatusWriter
+from kubepool.controller.view import ClusterView
+from kubepool.controller.workqueue import WorkQueue
+from kubepool.kube.aio import Api
+
+
+def new_operator(cfg: OperatorConfig, api: Api, *, indexes: Mapping[str, Any] | None = None,
+                 placeholder_namespace: str = "default",
+                 post_event: Callable[..., None] = kopf.event) -> OperatorState:
+    queue = WorkQueue()
+    status = StatusWriter(api, wake=queue.spawn)
+    view = ClusterView(written=status.written, indexes=indexes if indexes is not None else {})
+    op = OperatorState(cfg=cfg, api=api, view=view, queue=queue, status=status,
+                       placeholder_namespace=placeholder_namespace, post_event=post_event)
+    queue.bind(run_job=partial(reconcile_job, op), run_pool=partial(reconcile_pool, op),
+               export=partial(export_job_gauges, op), claims=view.claims)
+    return op

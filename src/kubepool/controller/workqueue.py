@@ -1,0 +1,153 @@
+"""When passes run: the operator's work queue. Every trigger (an event, a deadline, a queue move, a status
+flush, a retry) asks for a job's pass or a pool's status pass here; the queue coalesces bursts, runs the
+pass in the background, retries it after API errors and keeps the per-job locks. It knows the passes only
+as the callables `bind` gives it (jobreconcile.reconcile_job, poolreconcile.reconcile_pool)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from kubepool.controller import admission, metrics
+from kubepool.controller.admission import Claim
+from kubepool.controller.view import JobKey
+from kubepool.kube.errors import KubeError
+
+log = logging.getLogger(__name__)
+RETRY_SECONDS = 5.0  # a pass that hit an API error runs again after this
+POOL_REFRESH_SECONDS = 1.0  # pool status passes are coalesced over this window
+EXPORT_DUE = ""  # the job-phase gauges' entry in pools_due (no pool has an empty name)
+POD_EVENT_DELAY_SECONDS = 0.1  # a pod event's pass waits this long, so the rest of the job's burst joins it
+QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
+
+
+async def _unbound(_: object) -> None:
+    raise RuntimeError("WorkQueue.bind was not called")
+
+
+@dataclass
+class WorkQueue:
+    """One per operator process. Passes of one job never overlap (`lock`); admission decisions of all jobs
+    are serialised by `admission_lock`."""
+
+    run_job: Callable[[JobKey], Awaitable[None]] = _unbound
+    run_pool: Callable[[str], Awaitable[None]] = _unbound
+    export: Callable[[], None] = lambda: None  # the job gauges, refreshed with the pools
+    claims: Callable[[], list[Claim]] = list  # every unfinished job's claim (ClusterView.claims)
+    locks: dict[JobKey, asyncio.Lock] = field(default_factory=dict)
+    admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: set[JobKey] = field(default_factory=set)  # job passes asked for but not started
+    wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)  # a job's next deadline
+    pools_due: set[str] = field(default_factory=set)  # pool passes scheduled, not started (coalescing)
+    recheck: asyncio.Task[None] | None = None  # recheck_forever, while it runs
+
+    def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
+             export: Callable[[], None], claims: Callable[[], list[Claim]]) -> None:
+        self.run_job, self.run_pool, self.export, self.claims = run_job, run_pool, export, claims
+
+    def forget(self, key: JobKey) -> None:
+        self.locks.pop(key, None)
+        handle = self.wakeups.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def close(self) -> None:
+        for handle in self.wakeups.values():
+            handle.cancel()
+        if self.recheck is not None:
+            self.recheck.cancel()
+
+    # --- jobs -------------------------------------------------------------------------------------------------
+    def lock(self, key: JobKey) -> asyncio.Lock:
+        return self.locks.setdefault(key, asyncio.Lock())
+
+    def started(self, key: JobKey) -> None:
+        """A pass of the job began (under its lock): events from here on need a new pass; earlier ones are
+        covered by this one."""
+        self.pending.discard(key)
+
+    def spawn(self, key: JobKey, delay: float = 0.0) -> None:
+        """Run a job's pass in the background; retried on errors. A burst of events while one pass is already
+        waiting (for `delay`, then for the job's lock) costs one pass, not one per event."""
+        if key in self.pending:
+            return
+        self.pending.add(key)
+        if delay > 0:
+            asyncio.get_running_loop().call_later(delay, self._start_job, key)
+        else:
+            self._start_job(key)
+
+    def _start_job(self, key: JobKey) -> None:
+        asyncio.ensure_future(self._guarded_job(key))
+
+    async def _guarded_job(self, key: JobKey) -> None:
+        try:
+            await self.run_job(key)
+        except KubeError as e:
+            metrics.API_ERRORS.labels(status=str(e.status)).inc()
+            log.warning("MLJob %s/%s: %s; retrying in %ss", key[0], key[1], e, RETRY_SECONDS)
+            asyncio.get_running_loop().call_later(RETRY_SECONDS, self.spawn, key)
+        except Exception:
+            log.exception("MLJob %s/%s: reconcile failed; retrying in %ss", key[0], key[1], RETRY_SECONDS)
+            asyncio.get_running_loop().call_later(RETRY_SECONDS, self.spawn, key)
+
+    def wake_at(self, key: JobKey, at: datetime | None) -> None:
+        """Run the job's pass when its next deadline passes (timeouts, TTL, worker grace): no polling. Replaces
+        the job's earlier wake-up; None: none."""
+        old = self.wakeups.pop(key, None)
+        if old is not None:
+            old.cancel()
+        if at is None:
+            return
+        delay = max((at - datetime.now(UTC).replace(microsecond=0)).total_seconds(), 0.0) + 0.5  # late beats early
+        self.wakeups[key] = asyncio.get_running_loop().call_later(delay, self.spawn, key)
+
+    def trigger_waiting(self, pool_names: list[str]) -> None:
+        """Capacity or a pool changed: run the jobs waiting on those pools (oldest first), then the pools."""
+        for c in admission.waiting_in_order(self.claims(), pool_names):
+            self.spawn((c.namespace, c.name))
+        self.refresh_pools(pool_names)
+
+    async def recheck_forever(self) -> None:
+        """Safety net against a lost wake-up: every QUEUE_RECHECK_SECONDS the waiting jobs decide again, oldest
+        first. Cheap when nothing waits; a waiting job's pass writes nothing when its decision is unchanged."""
+        while True:
+            await asyncio.sleep(QUEUE_RECHECK_SECONDS)
+            try:
+                claims = self.claims()
+                for c in admission.waiting_in_order(claims, {p for claim in claims for p in claim.pools}):
+                    self.spawn((c.namespace, c.name))
+            except Exception:  # never let the safety net die with one bad read
+                log.exception("queue re-check failed")
+
+    # --- pools ------------------------------------------------------------------------------------------------
+    def refresh_pools(self, pool_names: Iterable[str]) -> None:
+        """Run the pools' status passes (and refresh the job gauges) POOL_REFRESH_SECONDS from now: a pool's
+        status is informational, so every trigger in that window costs one pass and at most one write per pool."""
+        loop = asyncio.get_running_loop()
+        for name in dict.fromkeys(pool_names):
+            if name not in self.pools_due:
+                self.pools_due.add(name)
+                loop.call_later(POOL_REFRESH_SECONDS, self._start_pool, name)
+        if EXPORT_DUE not in self.pools_due:
+            self.pools_due.add(EXPORT_DUE)
+            loop.call_later(POOL_REFRESH_SECONDS, self._start_pool, EXPORT_DUE)
+
+    def _start_pool(self, name: str) -> None:
+        self.pools_due.discard(name)  # triggers from here on schedule the next pass
+        if name == EXPORT_DUE:
+            self.export()
+        else:
+            asyncio.ensure_future(self._guarded_pool(name))
+
+    async def _guarded_pool(self, name: str) -> None:
+        try:
+            await self.run_pool(name)
+        except KubeError as e:
+            metrics.API_ERRORS.labels(status=str(e.status)).inc()
+            log.warning("ComputePool %s: %s; retrying in %ss", name, e, RETRY_SECONDS)
+            # Its placeholders must not wait for the next unrelated event.
+            asyncio.get_running_loop().call_later(RETRY_SECONDS, self.refresh_pools, [name])

@@ -1,0 +1,210 @@
+"""The kopf fence (kubepool.controller.kopf_fence): each piece alone, then kopf's real event processing run
+through all of them, so a kopf upgrade that moves what they rely on fails here, not in the operator:
+watch lines decoded by kopf's own `stream` with orjson, a pod event indexed and handled with no diff base
+built, a ComputePool's creation handled with kopf's own diff base stored, kopf's success lines demoted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kopf
+import orjson
+import pytest
+from kopf._cogs.clients import api, patching
+from kopf._cogs.structs import references
+from kopf._core.engines import indexing
+from kopf._core.intents import registries
+from kopf._core.reactor import inventory, processing
+
+from kubepool import naming
+from kubepool.controller import handlers, kopf_fence, view
+from kubepool.controller.kopf_fence import DemoteRoutine, LeanDiffBaseStorage
+from kubepool.controller.main import apply_settings
+from support.factories import pool
+from support.operator import operator_state, wire
+
+EVENT = {"type": "MODIFIED", "object": {"kind": "Pod", "metadata": {"name": "ü-0", "resourceVersion": "12"},
+                                         "spec": {"priority": -10, "x": 1.5, "ok": True, "none": None}}}
+DIFFBASE_KEY = "last-handled-configuration"
+DIFFBASE_ANNOTATION = f"{naming.ANNOTATION_PREFIX}/{DIFFBASE_KEY}"
+
+
+# --- watch decoding -------------------------------------------------------------------------------------------
+def test_installs_where_kopf_decodes_watch_events() -> None:
+    assert kopf_fence.install_fast_json() is True
+    assert api.json.loads is kopf_fence.loads  # what kopf's stream() calls for each line
+    assert kopf_fence.install_fast_json() is True  # idempotent
+
+
+def test_decodes_like_the_standard_library() -> None:
+    line = json.dumps(EVENT)
+    assert kopf_fence.loads(line) == json.loads(line) == EVENT
+    edges = json.dumps({"max": 2**63 - 1, "min": -(2**63), "f": 1.7976931348623157e308, "tiny": 5e-324})
+    assert kopf_fence.loads(edges) == json.loads(edges)
+    assert kopf_fence.loads(b'{"a": [1, 2]}') == {"a": [1, 2]}
+
+
+# --- diff base ------------------------------------------------------------------------------------------------
+def _body(kind: str) -> dict[str, Any]:
+    return {"apiVersion": "kubepool.dev/v1alpha1", "kind": kind,
+            "metadata": {"name": "x", "namespace": "ns", "uid": "u", "resourceVersion": "7", "generation": 2,
+                         "labels": {"a": "b"}, "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}],
+                         "annotations": {"kubepool.dev/last-handled-configuration": "{}", "user/note": "n"}},
+            "spec": {"targetInstances": 3, "env": [{"name": "A", "value": "1"}]},
+            "status": {"phase": "RUNNING", "instances": [{"instanceId": 0}]}}
+
+
+def test_lean_diff_base_matches_kopfs_for_handled_kinds() -> None:
+    lean = LeanDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
+    full = kopf.AnnotationsDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
+    for kind in ("ComputePool",):
+        body = kopf.Body(_body(kind))
+        for extra in (None, [("spec",)], [("status", "phase")], [("metadata", "uid")]):
+            assert lean.build(body=body, extra_fields=extra) == full.build(body=body, extra_fields=extra)
+        essence = lean.build(body=body)
+        essence["spec"]["env"][0]["value"] = "2"  # a copy, as kopf's: the body stays as watched
+        assert body["spec"]["env"][0]["value"] == "1"
+
+
+def test_lean_diff_base_builds_nothing_for_kinds_without_change_handlers() -> None:
+    lean = LeanDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
+    for kind in ("Pod", "Node", "MLJob"):
+        assert lean.build(body=kopf.Body(_body(kind))) is None
+
+
+# --- log output -----------------------------------------------------------------------------------------------
+def record(msg: str, name: str = "kopf.objects", level: int = logging.INFO) -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, msg, None, None)
+
+
+@pytest.mark.parametrize(("msg", "name", "level", "shown"), [
+    ("Handler 'pod_event' succeeded.", "kopf.objects", logging.INFO, False),
+    ("Handler 'reconcile_mljob/spec' succeeded.", "kopf.objects", logging.INFO, False),
+    ("Creation is processed: 1 succeeded; 0 failed.", "kopf.objects", logging.INFO, False),
+    ("Creation is processed: 0 succeeded; 1 failed.", "kopf.objects", logging.INFO, True),
+    ("Handler 'pod_event' failed with an exception. Will retry.", "kopf.objects", logging.ERROR, True),
+    ("MLJob ns/a: ttlSecondsAfterFinished passed; deleting it", "kubepool.controller.jobchildren", logging.INFO, True),
+    ("Handler 'x' succeeded.", "someone.else", logging.INFO, True),
+])
+def test_routine_lines_are_demoted(msg: str, name: str, level: int, shown: bool) -> None:
+    r = record(msg, name, level)
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(logging.INFO)
+    try:
+        assert DemoteRoutine().filter(r) is shown
+    finally:
+        root.setLevel(old)
+    assert (r.levelno == logging.DEBUG) is (not shown)
+
+
+# --- kopf's real processing through every fence ---------------------------------------------------------------
+class _Response:
+    """What kopf's `stream` reads of an aiohttp response: its lines, in chunks."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self.content = self
+        self._lines = lines
+
+    async def iter_chunked(self, size: int) -> AsyncIterator[bytes]:
+        for line in self._lines:
+            yield line + b"\n"
+
+    async def __aenter__(self) -> _Response:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class _Recorded(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_kopf_processes_watch_events_through_every_fence(monkeypatch: pytest.MonkeyPatch) -> None:
+    labels = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY, naming.LABEL_JOB: "train", naming.LABEL_INSTANCE: "0"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "ns", "uid": "p1",
+                                                            "resourceVersion": "3", "labels": labels},
+           "status": {"phase": "Running"}}
+    cp = {**wire(pool()), "apiVersion": naming.API_VERSION, "kind": naming.POOL_KIND}
+    cp["metadata"].update(uid="c1", resourceVersion="4")
+    lines = [orjson.dumps({"type": "ADDED", "object": obj}) for obj in (pod, cp)]
+
+    # 1. kopf's own watch-stream decoding, with the fast decoder installed where kopf looks it up.
+    decoded: list[Any] = []
+    real_loads = orjson.loads
+    monkeypatch.setattr(kopf_fence.orjson, "loads", lambda text: decoded.append(text) or real_loads(text))
+    assert kopf_fence.install_fast_json()
+
+    async def request(**_: Any) -> _Response:
+        return _Response(lines)
+
+    monkeypatch.setattr(api, "request", request)
+    events = [e async for e in api.stream("/watch", settings=kopf.OperatorSettings(), logger=logging.getLogger())]
+    assert [e["object"]["kind"] for e in events] == ["Pod", "ComputePool"] and len(decoded) == 2
+
+    # 2. kopf's processing of each event, with kubepool's settings and handlers (the default registry).
+    settings = kopf.OperatorSettings()
+    apply_settings(settings)
+    assert isinstance(settings.persistence.diffbase_storage, LeanDiffBaseStorage)
+    registry = registries.get_default_registry()
+    assert handlers.pod_event.__name__ in {h.id for h in registry._watching.get_all_handlers()}
+    indexers = indexing.OperatorIndexers()
+    indexers.ensure(registry._indexing.get_all_handlers())
+    assert set(view.INDEXES) <= set(indexers.indices)  # the handler ids the view reads
+    op, _, _ = operator_state(placeholder_namespace="ops")
+    op.view.indexes = {name: indexers.indices[name] for name in view.INDEXES}
+    patches: list[dict[str, Any]] = []
+
+    async def patch_obj(*, patch: Any, **_: Any) -> tuple[None, None]:
+        patches.append(json.loads(json.dumps(dict(patch))))
+        return None, None
+
+    monkeypatch.setattr(patching, "patch_obj", patch_obj)
+    log = _Recorded()
+    kopf_logger = logging.getLogger("kopf")
+    kopf_logger.addHandler(log)
+    monkeypatch.setattr(kopf_logger, "level", logging.DEBUG)
+    memories, memo = inventory.ResourceMemories(), kopf.Memo(op=op)
+    resources = {"Pod": references.Resource("", "v1", "pods", kind="Pod", namespaced=True),
+                 "ComputePool": references.Resource(naming.GROUP, "v1alpha1", naming.POOL_PLURAL,
+                                                    kind=naming.POOL_KIND, namespaced=False)}
+    try:
+        for event in events:
+            await processing.process_resource_event(
+                lifecycle=kopf.lifecycles.all_at_once, indexers=indexers, registry=registry, settings=settings,
+                memories=memories, memobase=memo, resource=resources[event["object"]["kind"]], raw_event=event,
+                event_queue=asyncio.Queue(), no_throttling=True)
+    finally:
+        kopf_logger.removeHandler(log)
+        op.close()
+
+    # The pod: indexed and handled (its job's pass asked for), no diff base built, nothing patched for it.
+    assert [p.name for p in op.view.pods(("ns", "train"))] == ["train-0"]
+    assert op.queue.pending == {("ns", "train")}
+    # The pool: its creation handled (a status pass due) and kopf's own diff base stored, as kopf builds it.
+    assert "cpu" in op.queue.pools_due and list(op.view.pools()) == ["cpu"]
+    full = kopf.AnnotationsDiffBaseStorage(prefix=naming.ANNOTATION_PREFIX, key=DIFFBASE_KEY)
+    stored = [p["metadata"]["annotations"][DIFFBASE_ANNOTATION] for p in patches
+              if DIFFBASE_ANNOTATION in ((p.get("metadata") or {}).get("annotations") or {})]
+    assert [json.loads(s) for s in stored] == [json.loads(json.dumps(full.build(body=kopf.Body(cp))))]
+    # kopf's handler and cause success lines, as kopf writes them now, are the ones demoted (and hidden while
+    # DEBUG is off). Indexers' lines are terse: kopf writes them only in verbose mode, and they stay.
+    succeeded = [r for r in log.records if r.levelno == logging.INFO and "succeeded" in r.getMessage()
+                 and not r.getMessage().startswith("Indexer ")]
+    assert {r.getMessage().split()[0] for r in succeeded} == {"Handler", "Creation"}, [r.getMessage() for r in log.records]
+    for r in succeeded:
+        assert DemoteRoutine().filter(r) is logging.getLogger().isEnabledFor(logging.DEBUG), r.getMessage()
+        assert r.levelno == logging.DEBUG

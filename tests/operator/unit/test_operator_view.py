@@ -1,0 +1,78 @@
+"""ClusterView's reads: models parsed once per resourceVersion, the status this process wrote wins without
+touching the cached model, claims reused while job and status are unchanged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.controller.jobreconcile import reconcile_job
+from kubepool.controller.view import JOB_INDEX, POOL_INDEX, ClusterView
+from support.factories import job, pool
+from support.operator import operator_state
+
+
+def body(model: MLJob | ComputePool, rv: str) -> dict[str, Any]:
+    out = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    out["metadata"]["resourceVersion"] = rv
+    return out
+
+
+def test_models_are_parsed_once_per_resource_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    view = ClusterView(written={})
+    view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")]}, POOL_INDEX: {"cpu": [body(pool(), "1")]}}
+    first, pools = view.job(("ns", "train")), view.pools()
+    calls: list[str] = []
+    original = MLJob.model_validate
+    monkeypatch.setattr(MLJob, "model_validate", lambda b: calls.append("job") or original(b))
+    monkeypatch.setattr(ComputePool, "model_validate", lambda b: calls.append("pool") or pool())
+    assert first is not None and view.job(("ns", "train"))[0] is first[0]  # type: ignore[index]
+    assert view.pools()["cpu"] is pools["cpu"] and view.claims()[0] is view.claims()[0]
+    assert calls == []
+    view.indexes[JOB_INDEX][("ns", "train")] = [body(job(targetInstances=2), "2")]
+    calls.clear()  # the factory validates too
+    assert view.claims()[0].min_instances == 2 and calls == ["job"]
+    view.indexes[POOL_INDEX] = {}
+    assert view.pools() == {} and view.parsed_pools == {}
+
+
+def test_written_status_wins_without_mutating_the_cached_model() -> None:
+    written: dict[str, MLJobStatus] = {}
+    view = ClusterView(written=written)
+    view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")]}}
+    written["uid-train"] = MLJobStatus(phase="PENDING", reason="Queued")
+    found = view.job(("ns", "train"))
+    assert found is not None and found[0].status is written["uid-train"]
+    assert view.parsed_jobs[("ns", "train")][1].status is None
+
+
+def test_finished_jobs_leave_the_claims_for_good_until_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    written: dict[str, MLJobStatus] = {}
+    view = ClusterView(written=written)
+    view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")], ("ns", "other"): [body(job(name="other"), "1")]}}
+    assert {c.name for c in view.claims()} == {"train", "other"}
+    written["uid-train"] = MLJobStatus(phase="DONE", reason="Completed")
+    assert {c.name for c in view.claims()} == {"other"} and view.finished == {("ns", "train")}
+    looked: list[object] = []
+    original = ClusterView._parsed_job
+    monkeypatch.setattr(ClusterView, "_parsed_job", lambda self, k, b: looked.append(k) or original(self, k, b))
+    assert {c.name for c in view.claims()} == {"other"} and looked == [("ns", "other")]  # no look at the finished job
+    view.forget(("ns", "train"))  # deleted (the status writer forgets its uid): a new job of the name is unfinished
+    written.pop("uid-train")
+    view.indexes[JOB_INDEX][("ns", "train")] = [body(job(), "5")]
+    assert {c.name for c in view.claims()} == {"train", "other"}
+
+
+async def test_forgetting_a_job_leaves_nothing_of_it() -> None:
+    """Every piece of the state forgets a deleted job: no cache keyed by it or its uid keeps an entry."""
+    op, _, _ = operator_state([job(targetInstances=1)], [pool()])
+    await reconcile_job(op, ("ns", "train"))
+    op.view.seen_jobs[("ns", "train")] = ("uid-train", 1, False)
+    assert op.view.claims() and op.view.claim_cache and op.status.written and op.children.ready
+    op.forget(("ns", "train"), "uid-train")
+    for part in (op.view, op.queue, op.status, op.children):
+        for name, value in vars(part).items():
+            if isinstance(value, dict | set):
+                assert ("ns", "train") not in value and "uid-train" not in value, f"{type(part).__name__}.{name}"

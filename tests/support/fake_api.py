@@ -1,0 +1,59 @@
+"""An in-memory stand-in for kubepool.kube.aio.Api: keeps what the operator wrote, in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FakeApi:
+    """`calls` lists (verb, what) in order: ("create"|"apply", "Kind/name"), ("delete", "namespace/name") for pods,
+    ("status", job), ("pool-status", pool), ("delete-job", job); `objects` holds what exists, by (kind, name)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.statuses: dict[str, dict[str, Any]] = {}  # job name → its last status patch
+        self.pool_status: dict[str, Any] = {}  # the last pool status patch
+
+    def count(self, verb: str, kind: str | None = None) -> int:
+        return sum(1 for v, what in self.calls if v == verb and (kind is None or what.startswith(f"{kind}/")))
+
+    def pods(self) -> list[str]:
+        return sorted(name for kind, name in self.objects if kind == "Pod")
+
+    async def apply(self, obj: dict[str, Any]) -> None:
+        self.calls.append(("apply", f"{obj['kind']}/{obj['metadata']['name']}"))
+        self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
+
+    async def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        key = (obj["kind"], obj["metadata"]["name"])
+        self.calls.append(("create", f"{obj['kind']}/{obj['metadata']['name']}"))
+        if key in self.objects:
+            return False
+        self.objects[key] = obj
+        return True
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        self.calls.append(("delete", f"{namespace}/{name}"))
+        self.objects.pop(("Pod", name), None)
+
+    async def delete_raycluster(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete", f"{namespace}/{name}"))
+        self.objects.pop(("RayCluster", name), None)
+
+    async def remove_pod_finalizer(self, namespace: str, name: str, finalizers: tuple[str, ...], finalizer: str) -> None:
+        self.calls.append(("release", f"{namespace}/{name}"))
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete-job", name))
+
+    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.calls.append(("status", name))
+        self.statuses[name] = status
+
+    async def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
+        self.calls.append(("pool-status", name))
+        self.pool_status = status
+
+    async def crd_exists(self, name: str) -> bool:
+        return False

@@ -1,0 +1,40 @@
+"""The operator's state for unit tests: wired as in production (wiring.new_operator), over a FakeApi and plain
+dicts standing in for kopf's indexes, with Events recorded by reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from kubepool.api import ComputePool, MLJob
+from kubepool.controller import view
+from kubepool.controller.config import OperatorConfig
+from kubepool.controller.observed import PlaceholderView, PodView
+from kubepool.controller.state import OperatorState
+from kubepool.controller.wiring import new_operator
+from kubepool.kube.aio import Api
+from support.fake_api import FakeApi
+
+
+def wire(obj: ComputePool | MLJob) -> dict[str, Any]:
+    return obj.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def operator_state(jobs: Sequence[MLJob] = (), pools: Sequence[ComputePool] = (),
+                   pods: dict[tuple[str, str], list[PodView]] | None = None,
+                   placeholders: dict[str, list[PlaceholderView]] | None = None, *,
+                   cfg: OperatorConfig | None = None, api: Any = None,
+                   placeholder_namespace: str = "default") -> tuple[OperatorState, FakeApi, list[str]]:
+    """The state, its FakeApi (or `api`) and the reasons of the Events posted. Jobs live in namespace `ns`."""
+    fake = api if api is not None else FakeApi()
+    events: list[str] = []
+    op = new_operator(cfg or OperatorConfig(), cast(Api, fake), placeholder_namespace=placeholder_namespace,
+                      post_event=lambda body, *, type, reason, message: events.append(reason))
+    op.view.indexes = {
+        view.JOB_INDEX: {(j.metadata.get("namespace", "ns"), j.metadata["name"]): [wire(j)] for j in jobs},
+        view.POD_INDEX: dict(pods or {}),
+        view.PLACEHOLDER_INDEX: dict(placeholders or {}),
+        view.POOL_INDEX: {p.metadata["name"]: [wire(p)] for p in pools},
+        view.NODE_INDEX: {},
+    }
+    return op, fake, events

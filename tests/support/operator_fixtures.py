@@ -1,0 +1,63 @@
+"""Fixtures every suite that runs the operator shares (operator, faults, SDK): the CRDs applied once, the
+operator subprocess for the test's namespace (see operator_cluster), `apply` for manifests and
+`compute_pool`, cluster-scoped ComputePools made and removed per test. Conftests import them by name, which
+registers them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from support.operator_cluster import ROOT, Operator
+
+
+@pytest.fixture(scope="session")
+def crds(kubectl: Any) -> None:
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"), check=True)
+    for name in ("mljobs.kubepool.dev", "computepools.kubepool.dev"):
+        kubectl.wait_established(f"{name}")
+
+
+@pytest.fixture
+def operator(cluster: Any, crds: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+@pytest.fixture
+def apply(kubectl: Any, namespace: str) -> Callable[[dict[str, Any]], None]:
+    def _apply(obj: dict[str, Any]) -> None:
+        kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj), check=True)
+
+    return _apply
+
+
+@pytest.fixture
+def compute_pool(kubectl: Any, crds: None) -> Iterator[Callable[..., str]]:
+    """Creates cluster-scoped ComputePools with unique names; deletes them after the test."""
+    made: list[str] = []
+
+    def _make(kind: str = "cpu", max_nodes: int = 3, **spec: Any) -> str:
+        name = f"op-{kind}-{uuid.uuid4().hex[:6]}"
+        body: dict[str, Any] = {"instanceFamily": "CPU_X64_S" if kind == "cpu" else "GPU_NV_S", "minNodes": 0,
+                                "maxNodes": max_nodes, "nodeSelector": {"kubepool.dev/node-pool": kind}}
+        if kind == "gpu":
+            body["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        obj = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": name},
+               "spec": {**body, **spec}}
+        kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=True)
+        made.append(name)
+        return name
+
+    yield _make
+    for name in made:
+        kubectl("delete", "computepool", name, "--wait=false")
