@@ -21,7 +21,7 @@ import pytest
 
 from kubepool.local import controlplane
 
-pytestmark = [pytest.mark.clone, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.clone, pytest.mark.cluster, pytest.mark.timeout(1200)]
 REPO = controlplane.REPO_ROOT
 SLOTS = {"tmp": 2, "private-home": 3}
 OPERATOR_UID = 65532  # the chart's runAsUser
