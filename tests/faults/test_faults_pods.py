@@ -4,6 +4,7 @@ Each verdict within 30 s of the fault (measured from its injection, an upper bou
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -34,8 +35,9 @@ def _pod_failed_at(kubectl: Any, namespace: str, name: str) -> float:
     def gone() -> bool:
         proc = kubectl("get", "pod", name, "-n", namespace, "-o", "json")
         if proc.returncode != 0:
+            assert "NotFound" in proc.stderr, proc.stderr
             return True
-        p = get_json(kubectl, namespace, "pod", name)
+        p = json.loads(proc.stdout)  # one read: a second one may find the pod already gone
         return p["status"].get("phase") == "Failed" or bool(p["metadata"].get("deletionTimestamp"))
 
     wait_for(gone, 60, f"pod {name} failed or deleted", 0.25)

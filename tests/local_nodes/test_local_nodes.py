@@ -89,7 +89,9 @@ def test_hello_succeeds_and_kubectl_logs_prints_it(kubectl: Kubectl, namespace: 
     assert pod["status"]["phase"] == "Succeeded"
     status = pod["status"]["containerStatuses"][0]
     assert status["state"]["terminated"]["exitCode"] == 0
-    assert pod["status"]["podIP"].startswith("127.") and pod["status"]["hostIP"].startswith("127.0.1.")
+    node = kubectl.json("get", "node", pod["spec"]["nodeName"])
+    node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+    assert pod["status"]["podIP"].startswith("127.") and pod["status"]["hostIP"] == node_ip
     assert logs(kubectl, namespace, "hello").strip() == "hello"
 
 
