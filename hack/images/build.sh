@@ -71,21 +71,30 @@ graphroot = "$CACHE/storage"
 runroot = "$CACHE/run"
 EOF
 export CONTAINERS_STORAGE_CONF="$CACHE/storage.conf"
+# buildah push stages each layer, uncompressed, in TMPDIR (the runtime's is GBs): keep it in the cache too.
+export TMPDIR="$CACHE/tmp-buildah"
+rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 
-# pip inside the builds is set up by a pip.conf, not by the Dockerfiles: the host's CA bundle (HTTPS may be
-# intercepted) and the wheelhouse. The wheelhouse step downloads every wheel once; the builds then install
-# from it only (no-index: pip 23 prefers the index's copy of a wheel to a local one). The host's pip cache is
-# mounted as well, but a proxy that strips Cache-Control leaves pip's HTTP cache empty.
+# pip inside the builds is set up by files mounted for the build only, not by the Dockerfiles: a pip.conf
+# naming the host's CA bundle (HTTPS may be intercepted) and the wheelhouse. The wheelhouse step downloads
+# every wheel once; the builds then install from it only (no-index: pip 23 prefers the index's copy of a
+# wheel to a local one). The host's pip cache is mounted as well, but a proxy that strips Cache-Control leaves
+# pip's HTTP cache empty. All of it is mounted over /root, which the base has: buildah leaves an empty file or
+# directory in the image for a mount target that did not exist, here they land in $CACHE/home-*.
 WHEELS="$CACHE/wheels"
-mkdir -p "$WHEELS"
-printf '[global]\ncert = /etc/kubepool-build-ca.crt\nfind-links = /wheels\ndisable-pip-version-check = true\n' \
-    >"$CACHE/pip-download.conf"
-{ cat "$CACHE/pip-download.conf"; echo "no-index = true"; } >"$CACHE/pip.conf"
 HOST_CA=/etc/ssl/certs/ca-certificates.crt
 [[ -f $HOST_CA ]] || { echo "no CA bundle at $HOST_CA (apt-get install ca-certificates)" >&2; exit 1; }
-COMMON_MOUNTS=(-v "$HOST_PIP_CACHE:/root/.cache/pip" -v "$WHEELS:/wheels" -v "$HOST_CA:/etc/kubepool-build-ca.crt:ro")
-BUILD_MOUNTS=("${COMMON_MOUNTS[@]}" -v "$CACHE/pip.conf:/etc/pip.conf:ro")
-DOWNLOAD_MOUNTS=("${COMMON_MOUNTS[@]}" -v "$CACHE/pip-download.conf:/etc/pip.conf:ro")
+for home in home-build home-download; do
+    mkdir -p "$CACHE/$home/.config/pip" "$WHEELS"
+    printf '[global]\ncert = /root/build-ca.crt\nfind-links = /root/wheels\ndisable-pip-version-check = true\n%s' \
+        "$([[ $home == home-build ]] && echo 'no-index = true')" >"$CACHE/$home/.config/pip/pip.conf"
+done
+mounts() {  # HOME-DIR: the build mounts
+    printf '%s\n' -v "$CACHE/$1:/root" -v "$HOST_PIP_CACHE:/root/.cache/pip" -v "$WHEELS:/root/wheels" \
+        -v "$HOST_CA:/root/build-ca.crt:ro"
+}
+mapfile -t BUILD_MOUNTS < <(mounts home-build)
+mapfile -t DOWNLOAD_MOUNTS < <(mounts home-download)
 # Working containers an interrupted run left behind (this storage is the script's own).
 buildah rm --all >/dev/null 2>&1 || true
 
@@ -137,8 +146,8 @@ p = tomllib.load(open("/src/pyproject.toml", "rb"))
 print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"]
                 + p["project"]["optional-dependencies"]["operator"]))
 PY
-        /tmp/v/bin/pip download --progress-bar off -d /wheels --extra-index-url "'"$TORCH_INDEX_URL"'" -r /src/runtime-image/requirements.txt
-        /tmp/v/bin/pip download --progress-bar off -d /wheels -r /tmp/operator.txt'
+        /tmp/v/bin/pip download --progress-bar off -d /root/wheels --extra-index-url "'"$TORCH_INDEX_URL"'" -r /src/runtime-image/requirements.txt
+        /tmp/v/bin/pip download --progress-bar off -d /root/wheels -r /tmp/operator.txt'
     buildah rm "$ctr" >/dev/null
     trap - EXIT
     echo "$WHEELS_KEY" >"$WHEELS/.inputs"

@@ -91,4 +91,8 @@ def pack(rootfs_tar: Path, layout: Path, tag: str, created_by: str) -> str:
 if __name__ == "__main__":
     if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
-    print(pack(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else "rootfs"))
+    print(
+        pack(
+            Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else "rootfs"
+        )
+    )

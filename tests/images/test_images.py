@@ -15,7 +15,9 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +39,9 @@ class Image:
 
 
 IMAGES = [
-    Image("operator", f"docker.io/kubepool/operator:{TAG}", "operator/Dockerfile", "import kubepool.controller"),
+    Image(
+        "operator", f"docker.io/kubepool/operator:{TAG}", "operator/Dockerfile", "import kubepool.controller"
+    ),
     Image(
         "runtime",
         f"docker.io/kubepool/runtime:{TAG}",
@@ -72,23 +76,38 @@ def tools() -> None:
 
 
 @pytest.fixture(params=IMAGES, ids=[i.name for i in IMAGES])
-def bundle(request: pytest.FixtureRequest, tools: None, tmp_path: Path) -> tuple[Image, Path, dict]:
+def bundle(request: pytest.FixtureRequest, tools: None) -> Iterator[tuple[Image, Path, dict]]:
     image: Image = request.param
     archive = CACHE / f"{image.name}-{TAG}.oci.tar"
     if not archive.exists():
         target = "make images-cuda" if image.name.endswith("cuda") else "make images"
         pytest.skip(f"{archive} not built: run `{target}` first")
+    # Beside the archives, not in pytest's tmp_path: an unpacked runtime image is GBs, and pytest keeps the
+    # last runs' temporary directories.
+    (CACHE / "smoke").mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{image.name}-", dir=CACHE / "smoke"))
+    try:
+        yield _unpack(image, archive, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unpack(image: Image, archive: Path, tmp_path: Path) -> tuple[Image, Path, dict]:
     layout = tmp_path / "layout"
     with tarfile.open(archive) as tar:
         # The extraction filter exists from Python 3.11.4 on (Debian's 3.11.2 has none).
         tar.extractall(layout, **({"filter": "tar"} if hasattr(tarfile, "data_filter") else {}))
     index = json.loads((layout / "index.json").read_text())
-    by_ref = {m.get("annotations", {}).get("org.opencontainers.image.ref.name"): m for m in index["manifests"]}
+    by_ref = {
+        m.get("annotations", {}).get("org.opencontainers.image.ref.name"): m for m in index["manifests"]
+    }
     assert image.ref in by_ref, f"{archive} names {list(by_ref)}, not {image.ref}"
     manifest = json.loads(_blob(layout, by_ref[image.ref]["digest"]))
     config = json.loads(_blob(layout, manifest["config"]["digest"]))
     out = tmp_path / "bundle"
-    proc = subprocess.run(["umoci", "unpack", "--image", f"{layout}:{image.ref}", str(out)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["umoci", "unpack", "--image", f"{layout}:{image.ref}", str(out)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, f"umoci unpack failed: {proc.stderr[-4000:]}"
     shutil.rmtree(layout)  # the runtime image would take its size twice
     return image, out, config
@@ -106,13 +125,22 @@ def _run(bundle: Path, script: str, state: Path) -> subprocess.CompletedProcess[
     config["process"]["args"] = ["/bin/sh", "-c", script]
     config_path.write_text(json.dumps(config))
     return subprocess.run(
-        ["runc", "--root", str(state), "run", "--bundle", str(bundle), f"kubepool-smoke-{uuid.uuid4().hex[:8]}"],
+        [
+            "runc",
+            "--root",
+            str(state),
+            "run",
+            "--bundle",
+            str(bundle),
+            f"kubepool-smoke-{uuid.uuid4().hex[:8]}",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
     )
 
 
+@pytest.mark.timeout(1800)  # unpacking the runtime image alone takes minutes
 def test_image(bundle: tuple[Image, Path, dict], tmp_path: Path) -> None:
     image, path, config = bundle
     user, entrypoint = _dockerfile_final(image.dockerfile)
@@ -130,7 +158,9 @@ def test_image(bundle: tuple[Image, Path, dict], tmp_path: Path) -> None:
     script += f"python -c '{image.imports}; print(\"imports ok\")'"
     proc = _run(path, script, tmp_path / "runc")
     print(f"{image.name}: id -u -> {proc.stdout.splitlines()[:1]}, entrypoint {entrypoint}")
-    assert proc.returncode == 0, f"runc run exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"runc run exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    )
     lines = proc.stdout.splitlines()
     assert lines[0] == str(uid), proc.stdout
     assert lines[-1] == "imports ok", proc.stdout
