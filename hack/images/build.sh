@@ -4,10 +4,10 @@
 # The base is a Debian rootfs from mmdebstrap, packed as an OCI layout; buildah builds the project's own
 # Dockerfiles FROM it (chroot isolation, host network) with the host's pip cache mounted; each image is
 # written as an OCI archive under $KUBEPOOL_IMAGES_CACHE with its digest. An image whose inputs (Dockerfile,
-# the files it copies, build args, base, this script) did not change since its archive was written is skipped.
+# the files it copies, build args, base, the build commands) did not change since its archive was written is skipped.
 # Env: KUBEPOOL_IMAGES_CACHE (~/.cache/kubepool/images), IMAGE_TAG (dev), FORCE=1 (ignore the input hashes),
 #      DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR, TORCH_INDEX_URL (an extra index for torch; PyPI by default).
-set -euo pipefail
+set -Eeuo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$REPO/hack/images"
@@ -22,13 +22,17 @@ SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-https://pypi.org/simple}
 # What the Dockerfiles expect of python:3.11-slim: python, venv with pip, CA certificates.
 BASE_PACKAGES=python3,python3-venv,python-is-python3,ca-certificates
-TOOLS=(buildah mmdebstrap umoci runc)
+# command:package; umoci and runc are for the smoke test (tests/images).
+TOOLS=(buildah:buildah mmdebstrap:mmdebstrap umoci:umoci runc:runc python3:python3
+    /etc/ssl/certs/ca-certificates.crt:ca-certificates)
 
 T0=$SECONDS
 LOGS="$CACHE/logs"
 mkdir -p "$CACHE" "$LOGS" "$HOST_PIP_CACHE"
 
 step() { printf '[images %4ds] %s\n' $((SECONDS - T0)) "$*"; }
+# A command outside run() that fails still says which one.
+trap 'printf "[images %4ds] FAILED (exit %d) at hack/images/build.sh:%d: %s\n" $((SECONDS - T0)) $? $LINENO "$BASH_COMMAND" >&2' ERR
 
 # run LOGNAME CMD...: the command's output goes to $LOGS/LOGNAME.log; on failure, say which command failed
 # and show the log's last lines.
@@ -53,7 +57,9 @@ done
 
 # --- tools (a fresh machine has none of them) ---------------------------------------------------------------
 missing=()
-for tool in "${TOOLS[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+for tool in "${TOOLS[@]}"; do
+    [[ -e ${tool%%:*} ]] || command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
+done
 if [[ ${#missing[@]} -gt 0 ]]; then
     [[ $(id -u) == 0 ]] || { echo "installing ${missing[*]} needs root (apt-get)" >&2; exit 1; }
     step "apt-get install ${missing[*]}"
@@ -83,7 +89,6 @@ rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 # directory in the image for a mount target that did not exist, here they land in $CACHE/home-*.
 WHEELS="$CACHE/wheels"
 HOST_CA=/etc/ssl/certs/ca-certificates.crt
-[[ -f $HOST_CA ]] || { echo "no CA bundle at $HOST_CA (apt-get install ca-certificates)" >&2; exit 1; }
 for home in home-build home-download; do
     mkdir -p "$CACHE/$home/.config/pip" "$WHEELS"
     printf '[global]\ncert = /root/build-ca.crt\nfind-links = /root/wheels\ndisable-pip-version-check = true\n%s' \
@@ -161,7 +166,9 @@ inputs_hash() {
     shift
     (
         cd "$REPO"
-        cat "$HERE/build.sh" "$dockerfile" "$dockerfile.dockerignore" 2>/dev/null
+        # The recipe is this script's code (declare -f leaves the comments out) and the pip.conf.
+        declare -f build_image mounts
+        cat "$CACHE/home-build/.config/pip/pip.conf" "$dockerfile" "$dockerfile.dockerignore" 2>/dev/null
         # As the .dockerignore files copy them: no caches, no byte code.
         find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
     ) | hash_of
