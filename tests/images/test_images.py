@@ -150,6 +150,11 @@ def test_image(bundle: tuple[Image, Path, dict], tmp_path: Path) -> None:
     # The image config: what any runtime (kubelet, docker, runc via umoci) starts.
     assert config["config"]["User"] == user
     assert config["config"]["Entrypoint"] == entrypoint
+    if image.name.endswith("cuda"):
+        # What the NVIDIA container runtime reads to mount the driver (hack/images/cuda-base.Dockerfile).
+        assert {"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"} <= set(
+            config["config"]["Env"]
+        )
     spec = json.loads((path / "config.json").read_text())["process"]
     assert spec["user"]["uid"] == uid
     assert spec["args"][: len(entrypoint)] == entrypoint
