@@ -16,6 +16,8 @@ help:
 	@echo "make cluster-up  start the local cluster (make cluster-down stops it)"
 	@echo "make crds        regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make bench       benchmarks (not part of make test)"
+	@echo "make images      build kubepool/operator:dev and kubepool/runtime:dev as OCI archives, no Docker (docs/images.md)"
+	@echo "make images-cuda the runtime image's CUDA variant; make images-test runs the built images under runc"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -56,7 +58,7 @@ test-unit: venv
 
 test: venv lint k8s-bin kuberay-bin
 	@echo "[test $$(date +%H:%M:%S)] pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not images" $(PYTEST_ARGS)
 
 demo: demo-plan venv k8s-bin
 	@$(BIN)/python -m kubepool.demo
@@ -67,9 +69,15 @@ demo-plan:
 bench: venv k8s-bin kuberay-bin
 	$(BIN)/python -m bench
 
-images:  # needs a Docker engine (not on the CI machines); CUDA runtime: see runtime-image/README.md
-	docker build -f operator/Dockerfile -t kubepool/operator:dev .
-	docker build -f runtime-image/Dockerfile -t kubepool/runtime:dev .
+.PHONY: images-cuda images-test
+images:  # no Docker engine: a Debian base from mmdebstrap, buildah, the Dockerfiles; cached in ~/.cache/kubepool/images
+	hack/images/build.sh operator runtime
+
+images-cuda:  # what the CUDA variant is where no nvidia/cuda base can be pulled: docs/images.md
+	hack/images/build.sh runtime-cuda
+
+images-test: venv  # the built images under runc (tests/images, marker `images`); skips images not built
+	$(BIN)/pytest -m images tests/images $(PYTEST_ARGS)
 
 kind-e2e:  # machines with Docker: kind cluster, images loaded, helm install, the e2e tests
 	hack/kind-e2e.sh
