@@ -21,7 +21,7 @@ help:
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@echo "[venv $$(date +%H:%M:%S)] installing kubepool and its dependencies into $(VENV) (torch is large: a first install takes minutes; pip's cache serves reinstalls)"
+	@echo "[venv $$(date +%H:%M:%S)] installing kubepool and its dependencies into $(VENV) (torch is large: a first install downloads several GB and takes minutes)"
 	@t0=$$(date +%s); $(BIN)/pip install -q --upgrade pip setuptools wheel \
 	  && $(BIN)/pip install -q --progress-bar off -e '.[dev]' \
 	  && echo "[venv $$(date +%H:%M:%S)] installed in $$(( $$(date +%s) - t0 ))s"
