@@ -1,7 +1,7 @@
 """Shared fixtures: the local Kubernetes cluster (`cluster`), `kubectl`, and a fresh `namespace` per test.
 
 `cluster` runs `kubepool local up` for the tests' own cluster: state in `.kubepool-test/` at the repo root, slot 1
-(its own ports and node addresses), so the tests never share a cluster, and its operator, with `make demo`'s
+(its own ports and node addresses), so the tests never share a cluster, or an operator, with `make demo`'s
 (`.kubepool/`, slot 0). $KUBEPOOL_TEST_STATE_DIR and $KUBEPOOL_TEST_SLOT choose another. `up` reuses a healthy
 cluster and waits for its local nodes; progress goes to the terminal even without `-s`. `down` runs at the end
 only if this session started the cluster and no other test session still uses it (each session holds a shared
