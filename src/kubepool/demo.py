@@ -37,8 +37,8 @@ def say(msg: str) -> None:
 
 
 def step(n: int, what: str) -> None:
-    left = ", ".join(STEPS[n:]) or "nothing"
-    say(f"step {n}/{len(STEPS)} {STEPS[n - 1]}: {what} (then: {left})")
+    left = f"then: {', '.join(STEPS[n:])}" if n < len(STEPS) else "the last step"
+    say(f"step {n}/{len(STEPS)} {STEPS[n - 1]}: {what} ({left})")
 
 
 def run(*cmd: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess[str]:
