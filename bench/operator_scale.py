@@ -46,6 +46,9 @@ from kubepool.local import kwok
 RESULTS = Path(__file__).with_name("results")
 SYSTEMS = ("kubepool", "kuberay", "floor")
 SHARED = "kubepool-shared"  # kubepool with 10 pools shared by all jobs (documents the admission stall)
+BASE = "kubepool-base"  # kubepool from another source tree (bench/ab.py), on the same pools and jobs as "kubepool"
+BASE_SRC: dict[str, Path] = {}  # bench/ab.py sets BASE_SRC[BASE] to that tree's src/
+OWN_POOLS = ("kubepool", BASE)  # systems whose jobs each get their own ComputePool
 WORKERS = 3
 POOLS = 10  # kubepool places one instance of a pool per node: 10 pools x 100 fake nodes hold 1000 instances
 OWN_POOL_LABEL = {"bench.kubepool.dev/pool": "per-job"}
@@ -105,8 +108,8 @@ def raw_pods(i: int) -> list[dict[str, Any]]:
 
 def submissions(system: str, ns: str, jobs: int) -> list[tuple[str, dict[str, Any]]]:
     """(path, body) of every object the system's user submits."""
-    if system in ("kubepool", SHARED):
-        pool_of = own_pool if system == "kubepool" else shared_pool
+    if system in (*OWN_POOLS, SHARED):
+        pool_of = own_pool if system in OWN_POOLS else shared_pool
         return [(f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs", mljob(i, WORKERS + 1, pool_of(i))) for i in range(jobs)]
     if system == "kuberay":
         return [(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters", raycluster(i)) for i in range(jobs)]
@@ -118,6 +121,8 @@ def controller_for(system: str, bench: BenchCluster, kuberay_home: Path) -> Cont
     log = LOG_DIR / f"{system}.log"
     if system in ("kubepool", SHARED):
         return KubepoolOperator(bench, log)
+    if system == BASE:  # PYTHONPATH puts the other tree ahead of this venv's editable install
+        return KubepoolOperator(bench, log, {"PYTHONPATH": str(BASE_SRC[BASE])})
     if system == "kuberay":
         return KubeRayOperator(bench, log, kuberay_home)
     return None
@@ -175,7 +180,7 @@ def fanout_run(bench: BenchCluster, system: str, jobs: int, tag: str, kuberay_ho
     spy: subprocess.Popen[bytes] | None = None
     if ctl:
         ctl.start()
-        if system == "kubepool":  # per-job pools, created while the operator runs (see the module docstring)
+        if system in OWN_POOLS:  # per-job pools, created while the operator runs (see the module docstring)
             create_pools(bench, [pool(own_pool(i), WORKERS + 1, OWN_POOL_LABEL) for i in range(jobs)])
             ctl.settle()
         if profile:
@@ -188,7 +193,7 @@ def fanout_run(bench: BenchCluster, system: str, jobs: int, tag: str, kuberay_ho
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             spy.wait(timeout=60)
         result["cleanup_s"] = bench.delete_namespaces([ns])  # with the controller up: it may hold finalizers
-        if system == "kubepool":
+        if system in OWN_POOLS:
             bench.kubectl("delete", "computepools", "-l", ",".join(f"{k}={v}" for k, v in OWN_POOL_LABEL.items()))
     finally:
         if ctl:

@@ -1,0 +1,86 @@
+"""A/B of the kubepool operator against another revision of itself, side by side in one run (P1 fan-out).
+
+`python -m bench.ab REV [--jobs N] [--pairs K]`: checks REV out into a git worktree, then runs P1 (N jobs of
+4 pods, a pool per job, on kwok fake nodes) with this tree's operator and REV's in alternating order, K pairs
+after one untimed warm-up each. Ratios are taken within a pair, so load that drifts during the run (this machine
+is shared) cancels out; the median and the spread of the pair ratios are printed and written to
+`<bench log dir>/ab-<rev>.json`. Record what it says in bench/NOTES.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import operator_scale as p1
+from bench import stats
+from bench.cluster import LOG_DIR, BenchCluster
+from bench.controllers import kuberay_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = ("controller_cpu_s", "wall_s", "requests_per_job")
+
+
+def worktree(rev: str) -> tuple[str, Path]:
+    sha = subprocess.run(["git", "rev-parse", "--short=10", rev], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout.strip()  # fmt: skip
+    path = Path(tempfile.gettempdir()) / f"kubepool-ab-{sha}"
+    if not (path / "src" / "kubepool").is_dir():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True, capture_output=True)
+    return sha, path
+
+
+def pair_ratios(pairs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per measure: median, min and max over the pairs of this tree / the base (stalled runs left out)."""
+    out = {}
+    for k in KEYS:
+        rs = [stats.ratio(p["kubepool"][k], p[p1.BASE][k]) for p in pairs
+              if p["kubepool"].get(k) and p[p1.BASE].get(k)]  # fmt: skip
+        if rs:
+            out[k] = {"median": stats.median(rs), "min": min(rs), "max": max(rs)}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n\n")[0])
+    ap.add_argument("rev", help="the base revision (e.g. main~3, a sha)")
+    ap.add_argument("--jobs", type=int, default=50, help="P1 jobs per run (default 50)")
+    ap.add_argument("--pairs", type=int, default=3, help="timed pairs (default 3)")
+    ap.add_argument("--fake-nodes", type=int, default=100)
+    args = ap.parse_args(argv)
+    sha, tree = worktree(args.rev)
+    p1.BASE_SRC[p1.BASE] = tree / "src"
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    print(f"A/B: this tree vs {args.rev} ({sha}, worktree {tree}); {args.jobs} jobs x 4 pods, {args.pairs} pairs", flush=True)
+    bench = BenchCluster.up(args.fake_nodes)
+    pairs: list[dict[str, dict[str, Any]]] = []
+    try:
+        bench.create_namespace("kwok-probe")
+        print(f"  kwok marks pods Running after {asyncio.run(p1._kwok_ready(bench, 'kwok-probe')):.1f} s (untimed)", flush=True)
+        bench.delete_namespaces(["kwok-probe"])
+        home = kuberay_dir()
+        for s in ("kubepool", p1.BASE):
+            p1.fanout_run(bench, s, max(args.jobs // 4, 5), "warmup", home)
+        for i in range(args.pairs):
+            order = ("kubepool", p1.BASE) if i % 2 == 0 else (p1.BASE, "kubepool")
+            pairs.append({s: p1.fanout_run(bench, s, args.jobs, f"ab{i}", home) for s in order})
+    finally:
+        bench.down()
+    ratios = pair_ratios(pairs)
+    print(f"this tree / {args.rev}, per pair:", flush=True)
+    for k, r in ratios.items():
+        print(f"  {k:<18} median {r['median']:.2f}  (min {r['min']:.2f}, max {r['max']:.2f})", flush=True)
+    out = LOG_DIR / f"ab-{sha}.json"
+    out.write_text(json.dumps({"base": args.rev, "sha": sha, "jobs": args.jobs, "pairs": pairs, "ratios": ratios}, indent=1))
+    print(f"written: {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
