@@ -3,11 +3,12 @@ runs (its pool) and quantity parsing. Pure."""
 
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+
+from lightkube.utils.quantity import parse_quantity as _parse_quantity
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob
@@ -15,20 +16,13 @@ from kubepool.api import ComputePool, MLJob
 Obj = dict[str, Any]
 RAY_TOKEN_KEY = "token"  # key of the Ray token in the job's Secret
 
-_UNITS: dict[str, Decimal] = {
-    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
-    "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18), "Ki": Decimal(2**10), "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30), "Ti": Decimal(2**40), "Pi": Decimal(2**50), "Ei": Decimal(2**60),
-}  # fmt: skip
-_QUANTITY = re.compile(r"^\+?([0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-
 
 def parse_quantity(value: str) -> Decimal:
-    """A Kubernetes quantity ("3", "500m", "13Gi") as a number."""
-    m = _QUANTITY.match(value.strip())
-    if not m or m.group(2) not in _UNITS:
+    """A Kubernetes quantity ("3", "500m", "13Gi") as a number (lightkube's parser; ValueError if invalid)."""
+    parsed = _parse_quantity(value.strip())
+    if parsed is None:
         raise ValueError(f"invalid quantity {value!r}")
-    return Decimal(m.group(1)) * _UNITS[m.group(2)]
+    return parsed
 
 
 @dataclass(frozen=True)

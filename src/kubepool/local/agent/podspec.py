@@ -12,15 +12,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-Obj = dict[str, Any]
+from lightkube.utils.quantity import parse_quantity as _parse_quantity
 
-_SUFFIXES: dict[str, Decimal] = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
-    "E": Decimal(10**18), "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
-}  # fmt: skip
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+Obj = dict[str, Any]
 
 
 class ConfigError(Exception):
@@ -28,10 +22,11 @@ class ConfigError(Exception):
 
 
 def parse_quantity(q: str | int | float) -> Decimal:
-    m = _QUANTITY.match(str(q).strip())
-    if not m or m.group(2) not in _SUFFIXES:
+    """A quantity as the kubelet reads it (lightkube's parser; ValueError if invalid)."""
+    parsed = _parse_quantity(str(q).strip())
+    if parsed is None:
         raise ValueError(f"invalid quantity {q!r}")
-    return Decimal(m.group(1)) * _SUFFIXES[m.group(2)]
+    return parsed
 
 
 # --- environment ---------------------------------------------------------------------------------------
