@@ -15,7 +15,7 @@ from support.operator_fixtures import apply, compute_pool, crds, operator  # noq
 def fake_kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKube]:
     kube = FakeKube()
 
-    def connect(namespace: str | None) -> FakeKube:
+    def connect(namespace: str | None = None, **_: object) -> FakeKube:
         if namespace:
             kube.namespace = namespace
         return kube

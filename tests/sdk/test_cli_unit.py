@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+import yaml
 from fakes import FakeKube
 
 from kubepool import cli
@@ -119,3 +124,78 @@ def test_unreachable_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ca
     assert cli.main(["list"]) == 5
     err = capsys.readouterr().err
     assert err.startswith("kubepool: error: list MLJobs: cannot reach the Kubernetes API") and err.count("\n") == 1
+
+
+def test_output_formats(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cli.main(["submit", str(script), "--pool", "cpu", "--name", "j1"])
+    fake_kube.set_phase("j1", "FAILED", message="HeadFailed: exit 3")
+    capsys.readouterr()
+    assert cli.main(["list", "-o", "name"]) == 0
+    assert capsys.readouterr().out == "mljob.kubepool.dev/j1\n"
+    assert cli.main(["list", "-o", "yaml"]) == 0
+    (row,) = yaml.safe_load(capsys.readouterr().out)
+    assert (row["name"], row["status"], row["message"]) == ("j1", "FAILED", "HeadFailed: exit 3")
+    assert cli.main(["list"]) == 0
+    assert "MESSAGE" not in capsys.readouterr().out
+    assert cli.main(["list", "-o", "wide"]) == 0
+    header, line = capsys.readouterr().out.splitlines()
+    assert header.split()[-1] == "MESSAGE" and line.endswith("HeadFailed: exit 3")
+    assert cli.main(["status", "j1", "-o", "name"]) == 0
+    assert capsys.readouterr().out == "mljob.kubepool.dev/j1\n"
+    assert cli.main(["status", "j1", "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["status"] == "FAILED"
+    assert cli.main(["pools", "-o", "name"]) == 0
+    assert capsys.readouterr().out == "computepool.kubepool.dev/cpu\n"
+    assert cli.main(["pools", "-o", "wide"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[-3:] == ["SUSPENDED", "AUTO-SUSPEND", "IDLE-SINCE"]
+
+
+def test_logs_of_every_instance_are_prefixed(fake_kube: FakeKube, script: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    cli.main(["submit", str(script), "--pool", "cpu", "--instances", "2", "--name", "j2"])
+    fake_kube.logs = {0: ["kubepool[0]: head up", "kubepool[0]: done"], 1: ["kubepool[1]: worker up"]}
+    capsys.readouterr()
+    assert cli.main(["logs", "j2", "--all"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "[algo-1] kubepool[0]: head up", "[algo-1] kubepool[0]: done", "[algo-2] kubepool[1]: worker up"]
+    assert cli.main(["logs", "j2", "--all", "--tail", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["[algo-1] kubepool[0]: done", "[algo-2] kubepool[1]: worker up"]
+    with pytest.raises(SystemExit) as usage:  # one instance or all, not both
+        cli.main(["logs", "j2", "--all", "--instance", "1"])
+    assert usage.value.code == 2
+
+
+def test_version_without_a_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert cli.main(["version", "--client", "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["clientVersion"] == metadata.version("kubepool") and "serverApiVersions" not in doc
+    assert cli.main(["version"]) == 5  # the server part needs a cluster
+
+
+def _complete(script_text: str, words: list[str], path: str = "") -> list[str]:
+    """COMPREPLY of the bash completion for `words` (the last one being typed)."""
+    prog = (f'source /dev/stdin <<\'EOF\'\n{script_text}EOF\n'
+            f'COMP_WORDS=({" ".join(shlex.quote(w) for w in words)}); COMP_CWORD={len(words) - 1}\n'
+            '_kubepool; printf "%s\\n" "${COMPREPLY[@]}"')
+    env = {**os.environ, "PATH": f"{path}:{os.environ['PATH']}" if path else os.environ["PATH"]}
+    out = subprocess.run(["bash", "-c", prog], capture_output=True, text=True, check=True, env=env).stdout
+    return [w for w in out.splitlines() if w]
+
+
+def test_bash_completion(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli.main(["completion", "bash"]) == 0
+    text = capsys.readouterr().out
+    assert _complete(text, ["kubepool", "st"]) == ["status"]
+    assert set(_complete(text, ["kubepool", "list", "-o", ""])) == {"table", "wide", "json", "yaml", "name"}
+    assert "--all" in _complete(text, ["kubepool", "logs", "j", "--a"])
+    assert _complete(text, ["kubepool", "completion", "z"]) == ["zsh"]
+    # Job names come from `kubepool list -o name` with the namespace typed so far.
+    fake = tmp_path / "kubepool"
+    fake.write_text('#!/bin/sh\n[ "$1 $2 $3 $4 $5" = "list -o name -n team" ] && '
+                    'printf "mljob.kubepool.dev/train-1\\nmljob.kubepool.dev/eval-2\\n"\n')
+    fake.chmod(0o755)
+    assert _complete(text, ["kubepool", "logs", "-n", "team", "tr"], path=str(tmp_path)) == ["train-1"]
+    assert cli.main(["completion", "zsh"]) == 0
+    assert capsys.readouterr().out.startswith("autoload -U +X bashcompinit && bashcompinit\n")

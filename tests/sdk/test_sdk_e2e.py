@@ -74,6 +74,9 @@ def test_ray_tasks_file_on_three_instances(operator: Any, compute_pool: Any, nam
     assert [(r["name"], r["status"]) for r in rows] == [(job.name, "DONE")]
     status = json.loads(_out(capsys, ["status", job.id, "--output", "json"]))
     assert len(status["instances"]) == 3
+    every = _out(capsys, ["logs", job.id, "--all", "--verbose"]).splitlines()
+    assert {line.split(" ", 1)[0] for line in every} == {"[algo-1]", "[algo-2]", "[algo-3]"}
+    assert "[algo-1] total 4950" in every
 
 
 def _out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -113,12 +116,17 @@ def test_heterogeneous_estimator(operator: Any, compute_pool: Any, namespace: st
     assert "instance_group_2" in job.get_logs(instance_id=2)  # type: ignore[operator]
 
 
-def test_directory_with_a_package(operator: Any, compute_pool: Any, namespace: str, tmp_path: Path) -> None:
+def test_directory_with_a_package_submitted_with_wait(operator: Any, compute_pool: Any, namespace: str,
+                                                      tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pool = compute_pool("cpu", max_nodes=3)
     (tmp_path / "proj" / "pkg").mkdir(parents=True)
     (tmp_path / "proj" / "pkg" / "__init__.py").write_text("")
     (tmp_path / "proj" / "pkg" / "util.py").write_text("GREETING = 'hello from a package'\n")
     (tmp_path / "proj" / "main.py").write_text("import sys\nfrom pkg.util import GREETING\nprint(GREETING, sys.argv[1:])\n")
-    job = jobs.submit_directory(tmp_path / "proj", pool, entrypoint="main.py", args=["--x", 1], namespace=namespace)
-    assert job.wait(JOB_TIMEOUT_S) == "DONE", job.message
-    assert "hello from a package ['--x', '1']" in job.get_logs()  # type: ignore[operator]
+    # `submit --wait` streams the head's log while it waits (as kubectl-ray does), then prints the outcome.
+    assert cli.main(["submit", str(tmp_path / "proj"), "--pool", pool, "--entrypoint", "main.py", "-n", namespace,
+                     "--name", "pkg-job", "--wait", "--timeout", str(JOB_TIMEOUT_S), "--", "--x", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{namespace}/pkg-job" and out[-1] == "DONE"
+    assert "hello from a package ['--x', '1']" in out[1:-1]
+    assert jobs.get_job("pkg-job", namespace=namespace).status == "DONE"

@@ -13,6 +13,7 @@ from kubepool.jobs.job import JOB_STATUS, MLJob
 from kubepool.jobs.manager import (
     JobSummary,
     PoolNotFound,
+    connect,
     delete_job,
     get_job,
     list_jobs,
@@ -23,6 +24,6 @@ from kubepool.jobs.payload import PayloadTooLarge
 from kubepool.jobs.results import RemoteError
 
 __all__ = [
-    "JOB_STATUS", "JobSummary", "MLJob", "PayloadTooLarge", "PoolNotFound", "RemoteError", "delete_job",
+    "JOB_STATUS", "JobSummary", "MLJob", "PayloadTooLarge", "PoolNotFound", "RemoteError", "connect", "delete_job",
     "get_job", "list_jobs", "remote", "submit_directory", "submit_file",
 ]

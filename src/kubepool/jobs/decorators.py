@@ -115,9 +115,9 @@ class RemoteFunction(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> MLJob:
         o = self._options
-        kube = connect(o["namespace"])
+        kube = connect(o["namespace"], session=o["session"])
         job = build_mljob(
-            name=generate_name(o["name"] or self._fn.__name__), namespace=kube.namespace,
+            name=generate_name(o["name"] or self._fn.__name__), namespace=o["namespace"] or kube.namespace,
             entrypoint=Entrypoint(file=RUNNER_FILE, function=RUNNER_FUNCTION), compute_pool=self._pool,
             target_instances=o["target_instances"], min_instances=o["min_instances"], env_vars=o["env_vars"],
             pip_requirements=o["pip_requirements"], instances_timeout=o["instances_timeout"], image=o["image"],
@@ -137,6 +137,7 @@ def remote(
     namespace: str | None = None,
     instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
+    session: Any = None,
     **kwargs: Any,
 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]:
     """Decorator: each call of the function runs it on the head of a new job.
@@ -157,7 +158,8 @@ def remote(
         namespace: Namespace; default the kubeconfig context's.
         instances_timeout: Seconds to wait for `min_instances` before the job fails.
         image: Runtime image; default the operator's.
-        **kwargs: Snowflake-only arguments (`stage_name`, `session`, ...) are accepted and ignored.
+        session: The cluster connection (`kubepool.jobs.connect(context=...)`); default from the kubeconfig.
+        **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
 
     Raises:
         ValueError: Invalid instance counts (at decoration time).
@@ -167,7 +169,7 @@ def remote(
     options = {
         "target_instances": target_instances, "min_instances": min_instances, "env_vars": env_vars,
         "pip_requirements": pip_requirements, "name": name, "namespace": namespace,
-        "instances_timeout": instances_timeout, "image": image,
+        "instances_timeout": instances_timeout, "image": image, "session": session,
     }
 
     def decorate(fn: Callable[P, R]) -> RemoteFunction[P, R]:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Snowflake arguments that have no meaning here (the payload travels in a ConfigMap, not a stage).
 _IGNORED_SNOWFLAKE_ARGS = frozenset({
-    "stage_name", "session", "external_access_integrations", "query_warehouse", "database", "schema",
+    "stage_name", "external_access_integrations", "query_warehouse", "database", "schema",
     "enable_metrics", "spec_overrides",
 })
 
@@ -104,9 +104,26 @@ def submit(kube: Kube, job: api.MLJob, files: Sequence[PayloadFile]) -> MLJob:
     return MLJob(name, namespace, kube=kube)
 
 
-def connect(namespace: str | None) -> Kube:
-    """A connection from the environment, defaulting to `namespace`."""
-    return Kube(namespace)
+def connect(namespace: str | None = None, *, session: Any = None, kubeconfig: str | Path | None = None,
+            context: str | None = None) -> Kube:
+    """A session: the connection to one cluster that SDK calls take as `session=` (Snowflake's argument name).
+
+    Args:
+        namespace: Default namespace of the session's calls; default the kubeconfig context's.
+        session: An existing session, returned as it is. Anything else (a Snowpark Session) is not one: a new
+            connection is made from the kubeconfig.
+        kubeconfig: The kubeconfig file (kubectl's `--kubeconfig`); default `KUBECONFIG`, in-cluster or
+            `~/.kube/config`.
+        context: The kubeconfig context (kubectl's `--context`); default its current context.
+
+    Raises:
+        kubepool.kube.errors.Unreachable: No such kubeconfig or context.
+    """
+    if isinstance(session, Kube):
+        return session
+    if session is not None:
+        log.info("session %r is not a kubepool session (kubepool.jobs.connect): using the kubeconfig", type(session).__name__)
+    return Kube(namespace, kubeconfig=kubeconfig, context=context)
 
 
 def submit_file(
@@ -123,6 +140,7 @@ def submit_file(
     instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
     parallel: bool = False,
+    session: Any = None,
     **kwargs: Any,
 ) -> MLJob:
     """Run a Python file on a compute pool (Snowflake's `submit_file`).
@@ -144,7 +162,8 @@ def submit_file(
         instances_timeout: Seconds to wait for `min_instances` before the job fails.
         image: Runtime image (Snowflake's `runtime_environment`); default the operator's.
         parallel: Run the script once on every instance instead of on the head.
-        **kwargs: Snowflake-only arguments (`stage_name`, `session`, ...) are accepted and ignored.
+        session: The cluster connection (`kubepool.jobs.connect(context=...)`); default from the kubeconfig.
+        **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
 
     Returns:
         The job's handle.
@@ -159,7 +178,8 @@ def submit_file(
     return _submit_payload(files, Entrypoint(file=path.name), compute_pool, stem=path.stem, args=args,
                            target_instances=target_instances, min_instances=min_instances, env_vars=env_vars,
                            pip_requirements=pip_requirements, name=name, namespace=namespace,
-                           instances_timeout=instances_timeout, image=image, parallel=parallel, kwargs=kwargs)
+                           instances_timeout=instances_timeout, image=image, parallel=parallel, session=session,
+                           kwargs=kwargs)
 
 
 def submit_directory(
@@ -177,6 +197,7 @@ def submit_directory(
     instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
     parallel: bool = False,
+    session: Any = None,
     **kwargs: Any,
 ) -> MLJob:
     """Run a directory's entrypoint on a compute pool (Snowflake's `submit_directory`).
@@ -186,7 +207,7 @@ def submit_directory(
         compute_pool: Name of the ComputePool every instance runs on.
         entrypoint: A .py file relative to `dir_path`, or a command as a list (e.g. `["bash", "run.sh"]`).
         args, target_instances, min_instances, env_vars, pip_requirements, name, namespace,
-        instances_timeout, image, parallel, **kwargs: As in `submit_file`.
+        instances_timeout, image, parallel, session, **kwargs: As in `submit_file`.
 
     Returns:
         The job's handle.
@@ -205,19 +226,19 @@ def submit_directory(
     return _submit_payload(files, ep, compute_pool, stem=stem, args=args, target_instances=target_instances,
                            min_instances=min_instances, env_vars=env_vars, pip_requirements=pip_requirements,
                            name=name, namespace=namespace, instances_timeout=instances_timeout, image=image,
-                           parallel=parallel, kwargs=kwargs)
+                           parallel=parallel, session=session, kwargs=kwargs)
 
 
 def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_pool: str, *, stem: str,
                     args: Sequence[Any] | None, target_instances: int, min_instances: int | None,
                     env_vars: Mapping[str, Any] | None, pip_requirements: Sequence[str] | None, name: str | None,
                     namespace: str | None, instances_timeout: int, image: str | None, parallel: bool,
-                    kwargs: Mapping[str, Any]) -> MLJob:
+                    session: Any, kwargs: Mapping[str, Any]) -> MLJob:
     warn_unknown(kwargs)
     check_instances(target_instances, min_instances)
-    kube = connect(namespace)
+    kube = connect(namespace, session=session)
     job = build_mljob(
-        name=name or generate_name(stem), namespace=kube.namespace, entrypoint=entrypoint,
+        name=name or generate_name(stem), namespace=namespace or kube.namespace, entrypoint=entrypoint,
         compute_pool=compute_pool, target_instances=target_instances, min_instances=min_instances,
         args=args or (), env_vars=env_vars, pip_requirements=pip_requirements,
         instances_timeout=instances_timeout, image=image, mode=RunMode.PARALLEL if parallel else RunMode.HEAD,
@@ -225,18 +246,19 @@ def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_po
     return submit(kube, job, files)
 
 
-def get_job(job_id: str, *, namespace: str | None = None) -> MLJob:
+def get_job(job_id: str, *, namespace: str | None = None, session: Any = None) -> MLJob:
     """The handle of an existing job.
 
     Args:
         job_id: `namespace/name` (an `MLJob.id`) or a bare name.
         namespace: Namespace of a bare name; default the kubeconfig context's.
+        session: The cluster connection (`connect`); default from the kubeconfig.
 
     Raises:
         NotFound: No such job.
     """
-    kube = connect(namespace)
-    ns, name = parse_job_id(job_id, kube.namespace)
+    kube = connect(namespace, session=session)
+    ns, name = parse_job_id(job_id, namespace or kube.namespace)
     job = MLJob(name, ns, kube=kube)
     job.refresh()
     return job
@@ -281,7 +303,7 @@ def job_summaries(kube: Kube, *, limit: int = -1, namespace: str | None = None,
 
 
 def list_jobs(limit: int = 10, *, namespace: str | None = None, all_namespaces: bool = False,
-              as_list: bool = False) -> Any:
+              as_list: bool = False, session: Any = None) -> Any:
     """Recent jobs as a table with columns name, namespace, status, instances (ready/target), pool, created,
     message — newest first.
 
@@ -290,11 +312,12 @@ def list_jobs(limit: int = 10, *, namespace: str | None = None, all_namespaces: 
         namespace: Namespace to list; default the kubeconfig context's.
         all_namespaces: List every namespace.
         as_list: Return a list of `JobSummary` instead of a pandas DataFrame.
+        session: The cluster connection (`connect`); default from the kubeconfig.
 
     Returns:
         A pandas DataFrame, or a list of `JobSummary` when `as_list` is set or pandas is not installed.
     """
-    rows = job_summaries(connect(namespace), limit=limit, namespace=namespace, all_namespaces=all_namespaces)
+    rows = job_summaries(connect(namespace, session=session), limit=limit, namespace=namespace, all_namespaces=all_namespaces)
     if as_list:
         return rows
     try:
@@ -304,16 +327,17 @@ def list_jobs(limit: int = 10, *, namespace: str | None = None, all_namespaces: 
     return pd.DataFrame([asdict(r) for r in rows], columns=list(JobSummary.__dataclass_fields__))
 
 
-def delete_job(job: MLJob | str, *, namespace: str | None = None) -> None:
+def delete_job(job: MLJob | str, *, namespace: str | None = None, session: Any = None) -> None:
     """Delete a job with its pods, payload and logs.
 
     Args:
         job: The handle, or its id (`namespace/name` or a bare name).
         namespace: Namespace of a bare name.
+        session: The cluster connection (`connect`) for a job id; default from the kubeconfig.
     """
     if isinstance(job, MLJob):
         job.kube.delete_job(job.name, job.namespace)
         return
-    kube = connect(namespace)
-    ns, name = parse_job_id(job, kube.namespace)
+    kube = connect(namespace, session=session)
+    ns, name = parse_job_id(job, namespace or kube.namespace)
     kube.delete_job(name, ns)

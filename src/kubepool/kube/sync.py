@@ -15,12 +15,13 @@ from typing import Any, TypeVar
 
 import httpx2
 from lightkube import ApiError, Client
-from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
 from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
 from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import CascadeType, PatchType
 
+from kubepool import naming
 from kubepool.api import ComputePool, MLJob
 from kubepool.kube.errors import Unreachable, translate
 from kubepool.kube.lightkube_fence import watch_window
@@ -47,10 +48,16 @@ def _stream(what: str, lines: Iterator[T]) -> Iterator[T]:
         raise translate(err, what) from None
 
 
-def _load_config() -> KubeConfig:
-    """kubectl's order: `KUBECONFIG` (its first file) when set, else in-cluster, else `~/.kube/config`."""
-    path = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    return KubeConfig.from_file(path) if path else KubeConfig.from_env()
+def _load_config(kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None) -> SingleConfig:
+    """kubectl's order: `kubeconfig` when given, else `KUBECONFIG` (its first file) when set, else in-cluster,
+    else `~/.kube/config`; then `context`, else the file's current context."""
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
+    if context is not None and context not in config.contexts:
+        raise ConfigError(f"context {context!r} is not in the kubeconfig (it has: {', '.join(sorted(config.contexts)) or 'none'})")
+    single = config.get(context)
+    assert single is not None  # get() raises when there is no context at all
+    return single
 
 
 def _job(obj: GenericNamespacedResource) -> MLJob:
@@ -67,19 +74,22 @@ class Kube:
     Args:
         namespace: Default namespace of namespaced calls; defaults to the kubeconfig context's namespace.
         client: An existing lightkube client (tests); by default one is built from the environment.
+        kubeconfig: The kubeconfig file (kubectl's `--kubeconfig`); default `KUBECONFIG`, in-cluster or
+            `~/.kube/config`.
+        context: The kubeconfig context (kubectl's `--context`); default its current context.
 
     Raises:
-        Unreachable: No Kubernetes configuration was found.
+        Unreachable: No Kubernetes configuration was found (or not the context asked for).
     """
 
-    def __init__(self, namespace: str | None = None, client: Client | None = None) -> None:
+    def __init__(self, namespace: str | None = None, client: Client | None = None, *,
+                 kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None) -> None:
         if client is None:
             try:
-                config = _load_config()
+                config = _load_config(kubeconfig, context)
             except (ConfigError, OSError) as err:
-                raise Unreachable(
-                    f"no Kubernetes configuration ({err}); set KUBECONFIG or run `kubepool local up`"
-                ) from None
+                hint = "" if context else "; set KUBECONFIG or run `kubepool local up`"
+                raise Unreachable(f"no Kubernetes configuration ({err}){hint}") from None
             client = Client(config, field_manager=SDK_FIELD_MANAGER)
         self.client = client
         self.namespace: str = namespace or client.namespace or "default"
@@ -136,6 +146,18 @@ class Kube:
 
     def list_pools(self) -> list[ComputePool]:
         return _call("list ComputePools", lambda: [_pool(o) for o in self.client.list(ComputePoolResource)])
+
+    def served_api_versions(self) -> list[str]:
+        """The MLJob API versions the cluster serves (from the installed CRD).
+
+        Raises:
+            NotFound: kubepool's CRDs are not installed.
+        """
+        from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+        crd = _call(f"CRD {naming.MLJOB_PLURAL}.{naming.GROUP}",
+                    lambda: self.client.get(CustomResourceDefinition, f"{naming.MLJOB_PLURAL}.{naming.GROUP}"))
+        return [f"{naming.GROUP}/{v.name}" for v in (crd.spec.versions if crd.spec else []) if v.served]
 
     # --- core objects ---------------------------------------------------------------------------------
     def create_configmap(self, cm: ConfigMap, namespace: str | None = None) -> None:

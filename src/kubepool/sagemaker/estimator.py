@@ -147,6 +147,8 @@ class Estimator:
         environment: Environment variables of every instance.
         max_run: Seconds the job may run before it fails.
         namespace: Namespace; default the kubeconfig context's.
+        sagemaker_session: The cluster connection (`kubepool.jobs.connect(context=...)`, where SageMaker takes
+            its Session); default from the kubeconfig.
         **kwargs: Other SageMaker arguments (framework_version, py_version, ...) are accepted and ignored.
 
     Raises:
@@ -168,6 +170,7 @@ class Estimator:
         environment: Mapping[str, str] | None = None,
         max_run: int | None = None,
         namespace: str | None = None,
+        sagemaker_session: Any = None,
         **kwargs: Any,
     ) -> None:
         warn_unknown(kwargs)
@@ -192,6 +195,7 @@ class Estimator:
         self.environment = dict(environment or {})
         self.max_run = max_run
         self.namespace = namespace
+        self.sagemaker_session = sagemaker_session
         self.latest_training_job: MLJob | None = None
 
     def _payload_and_entrypoint(self) -> tuple[list[PayloadFile], Entrypoint]:
@@ -214,7 +218,7 @@ class Estimator:
         groups = [api.InstanceGroup(name=g.instance_group_name, compute_pool=resolve_pool(kube, g.instance_type),
                                     instance_count=g.instance_count) for g in self.instance_groups]
         job = build_mljob(
-            name=name, namespace=kube.namespace, entrypoint=entrypoint,
+            name=name, namespace=self.namespace or kube.namespace, entrypoint=entrypoint,
             compute_pool=resolve_pool(kube, self.instance_type) if self.instance_type else None,
             instance_groups=groups or None, target_instances=self.instance_count,
             env_vars=self.environment, image=self.image_uri, mode=RunMode.SAGEMAKER,
@@ -242,7 +246,7 @@ class Estimator:
             UnexpectedStatusException: `wait` is set and the job ended FAILED or CANCELLED.
             ValueError: Invalid channels, or no pool for an instance type.
         """
-        kube = connect(self.namespace)
+        kube = connect(self.namespace, session=self.sagemaker_session)
         job_obj, files = self.build_job(kube, inputs, job_name)
         job = self.latest_training_job = submit(kube, job_obj, files)
         if wait:

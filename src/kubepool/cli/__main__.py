@@ -1,0 +1,5 @@
+import sys
+
+from kubepool.cli import main
+
+sys.exit(main())
