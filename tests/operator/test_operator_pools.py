@@ -6,8 +6,12 @@ placeholders live there (the first watched namespace)."""
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from kubepool import naming
@@ -119,8 +123,30 @@ def test_instances_preempt_placeholders_which_are_recreated_and_never_block(
     warm(kubectl, namespace, warm_pool, 3)
 
 
+@pytest.fixture
+def metered_operator(cluster: Any, crds: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    """The operator with its metrics endpoint on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log", metrics_port=port)
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+def pool_events(kubectl: Any, pool: str) -> list[tuple[str, str]]:
+    """(type, reason) of the Events about the pool, oldest first (a cluster-scoped object's go to `default`)."""
+    out = json.loads(kubectl("get", "events", "-A", "--field-selector",
+                             f"involvedObject.kind=ComputePool,involvedObject.name={pool}", "-o", "json", check=True).stdout)
+    return [(e["type"], e["reason"]) for e in sorted(out["items"], key=lambda e: e["metadata"]["creationTimestamp"])]
+
+
 def test_auto_suspend_releases_warm_nodes_and_a_job_resumes_the_pool(
-        kubectl: Any, namespace: str, operator: Operator, compute_pool: Any) -> None:
+        kubectl: Any, namespace: str, metered_operator: Operator, compute_pool: Any) -> None:
+    operator = metered_operator
     _payload(kubectl, namespace)
     pool = compute_pool("cpu", max_nodes=2, minNodes=1)
     warm(kubectl, namespace, pool, 1)
@@ -147,6 +173,17 @@ def test_auto_suspend_releases_warm_nodes_and_a_job_resumes_the_pool(
     assert "Traceback" not in operator.logs(), operator.logs()[-3000:]
     assert st["idleSince"] >= json.loads(kubectl("get", "mljob", "resume", "-n", namespace, "-o", "json",
                                                  check=True).stdout)["status"]["completionTime"]
+    # Each suspension and the resumption were announced on the pool, once each.
+    events = wait_for(lambda: (e := pool_events(kubectl, pool)).count(("Normal", "AutoSuspended")) == 2 and e,
+                      30, f"{pool}'s second AutoSuspended Event")
+    assert [r for _, r in events if r in ("AutoSuspended", "Resumed")] == ["AutoSuspended", "Resumed", "AutoSuspended"]
+    # The queue's metrics saw the job: admitted, started and finished once; the pool's gauges are its status.
+    samples = operator.metrics()
+    for name in ("queued", "start"):
+        assert samples[f'kubepool_mljob_{name}_seconds_count{{pool="{pool}"}}'] == 1, name
+    assert samples[f'kubepool_mljob_duration_seconds_count{{phase="DONE",pool="{pool}"}}'] == 1
+    assert samples[f'kubepool_pool_max_instances{{pool="{pool}"}}'] == 2
+    assert samples[f'kubepool_pool_instances_in_use{{pool="{pool}"}}'] == 0
 
 
 def test_deleting_the_pool_removes_its_placeholders(kubectl: Any, namespace: str, operator: Operator,

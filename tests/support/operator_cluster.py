@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,12 +39,15 @@ class Operator:
     namespace: str
     log_path: Path
     standalone: bool = True  # False: coordinate with other replicas through kopf peering
+    metrics_port: int = 0  # serve /metrics on 127.0.0.1 at this port (0: off)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = field(default=0)
 
     def start(self) -> None:
         assert self.proc is None, "the operator is already running"
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator_env()}
+        if self.metrics_port:
+            env.update(KUBEPOOL_OPERATOR_METRICS_PORT=str(self.metrics_port), KUBEPOOL_OPERATOR_BIND_ADDRESS="127.0.0.1")
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kubepool.controller", "--namespace", self.namespace, "--verbose",
@@ -74,6 +78,18 @@ class Operator:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metrics(self) -> dict[str, float]:
+        """The operator's Prometheus samples, `name{labels}` → value (needs metrics_port)."""
+        assert self.metrics_port, "the operator was started without a metrics port"
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
 
 
 def mljob(name: str, **spec: Any) -> dict[str, Any]:

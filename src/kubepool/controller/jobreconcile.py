@@ -54,8 +54,9 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
         # 2. the queue, woken right after the status is persisted, before the children: if creating them fails,
         # the retried pass sees no transition any more and the jobs queued behind this one would never be woken.
         _wake_queue(op, job, prev, new)
-        # 3. the Event, for the same reason before the children
+        # 3. the Event and the metrics of the transition, for the same reason before the children
         _announce(op, body, prev, new)
+        metrics.observe_job(job.metadata.get("creationTimestamp"), new.pools or ",".join(pools_of(job)), prev, new)
         # 4. the children, and 5. the next deadline
         plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now(), backend=backend)
         await apply_plan(op, key, job, new, plan, pools)

@@ -9,7 +9,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import kopf
 
 from kubepool import naming
 from kubepool.api import ComputePool, ComputePoolStatus, JobPhase
@@ -19,6 +21,7 @@ from kubepool.controller.poolstatus import (
     auto_suspend_at,
     compute_pool_status,
     placeholders_wanted,
+    pool_events,
     pool_status_changed,
 )
 from kubepool.kube.errors import KubeError
@@ -63,6 +66,7 @@ async def reconcile_pool(op: OperatorState, name: str) -> None:
     pool = op.view.pools().get(name)
     if pool is None:
         memo.forget(name)
+        metrics.forget_pool(name)
         return
     uid = pool.metadata.get("uid", "")
     if memo.written_uid.get(name) != uid:  # a new pool of the same name: what was written is not its
@@ -76,8 +80,21 @@ async def reconcile_pool(op: OperatorState, name: str) -> None:
     new = compute_pool_status(pool, op.view.nodes(), op.view.claims(), _now(), op.view.placeholders(name),
                               warm_capacity=op.cfg.warm_capacity)
     _schedule_auto_suspend(op, pool, new)
-    await _write_status(op, name, pool.status, new)
+    metrics.set_pool(name, pool.spec.max_nodes, new)
+    old = pool.status
+    await _write_status(op, name, old, new)
+    _announce(op, pool, old, new)  # once persisted: a failed write retries a pass that still sees the change
     await _sync_placeholders(op, pool, new)
+
+
+def _announce(op: OperatorState, pool: ComputePool, old: ComputePoolStatus | None, new: ComputePoolStatus) -> None:
+    events = pool_events(old, new)
+    if not events:
+        return
+    body = kopf.Body(cast(kopf.RawBody, {"apiVersion": naming.API_VERSION, "kind": naming.POOL_KIND,
+                                         "metadata": pool.metadata}))
+    for type_, reason, message in events:
+        op.post_event(body, type=type_, reason=reason, message=message[:1024])
 
 
 async def _write_status(op: OperatorState, name: str, old: ComputePoolStatus | None, new: ComputePoolStatus) -> None:

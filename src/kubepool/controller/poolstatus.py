@@ -106,6 +106,26 @@ def compute_pool_status(pool: ComputePool, nodes: Iterable[NodeView], claims: It
                              observed_generation=generation)
 
 
+def pool_events(old: ComputePoolStatus | None, new: ComputePoolStatus) -> list[tuple[str, str, str]]:
+    """The Events (type, reason, message) a status change announces: the pool lost or regained its ready nodes,
+    was suspended (by spec or idleness) or resumed. A first status announces only what is wrong (no ready
+    nodes) or suspended; warm-capacity counts change too often to announce."""
+    before = {c.type: c for c in (old.conditions if old else [])}
+    out = []
+    for c in new.conditions:
+        prev = before.get(c.type)
+        if prev is not None and (prev.status, prev.reason) == (c.status, c.reason):
+            continue
+        true = c.status is ConditionStatus.TRUE
+        if c.type == "Ready" and (prev is not None or not true):
+            out.append(("Normal" if true else "Warning", c.reason or "", c.message or ""))
+        elif c.type == "Suspended" and true:
+            out.append(("Normal", c.reason or "", c.message or ""))
+        elif c.type == "Suspended" and prev is not None and prev.status is ConditionStatus.TRUE:
+            out.append(("Normal", "Resumed", f"{c.reason}: jobs are admitted again"))
+    return out
+
+
 def placeholders_wanted(pool: ComputePool, st: ComputePoolStatus, *, warm_capacity: bool = True) -> int:
     """Placeholders the pool should have, given its freshly computed status."""
     return desired_placeholders(pool, st.instances_in_use, suspended=st.phase is PoolPhase.SUSPENDED,

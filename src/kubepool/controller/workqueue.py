@@ -88,9 +88,11 @@ class WorkQueue:
             await self.run_job(key)
         except KubeError as e:
             metrics.API_ERRORS.labels(status=str(e.status)).inc()
+            metrics.RECONCILE_ERRORS.labels(kind="job", reason=str(e.status)).inc()
             log.warning("MLJob %s/%s: %s; retrying in %ss", key[0], key[1], e, RETRY_SECONDS)
             asyncio.get_running_loop().call_later(RETRY_SECONDS, self.spawn, key)
-        except Exception:
+        except Exception as e:
+            metrics.RECONCILE_ERRORS.labels(kind="job", reason=type(e).__name__).inc()
             log.exception("MLJob %s/%s: reconcile failed; retrying in %ss", key[0], key[1], RETRY_SECONDS)
             asyncio.get_running_loop().call_later(RETRY_SECONDS, self.spawn, key)
 
@@ -148,6 +150,7 @@ class WorkQueue:
             await self.run_pool(name)
         except KubeError as e:
             metrics.API_ERRORS.labels(status=str(e.status)).inc()
+            metrics.RECONCILE_ERRORS.labels(kind="pool", reason=str(e.status)).inc()
             log.warning("ComputePool %s: %s; retrying in %ss", name, e, RETRY_SECONDS)
             # Its placeholders must not wait for the next unrelated event.
             asyncio.get_running_loop().call_later(RETRY_SECONDS, self.refresh_pools, [name])

@@ -49,3 +49,21 @@ def test_a_status_changes_with_any_field_or_condition_and_not_otherwise() -> Non
     assert not pool_status_changed(st, compute_pool_status(p, NODES, [], T0))
     assert not pool_status_changed(st, compute_pool_status(p.model_copy(update={"status": st}), NODES, [], at(5)))
     assert pool_status_changed(st, compute_pool_status(p, NODES[1:], [], T0))  # readyNodes and Ready's message
+
+
+def test_events_announce_lost_nodes_suspension_and_resumption_once() -> None:
+    p = pool(nodeSelector={"kubepool.dev/node-pool": "cpu"}, autoSuspendSeconds=60)
+    first = compute_pool_status(p, NODES, [], T0)
+    assert S.pool_events(None, first) == []  # a healthy new pool: nothing to announce
+    p = p.model_copy(update={"status": first})
+    lost = compute_pool_status(p, NODES[1:], [], at(1))
+    assert [e[:2] for e in S.pool_events(first, lost)] == [("Warning", "NoReadyNodes")]
+    assert S.pool_events(lost, compute_pool_status(p.model_copy(update={"status": lost}), NODES[1:], [], at(2))) == []
+    back = compute_pool_status(p.model_copy(update={"status": lost}), NODES, [], at(3))
+    assert [e[:2] for e in S.pool_events(lost, back)] == [("Normal", "NodesReady")]
+    asleep = compute_pool_status(p.model_copy(update={"status": back}), NODES, [], at(61))
+    assert [e[:2] for e in S.pool_events(back, asleep)] == [("Normal", "AutoSuspended")]
+    woken = compute_pool_status(p.model_copy(update={"status": asleep}), NODES, [Claim("ns", "a", "t", ("cpu",), 1)], at(62))
+    assert [e[:2] for e in S.pool_events(asleep, woken)] == [("Normal", "Resumed")]
+    assert [e[:2] for e in S.pool_events(None, compute_pool_status(pool(suspend=True), [], [], T0))] == [
+        ("Warning", "NoReadyNodes"), ("Normal", "Suspended")]

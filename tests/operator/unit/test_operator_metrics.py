@@ -1,0 +1,55 @@
+"""The operator's queue metrics: which status transitions observe what (pure), and that every query of the
+shipped Grafana dashboard names a metric the operator exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+from prometheus_client import REGISTRY
+
+from kubepool.api import JobPhase, MLJobStatus
+from kubepool.controller import metrics
+from support.factories import T0
+
+CREATED = "2026-01-01T12:00:00Z"  # T0
+DASHBOARD = Path(__file__).resolve().parents[3] / "charts" / "kubepool" / "dashboards" / "kubepool.json"
+
+
+def st(**fields: object) -> MLJobStatus:
+    return MLJobStatus.model_validate(fields)
+
+
+def observed(prev: MLJobStatus | None, new: MLJobStatus) -> list[tuple[str, dict[str, str], float]]:
+    return [(h._name, labels, v) for h, labels, v in metrics.job_transitions(CREATED, "cpu", prev, new)]
+
+
+def test_each_transition_is_observed_once() -> None:
+    queued = st(phase="PENDING")
+    admitted = st(phase="PENDING", admittedAt=T0 + timedelta(seconds=40))
+    running = admitted.model_copy(update={"phase": JobPhase.RUNNING, "start_time": T0 + timedelta(seconds=55)})
+    done = running.model_copy(update={"phase": JobPhase.DONE, "completion_time": T0 + timedelta(seconds=155)})
+    assert observed(None, queued) == []
+    assert observed(queued, admitted) == [("kubepool_mljob_queued_seconds", {"pool": "cpu"}, 40.0)]
+    assert observed(admitted, admitted) == []
+    assert observed(admitted, running) == [("kubepool_mljob_start_seconds", {"pool": "cpu"}, 55.0)]
+    assert observed(running, done) == [("kubepool_mljob_duration_seconds", {"pool": "cpu", "phase": "DONE"}, 100.0)]
+    assert observed(done, done) == []
+    # Cancelled while queued: it never ran, so no duration; a first status that is already admitted counts both.
+    assert observed(queued, st(phase="CANCELLED", completionTime=T0)) == []
+    assert [o[0] for o in observed(None, running)] == ["kubepool_mljob_queued_seconds", "kubepool_mljob_start_seconds"]
+
+
+def test_dashboard_queries_name_exported_metrics() -> None:
+    exported = {m.name for m in REGISTRY.collect() if m.name.startswith("kubepool_")}
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 8
+    for expr in exprs:
+        names = set(re.findall(r"\bkubepool_[a-z_]+", expr))
+        assert names, f"query names no kubepool metric: {expr}"
+        for name in names:
+            base = re.sub(r"_(bucket|sum|count|total|created)$", "", name)
+            assert base in exported or name in exported, f"{expr}: {name} is not exported by the operator"
