@@ -22,10 +22,12 @@ def helm() -> str:
 
 @pytest.fixture(scope="session")
 def render(helm: str) -> Render:
-    """`render(*helm_args)` → the rendered objects; fails the test if helm fails."""
+    """`render(*helm_args)` → the rendered objects, without the `helm test` hooks (test_chart_smoke renders
+    those); fails the test if helm fails."""
 
     def _render(*args: str) -> list[dict[str, Any]]:
-        proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args)
+        proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
+                        "--skip-tests", *args)
         assert proc.returncode == 0, proc.stderr
         return [d for d in yaml.safe_load_all(proc.stdout) if d]
 

@@ -70,7 +70,13 @@ def release(cluster: Any, kubectl: Any, helm: str) -> Iterator[Release]:
         "image": {"tag": "dev", "pullPolicy": "Never"},
         # Local pods share the host's network, where 8080 is taken (Ray's metrics port, other operators).
         "metrics": {"enabled": False},
-        "operator": {"watchNamespaces": [rel.jobs_namespace], "listenOnPodIP": True, "settings": {
+        # Kubernetes objects from values reach the pod: the scheduler must honour this affinity and toleration
+        # (only the tainted GPU nodes match), and the container gets the extra env.
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubepool.dev/node-pool", "operator": "In", "values": ["gpu"]}]}]}}},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "extraEnv": [{"name": "KUBEPOOL_CHART_TEST_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "operator": {"watchNamespaces": [rel.jobs_namespace], "listenOnPodIP": True, "logFormat": "json", "settings": {
             # Local nodes share the host's network: each instance shifts its Ray ports (OperatorConfig).
             "rayPortStride": 3000, "workerGraceSeconds": 5, "podTerminationGraceSeconds": 3,
         }},
@@ -110,6 +116,12 @@ def test_operator_pod_runs_the_controller_under_the_charts_account(kubectl: Any,
     assert pod is not None
     assert pod["spec"]["serviceAccountName"] == release.service_account
     assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "kubepool.controller"]
+    node = pod["spec"]["nodeName"]
+    assert kubectl.json("get", "node", node)["metadata"]["labels"]["kubepool.dev/node-pool"] == "gpu", node
+    # logFormat json: every line of the operator's log is one JSON object (what log collectors parse).
+    lines = [ln for ln in _operator_log(kubectl, release).splitlines() if ln.strip()]
+    records = [json.loads(ln) for ln in lines]
+    assert any("kubepool operator configured" in r.get("message", "") for r in records), lines[:5]
     # The operator in the pod reached the API server from inside the pod with the ServiceAccount's token and
     # handled the chart's pool (its status is only ever written by an operator).
     deadline = time.monotonic() + 60
@@ -207,6 +219,21 @@ def _runtime_account_patches_only_its_own_job(kubectl: Any, cluster: Any, releas
     assert own.status_code == 200, own.text
     assert foreign.status_code == 422 and "only the MLJob of its own pod" in foreign.text, foreign.text  # Invalid
     kubectl("delete", "mljob", "other", "-n", ns, "--wait=false")
+
+
+def test_helm_test_runs_a_job_to_done(kubectl: Any, release: Release) -> None:
+    """`helm test`: the hook pod submits a 1-instance job to the chart's pool with the kubepool CLI under its own
+    account (submit and follow only), follows the head's log, and passes on DONE; the job and the hook's account
+    go after."""
+    proc = run_helm(*release.helm, "test", release.name, "--namespace", release.namespace, "--logs", "--timeout", "6m",
+                    timeout=420)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n{_diagnostics(kubectl, release)}"
+    assert "Phase:          Succeeded" in proc.stdout and "kubepool helm test: hello from" in proc.stdout, proc.stdout
+    assert proc.stdout.rstrip().endswith("DONE"), proc.stdout
+    # Only the hook pod stays (for its log): the job, its account and its Role are gone.
+    for ns, kinds in ((release.jobs_namespace, "mljobs,roles,rolebindings"), (release.namespace, "serviceaccounts,configmaps")):
+        leftovers = kubectl("get", kinds, "-n", ns, "-o", "name").stdout
+        assert f"{release.name}-kubepool-test" not in leftovers, leftovers
 
 
 def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, cluster: Any, release: Release) -> None:

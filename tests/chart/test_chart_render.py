@@ -97,7 +97,7 @@ def test_deployment(render: Any) -> None:
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    assert c["args"] == ["--standalone"]
+    assert c["args"] == ["--log-level=info", "--log-format=full", "--standalone"]
     assert {"name": "USER", "value": "kubepool"} in c["env"]  # kopf's getpass.getuser() for any uid
     cfg = operator_config(c)
     assert cfg.default_image == "kubepool/runtime:0.1.0"
@@ -208,7 +208,7 @@ def test_optional_rules(render: Any) -> None:
     assert granted[("ray.io", "rayclusters")] == {"get", "list", "watch", "create", "patch", "delete"}
     assert ("kopf.dev", "clusterkopfpeerings") in granted and ("kopf.dev", "kopfpeerings") in granted
     [dep] = by_kind(objs, "Deployment")
-    assert "args" not in dep["spec"]["template"]["spec"]["containers"][0]  # peering: not --standalone
+    assert "--standalone" not in dep["spec"]["template"]["spec"]["containers"][0]["args"]  # peering
 
 
 def test_rbac_off(render: Any) -> None:
@@ -247,7 +247,8 @@ def test_validate_values_fails_with_a_clear_message(helm: str, args: list[str], 
 
 
 @pytest.mark.parametrize("setting", [
-    "unknownKey=1", "image.registry=x", "rbac.bogus=true", "resources.requests.gpu=1",
+    "unknownKey=1", "image.registry=x", "rbac.bogus=true", "securityContext.runAsUsr=1",
+    "tolerations[0].operator=Sometimes", "image.digest=latest",
     "pools[0].name=p", "operator.defaultBackend=ray",
 ])
 def test_schema_rejects_unknown_or_invalid_values(helm: str, setting: str) -> None:

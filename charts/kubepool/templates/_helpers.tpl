@@ -46,7 +46,11 @@ app.kubernetes.io/component: operator
 {{- end }}
 
 {{- define "kubepool.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{- define "kubepool.runtimeImage" -}}

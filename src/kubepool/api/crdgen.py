@@ -29,6 +29,11 @@ RULES: dict[str, list[dict[str, str]]] = {
 _DROP = {"title", "$defs"}
 
 
+# Deleting a release or an Argo CD Application must never delete the CRDs (and with them every MLJob and
+# ComputePool in the cluster): Helm's keep policy, and Argo CD's own, which does not read Helm's.
+KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false"}
+
+
 def _clean(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_clean(n, defs) for n in node]
@@ -113,7 +118,8 @@ def _crd(kind: str, plural: str, short: str, scope: str, schema: dict[str, Any],
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{naming.GROUP}", "labels": {"app.kubernetes.io/part-of": "kubepool"}},
+        "metadata": {"name": f"{plural}.{naming.GROUP}", "labels": {"app.kubernetes.io/part-of": "kubepool"},
+                     "annotations": KEEP},
         "spec": {
             "group": naming.GROUP,
             "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
