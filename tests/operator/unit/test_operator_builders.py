@@ -230,3 +230,19 @@ def test_ray_port_offset_only_on_local_clusters() -> None:
     assert build_job_contract(j, POOLS, port_shift=shift).ray.gcs_port == naming.RAY_GCS_PORT + shift
     assert build_job_contract(j, POOLS).ray.dashboard is True
     assert build_job_contract(job(ray={"dashboard": False}), POOLS).ray.dashboard is False
+
+
+def test_the_crd_refuses_every_variable_the_operator_sets() -> None:
+    """contract.OPERATOR_ENV (the CRD's rule against spec.env naming them) lists every variable a pod or KubeRay
+    template gets from the operator; a user's own variable still reaches the pod."""
+    from kubepool.controller.builders.raycluster import build_raycluster
+
+    cfg = OperatorConfig(default_image="img:1", ray_port_stride=3000)
+    j = job(instanceGroups=GROUPS, env=[{"name": "MINE", "value": "1"}])
+    pods = build_instance_pods(j, POOLS, granted=3, attempt=0, cfg=cfg)
+    rc = build_raycluster(j, POOLS, granted=3, attempt=0, cfg=cfg)
+    templates = [rc["spec"]["headGroupSpec"]["template"], *(g["template"] for g in rc["spec"]["workerGroupSpecs"])]
+    for pod in [*pods, *templates]:
+        names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+        assert names - {"MINE"} <= set(contract.OPERATOR_ENV), names - {"MINE"} - set(contract.OPERATOR_ENV)
+        assert "MINE" in names
