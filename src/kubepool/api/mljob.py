@@ -175,6 +175,7 @@ class InstanceStatus(Model):
     rank_in_group: int = Field(description="Rank inside the group.")
     host: str = Field(description="SageMaker host name (algo-N) and pod hostname.")
     pod: str = Field(description="Pod name.")
+    pod_uid: str | None = Field(None, max_length=NAME_MAX, description="UID of the pod: the runtime's admission policy lets a pod's token change only the job that lists it.")
     node: str | None = Field(None, description="Node the pod runs on.")
     phase: str | None = Field(None, description="Pod phase.")
     ready: bool = Field(False, description="Pod is Ready.")

@@ -59,6 +59,7 @@ def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int
             instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
             host=naming.sagemaker_host(inst.instance_id),
             pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
+            pod_uid=(pod.uid or None) if pod else None,
             node=pod.node if pod else None, ready=bool(pod and pod.ready),
             phase=(TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,
             exit_code=pod.exit_code if pod else None, message=_cut(pod.message) if pod else None,
