@@ -49,7 +49,7 @@ class S3Source(Model):
 
     uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", max_length=1024, description="s3://bucket/prefix of the channel's objects.")
     endpoint_url: str | None = Field(None, max_length=SHORT_STR, pattern=r"^https?://", description="S3-compatible endpoint (default: the runtime's AWS config).")
-    credentials_secret: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.")
+    credentials_secret: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; it must carry the label kubepool.dev/credentials=true (else the job FAILS: CredentialsNotAllowed).")
 
 
 class PvcSource(Model):

@@ -16,6 +16,7 @@ from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import RAYCLUSTER_CRD
 from kubepool.controller import admission, metrics
 from kubepool.controller.builders.common import placement_of, pools_of
+from kubepool.controller.builders.pods import credentials_secrets
 from kubepool.controller.jobchildren import apply_plan, release_pods
 from kubepool.controller.jobstatus import Observed, compute_job_status
 from kubepool.controller.observed import PodView
@@ -72,11 +73,14 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
     finished = prev is not None and prev.phase is not None and prev.phase.finished
     kuberay = backend is Backend.KUBERAY and not finished and await op.api.crd_exists(RAYCLUSTER_CRD)
 
+    admitting = prev is None or prev.admitted_at is None and not finished
+    # Before anything is created: the channels' credential Secrets must opt in (metadata only, never the data).
+    credentials = {s: await op.api.labels_of("v1", "Secret", key[0], s) for s in credentials_secrets(job)} if admitting else {}
+
     def status(decision: admission.Decision | None = None) -> MLJobStatus:
         return compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
-                                                kuberay_installed=kuberay))
+                                                kuberay_installed=kuberay, credentials=credentials))
 
-    admitting = prev is None or prev.admitted_at is None and not finished
     resized = not admitting and not finished and prev is not None and len(placement_of(job)) != len(prev.instances)
     if not admitting and not resized:
         new = status()

@@ -3,7 +3,7 @@ precedence (STEPS), each reading one pass over the job (`_Pass`). `jobstatus.com
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -28,6 +28,7 @@ RETRYING = "Retrying"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 SUSPENDED = "Suspended"
 KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
+CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class Observed:
     decision: Decision | None = None  # for a job not admitted yet
     backend: Backend = Backend.PODS  # resolved (spec or operator default)
     kuberay_installed: bool = False
+    # Labels of each Secret a channel takes credentials from (None: no such Secret); read before admission only.
+    credentials: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
 
 
 def _cut(text: str | None) -> str | None:
@@ -117,6 +120,21 @@ def _kuberay_missing(p: _Pass) -> bool:
     return p.obs.backend is Backend.KUBERAY and not p.obs.kuberay_installed and p.finish(
         JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
         "backend kuberay needs the ray.io RayCluster CRD, which is not installed")
+
+
+def refused_credentials(credentials: Mapping[str, Mapping[str, str] | None]) -> str:
+    """Why the job may not read its channels' credential Secrets ("" when it may): each must exist and opt in."""
+    want = f"{naming.LABEL_CREDENTIALS}={naming.CREDENTIALS_OPT_IN}"
+    why = [f"Secret {name} does not exist" if labels is None else
+           f"Secret {name} lacks the label {want} (its owner's consent that jobs may read it)"
+           for name, labels in credentials.items()
+           if labels is None or labels.get(naming.LABEL_CREDENTIALS) != naming.CREDENTIALS_OPT_IN]
+    return "; ".join(why) + "; channels[].source.s3.credentialsSecret" if why else ""
+
+
+def _credentials_refused(p: _Pass) -> bool:
+    message = refused_credentials(p.obs.credentials)
+    return bool(message) and p.finish(JobPhase.FAILED, CREDENTIALS_NOT_ALLOWED, message)
 
 
 def _admission(p: _Pass) -> bool:
@@ -258,7 +276,7 @@ def _instances_observed(p: _Pass) -> bool:
 
 # PENDING → RUNNING → DONE/FAILED, in order of precedence.
 STEPS: tuple[Callable[[_Pass], bool], ...] = (
-    _suspended, _kuberay_missing, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
+    _suspended, _kuberay_missing, _credentials_refused, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
     _running, _started, _instances_timeout, _waiting,
 )
 

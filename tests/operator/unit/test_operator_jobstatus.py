@@ -41,6 +41,22 @@ def test_not_admitted(decision: Decision, reason: str) -> None:
     assert cond["Admitted"].status == "False" and cond["Admitted"].reason == reason
 
 
+@pytest.mark.parametrize(("credentials", "refused"), [
+    ({"aws": {"kubepool.dev/credentials": "true"}}, ""),
+    ({"aws": {}}, "Secret aws lacks the label kubepool.dev/credentials=true"),
+    ({"aws": {"kubepool.dev/credentials": "yes"}}, "Secret aws lacks the label kubepool.dev/credentials=true"),
+    ({"aws": None}, "Secret aws does not exist"),
+], ids=["opted-in", "no-label", "other-value", "missing"])
+def test_credentials_must_opt_in(credentials: dict, refused: str) -> None:
+    """A channel's credentialsSecret is used only with its owner's label: else FAILED before admission."""
+    st = compute_job_status(job(), Observed(pods=[], now=T0, decision=ADMIT3, credentials=credentials))
+    if not refused:
+        assert st.phase is JobPhase.PENDING and st.admitted_at == T0
+        return
+    assert (st.phase, st.reason, st.admitted_at) == (JobPhase.FAILED, S.CREDENTIALS_NOT_ALLOWED, None)
+    assert refused in (st.message or "") and "credentialsSecret" in (st.message or "")
+
+
 @pytest.mark.parametrize(("pods", "t", "phase", "reason"), [
     ([pod(0), pod(1, ready=False), pod(2, "Pending", False)], 1, JobPhase.PENDING, S.WAITING_FOR_INSTANCES),
     ([pod(0), pod(1), pod(2, "Pending", False)], 1, JobPhase.RUNNING, S.INSTANCES_READY),
