@@ -29,6 +29,7 @@ DEADLINE_EXCEEDED = "DeadlineExceeded"
 SUSPENDED = "Suspended"
 KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
 CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
+API_REFUSED = "ApiRefused"  # the API server refused a write of the job's children (quota, policy, RBAC)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Observed:
     kuberay_installed: bool = False
     # Labels of each Secret a channel takes credentials from (None: no such Secret); read before admission only.
     credentials: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    refused: str = ""  # the API server's last refusal of a write of the job's children ("": none since)
 
 
 def _cut(text: str | None) -> str | None:
@@ -258,11 +260,16 @@ def _instances_timeout(p: _Pass) -> bool:
         return False
     return p.finish(JobPhase.FAILED, INSTANCES_UNAVAILABLE,
                     f"{_ready_count(st)} of {spec.resolved_min()} required instances ready after "
-                    f"instancesTimeoutSeconds={spec.instances_timeout_seconds}")
+                    f"instancesTimeoutSeconds={spec.instances_timeout_seconds}"
+                    + (f"; the API server refused: {p.obs.refused}" if p.obs.refused else ""))
 
 
 def _waiting(p: _Pass) -> bool:
     st, spec = p.st, p.spec
+    if p.obs.refused:
+        st.phase, st.reason = JobPhase.PENDING, API_REFUSED
+        st.message = f"the API server refused: {p.obs.refused}; retrying with backoff until instancesTimeoutSeconds"
+        return True
     st.phase, st.reason = JobPhase.PENDING, WAITING_FOR_INSTANCES
     st.message = (f"{_ready_count(st)} of {spec.resolved_min()} instances ready (target {spec.resolved_target()})"
                   + ("" if _head_ready(st) else "; the head is not ready"))

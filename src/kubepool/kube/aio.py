@@ -73,6 +73,15 @@ def object_path(obj: Mapping[str, Any]) -> str:
     return f"{collection_path(obj['apiVersion'], obj['kind'], meta.get('namespace'))}/{meta['name']}"
 
 
+def _retry_after(status: Mapping[str, Any], headers: Mapping[str, str]) -> float | None:
+    """The wait the API server asked for: the Status' details.retryAfterSeconds, else the Retry-After header."""
+    raw = (status.get("details") or {}).get("retryAfterSeconds") or headers.get("Retry-After")
+    try:
+        return float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _job_path(namespace: str, name: str) -> str:
     return f"{collection_path(naming.API_VERSION, naming.MLJOB_KIND, namespace)}/{name}"
 
@@ -116,7 +125,8 @@ class Api:
             status = json.loads(resp.content)
         except ValueError:
             status = {}
-        raise status_error(code, status.get("message") or resp.text, status.get("reason") or "", what)
+        raise status_error(code, status.get("message") or resp.text, status.get("reason") or "", what,
+                           _retry_after(status, getattr(resp, "headers", None) or {}))
 
     async def apply(self, obj: Obj) -> None:
         """Server-side apply: the operator owns the fields it sets; taking them back from others is intended."""
