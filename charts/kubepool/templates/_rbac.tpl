@@ -61,10 +61,10 @@ No wildcards anywhere; tests/chart checks that.
   verbs: [patch]
 {{- end }}
 {{- if $v.operator.peering }}
-# Framework: kopf's namespaced peering objects.
+# Framework: kopf's namespaced peering objects (the operator creates its own at startup: main.ensure_peering).
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch, create, patch]
 {{- end }}
 {{- end }}
 {{- if ne .scope "namespaced" }}
@@ -100,10 +100,10 @@ No wildcards anywhere; tests/chart checks that.
   resources: [events]
   verbs: [create]
 {{- if $v.operator.peering }}
-# Framework: kopf's cluster-wide peering objects.
+# Framework: kopf's cluster-wide peering objects (created at startup as above).
 - apiGroups: [kopf.dev]
   resources: [clusterkopfpeerings]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch, create, patch]
 {{- end }}
 {{- end }}
 {{- end }}
