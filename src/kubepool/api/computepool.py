@@ -113,5 +113,8 @@ class ComputePool(Model):
 
 POOL_RULES = [
     {"rule": "self.minNodes <= self.maxNodes", "message": "minNodes must not exceed maxNodes"},
-    {"rule": "has(self.instanceFamily) || has(self.resources)", "message": "set instanceFamily or resources"},
+    # `resources: {}` is set, but sizes nothing: without a family, an instance would silently get 1 CPU and 1Gi.
+    {"rule": "has(self.instanceFamily) || (has(self.resources) && has(self.resources.cpu) && has(self.resources.memory))",
+     "message": "set instanceFamily or resources (without instanceFamily, resources must set cpu and memory)",
+     "fieldPath": ".resources"},
 ]
