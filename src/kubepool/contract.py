@@ -42,6 +42,13 @@ ENV_HEAD_LOST_TIMEOUT = "KUBEPOOL_HEAD_LOST_TIMEOUT"  # seconds a worker keeps g
 ENV_REPLICA_INDEX = "KUBEPOOL_REPLICA_INDEX"
 ENV_RAY_PORT_STRIDE = "KUBEPOOL_RAY_PORT_STRIDE"
 
+# Every variable the operator sets on an instance (pods, and KubeRay's templates): an MLJob's spec.env may not
+# name one (the CRD refuses it), since the user's value would be dropped or the runtime would read a lie.
+OPERATOR_ENV = (
+    ENV_CONTRACT_FILE, ENV_INSTANCE_ID, ENV_POD_IP, ENV_POD_NAME, ENV_NAMESPACE, ENV_BASE_DIR, ENV_PAYLOAD_DIR,
+    ENV_RESULT_DIR, ENV_RAY_AUTH_TOKEN, ENV_RAY_AUTH_MODE, ENV_RAY_PORT_OFFSET, ENV_REPLICA_INDEX, ENV_RAY_PORT_STRIDE,
+)
+
 CONTRACT_DIR = "/etc/kubepool"
 CONTRACT_FILENAME = "contract.json"
 CONTRACT_PATH = f"{CONTRACT_DIR}/{CONTRACT_FILENAME}"

@@ -37,6 +37,11 @@ ANNOTATION_PLACEHOLDER_SPEC = f"{GROUP}/placeholder-spec"  # hash of the pod spe
 LABEL_INSTANCE_BASE = f"{GROUP}/instance-base"
 POD_FINALIZER = f"{GROUP}/instance-outcome"
 
+# A Secret named by a channel's credentialsSecret must carry this label with value "true" (its owner's opt-in): a
+# job would otherwise read any Secret of its namespace into its pods' environment, whoever submitted it.
+LABEL_CREDENTIALS = f"{GROUP}/credentials"
+CREDENTIALS_OPT_IN = "true"
+
 ANNOTATION_PREFIX = GROUP  # kopf progress/diffbase storage lives under this prefix, never in status
 
 # MLJob spec.instancesTimeoutSeconds when unset (the CRD, contract, SDK and CLI share it): 12 minutes, as Snowflake.

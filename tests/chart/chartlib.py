@@ -14,6 +14,34 @@ KUBE_VERSION = "1.36.0"
 RELEASE, NAMESPACE = "kp", "kubepool-system"
 
 
+# What the operator's code uses, (apiGroup, resource) -> verbs, with the chart's defaults (no KubeRay, no kopf
+# peering). The chart must grant exactly this (test_chart_render), and the API server must find exactly this for
+# the chart's ServiceAccount (test_operator_rights). Children go with their job through owner references: the
+# garbage collector deletes them, not the operator.
+OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
+    # kopf lists and watches jobs; delete: ttlSecondsAfterFinished; get and patch: granted on to the runtime's
+    # Role (RBAC lets the operator grant only what it holds).
+    ("kubepool.dev", "mljobs"): {"get", "list", "watch", "patch", "delete"},
+    ("kubepool.dev", "mljobs/status"): {"patch"},  # statuswriter
+    ("kubepool.dev", "computepools"): {"list", "watch", "patch"},  # kopf: watch, progress annotations
+    ("kubepool.dev", "computepools/status"): {"patch"},
+    ("", "pods"): {"list", "watch", "create", "delete"},  # instances and placeholders, one by one
+    ("", "services"): {"create"},  # the headless Service, created if absent
+    ("", "configmaps"): {"create", "patch"},  # the contract, server-side applied
+    ("", "serviceaccounts"): {"create", "patch"},  # the runtime's account, server-side applied
+    ("", "secrets"): {"get", "create"},  # Ray token (created if absent); a credentialsSecret's labels (metadata only)
+    ("rbac.authorization.k8s.io", "roles"): {"create", "patch"},  # the runtime's, server-side applied
+    ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},
+    ("discovery.k8s.io", "endpointslices"): {"create", "patch"},  # applied; never read, deleted by GC
+    ("networking.k8s.io", "networkpolicies"): {"create"},  # created if absent
+    ("", "events"): {"create"},  # kopf posts Events
+    ("", "nodes"): {"list", "watch"},  # kopf index: the pools' ready nodes
+    ("scheduling.k8s.io", "priorityclasses"): {"create"},  # the placeholders' (warm capacity), if absent
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},  # kopf scans; crd_exists
+    ("", "namespaces"): {"list", "watch"},  # kopf follows the watched namespaces
+}
+
+
 def run_helm(helm: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([helm, *args], capture_output=True, text=True, timeout=timeout)
 

@@ -251,7 +251,10 @@ def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, cluster: Any
     assert phase == "DONE", _diagnostics(kubectl, release)
     logs = kubectl("logs", "-n", release.jobs_namespace, "-l", "kubepool.dev/job=ray-tasks,kubepool.dev/role=head", "--tail=-1")
     assert "score: pi~3.1" in logs.stdout, logs.stdout + logs.stderr
-    # Only the chart's operator watches jobs_namespace, so DONE above was its work, under the chart's RBAC.
+    # Only the chart's operator watches jobs_namespace, so DONE above was its work, under the chart's RBAC,
+    # which is exactly what the code uses (test_operator_rights): nothing it tried was refused.
+    log = _operator_log(kubectl, release)
+    assert "forbidden" not in log.lower(), [line for line in log.splitlines() if "forbidden" in line.lower()][:5]
     _runtime_account_patches_only_its_own_job(kubectl, cluster, release)
 
     proc = run_helm(*release.helm, "uninstall", release.name, "--namespace", release.namespace, "--wait", timeout=180)

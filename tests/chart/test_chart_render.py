@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import CHART, KUBE_VERSION, NAMESPACE, REPO, by_kind, run_helm
+from chartlib import CHART, KUBE_VERSION, NAMESPACE, OPERATOR_RIGHTS, REPO, by_kind, run_helm
 
 from kubepool import naming
 from kubepool.api import ComputePool, ComputePoolSpec, InstanceFamily
@@ -17,30 +17,7 @@ from kubepool.controller.config import ENV_PREFIX, OperatorConfig
 
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 
-# What the operator needs (its brief): (apiGroup, resource) -> verbs. The chart must grant exactly this.
-REQUIRED: dict[tuple[str, str], set[str]] = {
-    ("kubepool.dev", "mljobs"): {"get", "list", "watch", "patch", "delete"},
-    ("kubepool.dev", "mljobs/status"): {"get", "patch"},
-    ("kubepool.dev", "computepools"): {"get", "list", "watch", "patch"},
-    ("kubepool.dev", "computepools/status"): {"get", "patch"},
-    ("", "pods"): {"get", "list", "watch", "create", "delete", "deletecollection"},
-    ("", "pods/log"): {"get"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "serviceaccounts"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "secrets"): {"get", "create", "delete"},
-    ("rbac.authorization.k8s.io", "roles"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("discovery.k8s.io", "endpointslices"): {"create", "patch"},  # applied; never read, deleted by GC
-    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-    ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "patch"},
-    ("", "nodes"): {"get", "list", "watch"},
-    ("scheduling.k8s.io", "priorityclasses"): {"create"},  # the placeholders' (warm capacity), if absent
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
-    ("", "namespaces"): {"list", "watch"},
-}
+REQUIRED = OPERATOR_RIGHTS  # the chart must grant exactly what the code uses (chartlib)
 CLUSTER_SCOPED = {"computepools", "computepools/status", "nodes", "priorityclasses", "customresourcedefinitions",
                   "namespaces", "events", "clusterkopfpeerings"}
 
@@ -205,7 +182,8 @@ def test_namespaced_rbac_uses_the_same_rules(render: Any) -> None:
 def test_optional_rules(render: Any) -> None:
     objs = render("--set", "rbac.kuberay=true", "--set", "operator.peering=true")
     granted = grants(operator_rules(objs, "ClusterRole"))
-    assert granted[("ray.io", "rayclusters")] == {"get", "list", "watch", "create", "patch", "delete"}
+    assert granted[("ray.io", "rayclusters")] == {"create", "patch", "delete"}
+    assert granted[("", "pods")] == OPERATOR_RIGHTS[("", "pods")] | {"patch"}  # KubeRay's pods' finalizer
     assert ("kopf.dev", "clusterkopfpeerings") in granted and ("kopf.dev", "kopfpeerings") in granted
     [dep] = by_kind(objs, "Deployment")
     assert "--standalone" not in dep["spec"]["template"]["spec"]["containers"][0]["args"]  # peering

@@ -1,18 +1,41 @@
 """Fixtures of the fault suite: the CRDs, the operator subprocess (kill it, restart it), a small-footprint
 ComputePool factory (tiny resources so many instances share the three local CPU nodes) and a Recorder that
-watches the namespace's MLJobs and pods for the whole test. Reuses tests/support/operator_cluster."""
+watches the namespace's MLJobs and pods for the whole test. Reuses tests/support/operator_cluster.
+
+The suite's operators run as the chart's ServiceAccount with the chart's RBAC (`operator_kubeconfig`), never as
+cluster-admin: a right the code needs and the chart lacks fails the faults it matters for."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from faultkit import Recorder
 
-from support.operator_fixtures import apply, crds, operator  # noqa: F401 - shared fixtures, registered here
+from support.chart_account import chart_account_kubeconfig
+from support.operator_cluster import Operator
+from support.operator_fixtures import apply, crds  # noqa: F401 - shared fixtures, registered here
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(cluster: Any, kubectl: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    """A kubeconfig of the chart's operator ServiceAccount (kopf peering granted: one test runs two replicas)."""
+    return chart_account_kubeconfig(cluster, kubectl, tmp_path_factory.mktemp("account") / "kubeconfig",
+                                    "--set", "operator.peering=true")
+
+
+@pytest.fixture
+def operator(operator_kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(operator_kubeconfig, namespace, tmp_path / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
 
 
 @pytest.fixture

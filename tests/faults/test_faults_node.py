@@ -33,9 +33,9 @@ NODE_LOST_SECONDS = 5
 
 @pytest.mark.slow
 def test_node_agent_killed(cluster: Any, kubectl: Any, crds: None, namespace: str, tmp_path: Path, small_pool: Any,
-                           recorder: Any) -> None:
+                           recorder: Any, operator_kubeconfig: Path) -> None:
     os.environ["KUBEPOOL_OPERATOR_NODE_LOST_SECONDS"] = str(NODE_LOST_SECONDS)
-    operator = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log")
+    operator = Operator(operator_kubeconfig, namespace, tmp_path / "operator.log")
     try:
         operator.start()
     finally:

@@ -94,7 +94,7 @@ def test_operator_killed_often_more_jobs(cluster: Any, kubectl: Any, namespace: 
               every_s=3.5)  # the kills land while the jobs still run
 
 
-def test_two_replicas_no_double_work(cluster: Any, kubectl: Any, crds: None, namespace: str, tmp_path: Path,
+def test_two_replicas_no_double_work(cluster: Any, operator_kubeconfig: Path, kubectl: Any, crds: None, namespace: str, tmp_path: Path,
                                      small_pool: Any, recorder: Recorder) -> None:
     from test_operator_peering import _peering_crd  # kopf's peering CRDs, as the peering test installs them
 
@@ -102,7 +102,7 @@ def test_two_replicas_no_double_work(cluster: Any, kubectl: Any, crds: None, nam
                 _peering_crd("ClusterKopfPeering", "clusterkopfpeerings", "Cluster")):
         kubectl("apply", "-f", "-", input=yaml.safe_dump(crd), check=True)
         kubectl.wait_established(f"{crd['metadata']['name']}")
-    replicas = [Operator(cluster.kubeconfig, namespace, tmp_path / f"r{i}.log", standalone=False) for i in range(2)]
+    replicas = [Operator(operator_kubeconfig, namespace, tmp_path / f"r{i}.log", standalone=False) for i in range(2)]
     for r in replicas:
         r.start()
     try:

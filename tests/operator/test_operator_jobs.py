@@ -103,7 +103,8 @@ def test_two_groups_pods_and_contract_then_delete_leaves_nothing(kubectl: Any, n
     groups = [{"name": "instance_group_1", "computePool": cpu, "instanceCount": 2},
               {"name": "gpu_group", "computePool": gpu, "instanceCount": 1}]
     apply(mljob("hetero", entrypoint={"file": "sleep.py"}, args=["60"], code={"configMap": "payload"},
-                instanceGroups=groups, distributionInstanceGroups=["gpu_group"], instancesTimeoutSeconds=180))
+                instanceGroups=groups, distributionInstanceGroups=["gpu_group"], mode="sagemaker",
+                instancesTimeoutSeconds=180))
     pods = wait_for(lambda: (p := pods_of(kubectl, namespace, "hetero")) and len(p) == 3 and p, 60, "3 pods")
     by_group: dict[str, list[dict[str, Any]]] = {}
     for p in pods:

@@ -88,7 +88,7 @@ def test_invalid_manifest_is_rejected(kubectl: Any, crds: None, namespace: str, 
 def test_valid_manifests_are_accepted(kubectl: Any, crds: None, namespace: str) -> None:
     ok = [job(name="ok", targetInstances=3, minInstances=2),
           job(name="hetero", instanceGroups=[G1, G2], channels=[{"name": "a", "source": S3, "instanceGroups": ["g1"]}],
-              distributionInstanceGroups=["g2"]),
+              distributionInstanceGroups=["g2"], mode="sagemaker"),
           pool(instanceFamily="GPU_NV_S", minNodes=0, maxNodes=2)]
     for m in ok:
         proc = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(m))

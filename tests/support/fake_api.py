@@ -14,6 +14,7 @@ class FakeApi:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.statuses: dict[str, dict[str, Any]] = {}  # job name → its last status patch
         self.pool_status: dict[str, Any] = {}  # the last pool status patch
+        self.labels: dict[tuple[str, str, str], dict[str, str]] = {}  # (kind, namespace, name) → labels, for labels_of
 
     def count(self, verb: str, kind: str | None = None) -> int:
         return sum(1 for v, what in self.calls if v == verb and (kind is None or what.startswith(f"{kind}/")))
@@ -57,3 +58,6 @@ class FakeApi:
 
     async def crd_exists(self, name: str) -> bool:
         return False
+
+    async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+        return self.labels.get((kind, namespace, name))

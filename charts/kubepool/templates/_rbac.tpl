@@ -9,79 +9,76 @@ No wildcards anywhere; tests/chart checks that.
 {{- define "kubepool.rules" -}}
 {{- $v := .ctx.Values }}
 {{- if ne .scope "cluster" }}
-# Application: the MLJobs it reconciles; delete is for spec.ttlSecondsAfterFinished.
+# Every right below is used by the code (kube/aio.py, kopf's watches and patches); children go with their job
+# through owner references (the garbage collector deletes them, not the operator). The list is checked against
+# the API server in tests/chart/test_operator_rights.py.
+# Application: the MLJobs it reconciles (kopf lists and watches them); delete is for spec.ttlSecondsAfterFinished.
+# get and patch are also what the runtime's Role grants, and RBAC lets the operator grant only what it holds.
 - apiGroups: [kubepool.dev]
   resources: [mljobs]
   verbs: [get, list, watch, patch, delete]
 - apiGroups: [kubepool.dev]
   resources: [mljobs/status]
-  verbs: [get, patch]
-# Application: instance pods, and their logs for the job's result. The runtime's Role the operator creates
-# (per namespace, or per job) lets the runtime read pods and get/patch MLJobs; RBAC only lets it grant what it
-# holds itself.
+  verbs: [patch]
+# Application: instance pods (watched; created, deleted one by one).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete, deletecollection]
+  verbs: [list, watch, create, delete]
+# Application: the per-job headless Service (created if absent).
 - apiGroups: [""]
-  resources: [pods/log]
-  verbs: [get]
-# Application: per-job headless Service, contract/payload ConfigMaps and the runtime's ServiceAccount.
+  resources: [services]
+  verbs: [create]
+# Application: the contract ConfigMap and the runtime's ServiceAccount (server-side applied).
 - apiGroups: [""]
-  resources: [services, configmaps, serviceaccounts]
-  verbs: [get, list, watch, create, patch, delete]
-# Application: per-job Ray token Secrets. Never list/watch: that would read every Secret in the namespace.
+  resources: [configmaps, serviceaccounts]
+  verbs: [create, patch]
+# Application: per-job Ray token Secrets (created if absent), and the metadata of a channel's credentialsSecret
+# (its opt-in label). Never list/watch: that would read every Secret in the namespace.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create, delete]
-# Application: the Role and RoleBinding of the runtime's ServiceAccount.
+  verbs: [get, create]
+# Application: the Role and RoleBinding of the runtime's ServiceAccount (server-side applied).
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [create, patch]
 # Application: the EndpointSlice of each job's headless Service (the Service has no selector: the operator
 # writes its endpoints once per change of the job's addresses; applied, never read; GC deletes them).
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [create, patch]
-# Application: the per-job NetworkPolicy that keeps Ray's ports inside the job.
+# Application: the per-job NetworkPolicy that keeps Ray's ports inside the job (created if absent).
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [create]
 {{- if $v.rbac.kuberay }}
-# Application: RayClusters of jobs with backend kuberay.
+# Application: RayClusters of jobs with backend kuberay (server-side applied; deleted when the job ends).
 - apiGroups: [ray.io]
   resources: [rayclusters]
-  verbs: [get, list, watch, create, patch, delete]
-- apiGroups: [ray.io]
-  resources: [rayclusters/status]
-  verbs: [get]
+  verbs: [create, patch, delete]
 # Application: KubeRay's pods carry kubepool's finalizer until the operator has seen their exit.
 - apiGroups: [""]
   resources: [pods]
   verbs: [patch]
 {{- end }}
-# Framework: the operator's Lease (kopf peering or leader lease).
-- apiGroups: [coordination.k8s.io]
-  resources: [leases]
-  verbs: [get, list, watch, create, update, patch]
 {{- if $v.operator.peering }}
-# Framework: kopf's namespaced peering objects.
+# Framework: kopf's namespaced peering objects (the operator creates its own at startup: main.ensure_peering).
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch, create, patch]
 {{- end }}
 {{- end }}
 {{- if ne .scope "namespaced" }}
-# Application: ComputePools it reconciles (cluster-scoped).
+# Application: ComputePools it reconciles (cluster-scoped; kopf keeps its progress in their annotations).
 - apiGroups: [kubepool.dev]
   resources: [computepools]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
 - apiGroups: [kubepool.dev]
   resources: [computepools/status]
-  verbs: [get, patch]
-# Application: nodes, to report each pool's ready capacity.
+  verbs: [patch]
+# Application: nodes, to report each pool's ready capacity (watched).
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 {{- if $v.operator.warmCapacity }}
 # Application: the PriorityClass of warm-capacity placeholder pods (kubepool-placeholder), created if absent at
 # the first placeholder; never read, changed or deleted.
@@ -97,19 +94,16 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
-# Framework: kopf posts Events about the objects it handles; those of cluster-scoped ComputePools land in
+# Framework: kopf posts (never patches) Events about the objects it handles; those of cluster-scoped ComputePools land in
 # `default`, so this stays cluster-wide in both RBAC modes.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
-- apiGroups: [events.k8s.io]
-  resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- if $v.operator.peering }}
-# Framework: kopf's cluster-wide peering objects.
+# Framework: kopf's cluster-wide peering objects (created at startup as above).
 - apiGroups: [kopf.dev]
   resources: [clusterkopfpeerings]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch, create, patch]
 {{- end }}
 {{- end }}
 {{- end }}

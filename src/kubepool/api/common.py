@@ -15,9 +15,14 @@ NAME_MAX = 63
 SHORT_STR = 256
 LONG_STR = 4096
 
-QUANTITY_PATTERN = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
+# No n (nano) or u (micro) suffix: no instance is sized in them, and the operator's quantity arithmetic
+# (builders.common.parse_quantity) would fail on every pass of the pool's jobs.
+QUANTITY_PATTERN = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[mkMGTPE]|[KMGTPE]i)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# A label or taint key: an optional DNS-subdomain prefix and '/', then a name (Kubernetes' qualified name).
+QUALIFIED_NAME_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                          r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
 
@@ -60,8 +65,21 @@ class Condition(Model):
 class Toleration(Model):
     """A pod toleration, copied onto every instance pod of the pool."""
 
-    key: str | None = Field(None, max_length=SHORT_STR, description="Taint key to tolerate; empty with Exists tolerates all.")
+    key: str | None = Field(None, max_length=SHORT_STR, pattern=QUALIFIED_NAME_PATTERN.replace("^", "^(", 1)[:-1] + ")?$",
+                            description="Taint key to tolerate; empty with Exists tolerates all.")
     operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal (default Equal).")
-    value: str | None = Field(None, max_length=NAME_MAX, description="Taint value for Equal.")
+    value: str | None = Field(None, max_length=NAME_MAX, pattern=LABEL_VALUE_PATTERN, description="Taint value for Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="Taint effect; empty matches all.")
     toleration_seconds: int | None = Field(None, description="For NoExecute: how long the pod stays bound after the taint appears.")
+
+
+# What the API server refuses in a pod's tolerations, refused at the ComputePool already (else every instance pod
+# of the pool would be refused at creation, long after the pool was accepted).
+TOLERATION_RULES = [
+    {"rule": "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')", "message": "a toleration without key needs operator Exists",
+     "fieldPath": ".key"},
+    {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+     "message": "a toleration with operator Exists takes no value", "fieldPath": ".value"},
+    {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+     "message": "tolerationSeconds needs effect NoExecute", "fieldPath": ".tolerationSeconds"},
+]

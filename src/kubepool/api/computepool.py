@@ -7,10 +7,12 @@ from datetime import datetime
 from enum import StrEnum
 
 from pydantic import Field
+from pydantic.json_schema import JsonDict
 
 from kubepool.api.common import (
     LABEL_VALUE_PATTERN,
     NAME_MAX,
+    QUALIFIED_NAME_PATTERN,
     Condition,
     Model,
     Quantity,
@@ -25,6 +27,10 @@ class InstanceResources(Model):
     cpu: Quantity | None = Field(None, description="CPU of one instance, e.g. \"3\" or \"500m\".")
     memory: Quantity | None = Field(None, description="Memory of one instance, e.g. \"13Gi\".")
     gpu: int | None = Field(None, ge=0, le=16, description="GPUs (nvidia.com/gpu) of one instance.")
+
+# nodeSelector keys are label keys: anything else makes the API server refuse every instance pod of the pool.
+NODE_SELECTOR_KEY_RULE: JsonDict = {"rule": "self.all(k, size(k) <= 317 && k.matches(" + repr(QUALIFIED_NAME_PATTERN) + "))",
+                          "message": "nodeSelector keys must be label keys ([prefix/]name)"}
 
 
 class ComputePoolSpec(Model):
@@ -44,7 +50,8 @@ class ComputePoolSpec(Model):
     max_nodes: int = Field(1, ge=1, le=1000, description="At most this many instances of the pool's jobs run at once (MAX_NODES).")
     node_selector: dict[str, str] = Field(
         default_factory=dict,
-        json_schema_extra={"maxProperties": 32, "additionalProperties": {"type": "string", "maxLength": NAME_MAX, "pattern": LABEL_VALUE_PATTERN}},
+        json_schema_extra={"maxProperties": 32, "additionalProperties": {"type": "string", "maxLength": NAME_MAX, "pattern": LABEL_VALUE_PATTERN},
+                           "x-kubernetes-validations": [NODE_SELECTOR_KEY_RULE]},
         description="Labels a node must have to run the pool's instances.",
     )
     tolerations: list[Toleration] = Field(
@@ -106,5 +113,8 @@ class ComputePool(Model):
 
 POOL_RULES = [
     {"rule": "self.minNodes <= self.maxNodes", "message": "minNodes must not exceed maxNodes"},
-    {"rule": "has(self.instanceFamily) || has(self.resources)", "message": "set instanceFamily or resources"},
+    # `resources: {}` is set, but sizes nothing: without a family, an instance would silently get 1 CPU and 1Gi.
+    {"rule": "has(self.instanceFamily) || (has(self.resources) && has(self.resources.cpu) && has(self.resources.memory))",
+     "message": "set instanceFamily or resources (without instanceFamily, resources must set cpu and memory)",
+     "fieldPath": ".resources"},
 ]

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from kubepool import naming
+from kubepool.api import common
 from kubepool.api import computepool as cp
 from kubepool.api import mljob as mj
 from kubepool.api.common import Model
@@ -25,6 +26,7 @@ RULES: dict[str, list[dict[str, str]]] = {
     "ChannelSource": mj.CHANNEL_SOURCE_RULES,
     "CodeSource": mj.CODE_RULES,
     "ComputePoolSpec": cp.POOL_RULES,
+    "Toleration": common.TOLERATION_RULES,
 }
 _DROP = {"title", "$defs"}
 

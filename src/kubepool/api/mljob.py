@@ -20,21 +20,26 @@ from kubepool.api.common import (
     Condition,
     Model,
 )
-from kubepool.contract import Distribution, RunMode
+from kubepool.contract import OPERATOR_ENV, Distribution, RunMode
 
 MAX_INSTANCES = 1000
 MAX_GROUPS = 5
-GROUP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$"  # SageMaker names such as instance_group_1
+# SageMaker names such as instance_group_1. Separators only between letters or digits: a group's pods and labels use
+# its name lowercased with '_' as '-' (naming.dns_label), and `a_` or `a__b` would collide there with `a` or `a-b`.
+GROUP_NAME_PATTERN = r"^[A-Za-z0-9]+([_-][A-Za-z0-9]+)*$"
 CHANNEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 REL_PATH_RULE: JsonDict = {"rule": "!self.startsWith('/') && !self.split('/').exists(p, p == '..')", "message": "must be a relative path without '..'"}
+# A key becomes the variable SM_HP_<KEY> of every instance: no '=' (or the runtime cannot start the payload).
+HP_KEY_RULE: JsonDict = {"rule": "self.all(k, size(k) >= 1 && size(k) <= 256 && !k.contains('='))",
+                         "message": "hyperParameters keys must be 1 to 256 characters without '='"}
 NO_DOTDOT_RULE: JsonDict = {"rule": "!self.split('/').exists(p, p == '..')", "message": "must not contain '..'"}
 
 
 class InstanceGroup(Model):
     """A SageMaker-style instance group: `count` instances on one compute pool."""
 
-    name: str = Field(pattern=GROUP_NAME_PATTERN, max_length=40, description="Group name, unique in the job (e.g. instance_group_1).")
+    name: str = Field(pattern=GROUP_NAME_PATTERN, max_length=40, description="Group name, unique in the job (e.g. instance_group_1); '_' or '-' only between letters or digits.")
     compute_pool: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool the group's instances run on.")
     instance_count: int = Field(ge=1, le=MAX_INSTANCES, description="Instances in the group.")
 
@@ -44,7 +49,7 @@ class S3Source(Model):
 
     uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", max_length=1024, description="s3://bucket/prefix of the channel's objects.")
     endpoint_url: str | None = Field(None, max_length=SHORT_STR, pattern=r"^https?://", description="S3-compatible endpoint (default: the runtime's AWS config).")
-    credentials_secret: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.")
+    credentials_secret: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; it must carry the label kubepool.dev/credentials=true (else the job FAILS: CredentialsNotAllowed).")
 
 
 class PvcSource(Model):
@@ -86,7 +91,7 @@ class Entrypoint(Model):
 
     file: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [REL_PATH_RULE]}, description="Python file, relative to the payload directory.")
     module: str | None = Field(None, max_length=SHORT_STR, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$", description="Python module run as `python -m`.")
-    command: list[str] | None = Field(None, max_length=64, json_schema_extra={"items": {"type": "string", "maxLength": LONG_STR}}, description="Any command.")
+    command: list[str] | None = Field(None, min_length=1, max_length=64, json_schema_extra={"items": {"type": "string", "maxLength": LONG_STR}}, description="Any command.")
     function: str | None = Field(None, max_length=SHORT_STR, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Function in `file` to call (@remote); its return value is the job's result.")
 
 
@@ -123,16 +128,17 @@ class MLJobSpec(Model):
     target_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description="Instances to start (default 1; with instanceGroups: the sum of the counts).")
     min_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description="Instances (head counted) that must be ready to start (default: targetInstances).")
     instances_timeout_seconds: int = Field(naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS, ge=1, le=86400, description="Seconds to wait for minInstances before the job FAILS with InstancesUnavailable.")
-    instance_groups: list[InstanceGroup] | None = Field(None, max_length=MAX_GROUPS, description="SageMaker-style instance groups (excludes computePool); the head is the first group's first instance.")
+    instance_groups: list[InstanceGroup] | None = Field(None, min_length=1, max_length=MAX_GROUPS, description="SageMaker-style instance groups (excludes computePool); the head is the first group's first instance.")
     channels: list[Channel] | None = Field(None, max_length=20, description="Input channels.")
-    image: str | None = Field(None, max_length=512, description="Runtime image (default from the operator's configuration).")
+    image: str | None = Field(None, max_length=512, pattern=r"^\S+$", description="Runtime image (default from the operator's configuration).")
     entrypoint: Entrypoint = Field(description="What to run.")
     args: list[str] = Field(default_factory=list, max_length=256, json_schema_extra={"items": {"type": "string", "maxLength": LONG_STR}}, description="Arguments passed to the entrypoint, never through a shell.")
     working_dir: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [NO_DOTDOT_RULE]}, description="Working directory (default: the payload directory).")
     env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Environment of every instance.")
     code: CodeSource | None = Field(None, description="Where the payload comes from.")
     pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR}}, description="pip requirements installed at start (offline: from the image's wheelhouse).")
-    hyper_parameters: dict[str, str] = Field(default_factory=dict, json_schema_extra={"maxProperties": 128, "additionalProperties": {"type": "string", "maxLength": LONG_STR}}, description="Hyperparameters (hyperparameters.json, SM_HP_*).")
+    hyper_parameters: dict[str, str] = Field(default_factory=dict, json_schema_extra={"maxProperties": 128, "additionalProperties": {"type": "string", "maxLength": LONG_STR},
+                                                                                   "x-kubernetes-validations": [HP_KEY_RULE]}, description="Hyperparameters (hyperparameters.json, SM_HP_*).")
     mode: RunMode = Field(RunMode.HEAD, description="head: run on the head of a Ray cluster; parallel: on every instance; sagemaker: SageMaker script mode on every instance.")
     distribution_instance_groups: list[str] | None = Field(None, max_length=MAX_GROUPS, json_schema_extra={"items": {"type": "string", "maxLength": 40}}, description="Groups that run the distributed training (SageMaker).")
     backend: Backend | None = Field(None, description="pods (built in) or kuberay (a KubeRay RayCluster); default from the operator's configuration.")
@@ -169,6 +175,7 @@ class InstanceStatus(Model):
     rank_in_group: int = Field(description="Rank inside the group.")
     host: str = Field(description="SageMaker host name (algo-N) and pod hostname.")
     pod: str = Field(description="Pod name.")
+    pod_uid: str | None = Field(None, max_length=NAME_MAX, description="UID of the pod: the runtime's admission policy lets a pod's token change only the job that lists it.")
     node: str | None = Field(None, description="Node the pod runs on.")
     phase: str | None = Field(None, description="Pod phase.")
     ready: bool = Field(False, description="Pod is Ready.")
@@ -216,7 +223,16 @@ MLJOB_SPEC_RULES = [
     {"rule": "!has(self.instanceGroups) || self.instanceGroups.all(g, self.instanceGroups.exists_one(h, "
              + _GROUP_KEY.format(v="h.name") + " == " + _GROUP_KEY.format(v="g.name") + "))",
      "message": "instanceGroups names must be unique (case and '_'/'-' are ignored)"},
-    {"rule": "!has(self.channels) || self.channels.all(c, self.channels.exists_one(d, d.name == c.name))", "message": "channel names must be unique"},
+    {"rule": "!has(self.instanceGroups) || self.instanceGroups.map(g, g.instanceCount).sum() <= " + str(MAX_INSTANCES),
+     "message": f"instanceGroups[].instanceCount must sum to at most {MAX_INSTANCES}", "fieldPath": ".instanceGroups"},
+    {"rule": "!has(self.channels) || self.channels.all(c, self.channels.exists_one(d, d.name.lowerAscii() == c.name.lowerAscii()))",
+     "message": "channel names must be unique (case is ignored: each is SM_CHANNEL_<NAME>)", "fieldPath": ".channels"},
+    {"rule": "!has(self.env) || !self.env.exists(e, e.name in " + repr(list(OPERATOR_ENV)) + ")",
+     "message": "env must not set a variable the operator sets (" + ", ".join(OPERATOR_ENV) + ")", "fieldPath": ".env"},
+    {"rule": "!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name))", "message": "env names must be unique",
+     "fieldPath": ".env"},
+    {"rule": "!has(self.distributionInstanceGroups) || size(self.distributionInstanceGroups) == 0 || self.mode == 'sagemaker'",
+     "message": "distributionInstanceGroups takes effect only with mode sagemaker", "fieldPath": ".distributionInstanceGroups"},
     {"rule": "!has(self.channels) || self.channels.all(c, has(c.instanceGroups) && size(c.instanceGroups) > 0) || self.channels.all(c, !has(c.instanceGroups) || size(c.instanceGroups) == 0)",
      "message": "if one channel names instanceGroups, every channel must"},
     {"rule": "!has(self.channels) || self.channels.all(c, !has(c.instanceGroups) || c.instanceGroups.all(n, has(self.instanceGroups) && self.instanceGroups.exists(g, g.name == n)))",

@@ -51,8 +51,10 @@ class ChildMemo:
     created_pods: dict[str, dict[str, float]] = field(default_factory=dict)  # pod → monotonic expiry
     # namespace → the write of its shared runtime account (RuntimeAccountPolicy.PER_NAMESPACE), once per process
     runtime_accounts: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)  # the API server's refusal of the job's last writes
 
     def forget(self, uid: str) -> None:
+        self.refused.pop(uid, None)
         self.ready.pop(uid, None)
         self.rayclusters.pop(uid, None)
         self.endpoint_slices.pop(uid, None)

@@ -16,18 +16,20 @@ from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import RAYCLUSTER_CRD
 from kubepool.controller import admission, metrics
 from kubepool.controller.builders.common import placement_of, pools_of
+from kubepool.controller.builders.pods import credentials_secrets
 from kubepool.controller.jobchildren import apply_plan, release_pods
-from kubepool.controller.jobstatus import Observed, compute_job_status
+from kubepool.controller.jobstatus import API_REFUSED, Observed, compute_job_status
 from kubepool.controller.observed import PodView
 from kubepool.controller.plan import plan_job
 from kubepool.controller.view import JobKey, claim_of
+from kubepool.kube.errors import KubeError
 
 if TYPE_CHECKING:
     from kubepool.controller.state import OperatorState
 
 log = logging.getLogger(__name__)
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
-_WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL}
+_WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL, API_REFUSED}
 
 
 def _now() -> datetime:
@@ -59,7 +61,13 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
         metrics.observe_job(job.metadata.get("creationTimestamp"), new.pools or ",".join(pools_of(job)), prev, new)
         # 4. the children, and 5. the next deadline
         plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now(), backend=backend)
-        await apply_plan(op, key, job, new, plan, pools)
+        try:
+            await apply_plan(op, key, job, new, plan, pools)
+        except KubeError as e:
+            if e.refused:
+                await _refused(op, key, job, body, pods, backend, new, str(e))
+            raise  # the queue retries with backoff
+        op.children.refused.pop(job.metadata.get("uid", ""), None)
         op.queue.wake_at(key, plan.wake_at)
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
@@ -73,11 +81,15 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
     finished = prev is not None and prev.phase is not None and prev.phase.finished
     kuberay = backend is Backend.KUBERAY and not finished and await op.api.crd_exists(RAYCLUSTER_CRD)
 
+    admitting = prev is None or prev.admitted_at is None and not finished
+    # Before anything is created: the channels' credential Secrets must opt in (metadata only, never the data).
+    credentials = {s: await op.api.labels_of("v1", "Secret", key[0], s) for s in credentials_secrets(job)} if admitting else {}
+
     def status(decision: admission.Decision | None = None) -> MLJobStatus:
         return compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
-                                                kuberay_installed=kuberay))
+                                                kuberay_installed=kuberay, credentials=credentials,
+                                                refused=op.children.refused.get(job.metadata.get("uid", ""), "")))
 
-    admitting = prev is None or prev.admitted_at is None and not finished
     resized = not admitting and not finished and prev is not None and len(placement_of(job)) != len(prev.instances)
     if not admitting and not resized:
         new = status()
@@ -95,6 +107,20 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
         reserved = op.status.reserve(job, new)
     await op.status.write_reserved(key, job, new, reserved)
     return new
+
+
+async def _refused(op: OperatorState, key: JobKey, job: MLJob, body: dict[str, Any], pods: list[PodView],
+                   backend: Backend, st: MLJobStatus, error: str) -> None:
+    """The API server refused a write of the job's children (a ResourceQuota, an admission policy, RBAC): the
+    job's status says so and an Event is posted at once, not when instancesTimeoutSeconds runs out."""
+    op.children.refused[job.metadata.get("uid", "")] = error
+    if st.admitted_at is None or st.phase is None or st.phase.finished:
+        return
+    # The pass reached the writes, so a kuberay job's CRD was there.
+    new = compute_job_status(job.model_copy(update={"status": st}), Observed(
+        pods=pods, now=_now(), backend=backend, kuberay_installed=True, refused=error))
+    await op.status.write(key, job.model_copy(update={"status": st}), new)
+    _announce(op, body, st, new)
 
 
 def _holds_capacity(st: MLJobStatus | None) -> bool:

@@ -13,7 +13,9 @@ from kubepool.api import Condition, ConditionStatus, JobPhase, MLJob, MLJobStatu
 from kubepool.contract import RunMode
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.jobsteps import (
+    API_REFUSED,
     COMPLETED,
+    CREDENTIALS_NOT_ALLOWED,
     DEADLINE_EXCEEDED,
     HEAD_FAILED,
     INSTANCE_FAILED,
@@ -34,7 +36,7 @@ from kubepool.controller.jobsteps import (
 
 # The reasons (status.reason and Event reasons) and Observed are part of this module's face.
 __all__ = [
-    "COMPLETED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
+    "API_REFUSED", "COMPLETED", "CREDENTIALS_NOT_ALLOWED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
     "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RETRYING", "SUSPENDED", "TERMINATING", "WAITING_FOR_INSTANCES",
     "Observed", "compute_job_status", "decisive", "first_admitted", "status_changed",
 ]

@@ -3,7 +3,7 @@ precedence (STEPS), each reading one pass over the job (`_Pass`). `jobstatus.com
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -28,6 +28,8 @@ RETRYING = "Retrying"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 SUSPENDED = "Suspended"
 KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
+CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
+API_REFUSED = "ApiRefused"  # the API server refused a write of the job's children (quota, policy, RBAC)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,9 @@ class Observed:
     decision: Decision | None = None  # for a job not admitted yet
     backend: Backend = Backend.PODS  # resolved (spec or operator default)
     kuberay_installed: bool = False
+    # Labels of each Secret a channel takes credentials from (None: no such Secret); read before admission only.
+    credentials: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    refused: str = ""  # the API server's last refusal of a write of the job's children ("": none since)
 
 
 def _cut(text: str | None) -> str | None:
@@ -59,6 +64,7 @@ def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int
             instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
             host=naming.sagemaker_host(inst.instance_id),
             pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
+            pod_uid=(pod.uid or None) if pod else None,
             node=pod.node if pod else None, ready=bool(pod and pod.ready),
             phase=(TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,
             exit_code=pod.exit_code if pod else None, message=_cut(pod.message) if pod else None,
@@ -116,6 +122,21 @@ def _kuberay_missing(p: _Pass) -> bool:
     return p.obs.backend is Backend.KUBERAY and not p.obs.kuberay_installed and p.finish(
         JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
         "backend kuberay needs the ray.io RayCluster CRD, which is not installed")
+
+
+def refused_credentials(credentials: Mapping[str, Mapping[str, str] | None]) -> str:
+    """Why the job may not read its channels' credential Secrets ("" when it may): each must exist and opt in."""
+    want = f"{naming.LABEL_CREDENTIALS}={naming.CREDENTIALS_OPT_IN}"
+    why = [f"Secret {name} does not exist" if labels is None else
+           f"Secret {name} lacks the label {want} (its owner's consent that jobs may read it)"
+           for name, labels in credentials.items()
+           if labels is None or labels.get(naming.LABEL_CREDENTIALS) != naming.CREDENTIALS_OPT_IN]
+    return "; ".join(why) + "; channels[].source.s3.credentialsSecret" if why else ""
+
+
+def _credentials_refused(p: _Pass) -> bool:
+    message = refused_credentials(p.obs.credentials)
+    return bool(message) and p.finish(JobPhase.FAILED, CREDENTIALS_NOT_ALLOWED, message)
 
 
 def _admission(p: _Pass) -> bool:
@@ -239,11 +260,16 @@ def _instances_timeout(p: _Pass) -> bool:
         return False
     return p.finish(JobPhase.FAILED, INSTANCES_UNAVAILABLE,
                     f"{_ready_count(st)} of {spec.resolved_min()} required instances ready after "
-                    f"instancesTimeoutSeconds={spec.instances_timeout_seconds}")
+                    f"instancesTimeoutSeconds={spec.instances_timeout_seconds}"
+                    + (f"; the API server refused: {p.obs.refused}" if p.obs.refused else ""))
 
 
 def _waiting(p: _Pass) -> bool:
     st, spec = p.st, p.spec
+    if p.obs.refused:
+        st.phase, st.reason = JobPhase.PENDING, API_REFUSED
+        st.message = f"the API server refused: {p.obs.refused}; retrying with backoff until instancesTimeoutSeconds"
+        return True
     st.phase, st.reason = JobPhase.PENDING, WAITING_FOR_INSTANCES
     st.message = (f"{_ready_count(st)} of {spec.resolved_min()} instances ready (target {spec.resolved_target()})"
                   + ("" if _head_ready(st) else "; the head is not ready"))
@@ -257,7 +283,7 @@ def _instances_observed(p: _Pass) -> bool:
 
 # PENDING → RUNNING → DONE/FAILED, in order of precedence.
 STEPS: tuple[Callable[[_Pass], bool], ...] = (
-    _suspended, _kuberay_missing, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
+    _suspended, _kuberay_missing, _credentials_refused, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
     _running, _started, _instances_timeout, _waiting,
 )
 

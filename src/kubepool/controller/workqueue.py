@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 
 from kubepool.controller import admission, metrics
 from kubepool.controller.admission import Claim
+from kubepool.controller.backoff import retry_delay
 from kubepool.controller.view import JobKey
 from kubepool.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
-RETRY_SECONDS = 5.0  # a pass that hit an API error runs again after this
+RETRY_SECONDS = 5.0  # a pool's status pass that hit an API error runs again after this (a job's backs off)
 POOL_REFRESH_SECONDS = 1.0  # pool status passes are coalesced over this window
 EXPORT_DUE = ""  # the job-phase gauges' entry in pools_due (no pool has an empty name)
 POD_EVENT_DELAY_SECONDS = 0.1  # a pod event's pass waits this long, so the rest of the job's burst joins it
@@ -43,6 +44,7 @@ class WorkQueue:
     wakeups: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)  # a job's next deadline
     pools_due: set[str] = field(default_factory=set)  # pool passes scheduled, not started (coalescing)
     recheck: asyncio.Task[None] | None = None  # recheck_forever, while it runs
+    failures: dict[JobKey, int] = field(default_factory=dict)  # a job's passes failed in a row (backoff)
 
     def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
              export: Callable[[], None], claims: Callable[[], list[Claim]]) -> None:
@@ -50,6 +52,7 @@ class WorkQueue:
 
     def forget(self, key: JobKey) -> None:
         self.locks.pop(key, None)
+        self.failures.pop(key, None)
         handle = self.wakeups.pop(key, None)
         if handle is not None:
             handle.cancel()
@@ -86,15 +89,20 @@ class WorkQueue:
     async def _guarded_job(self, key: JobKey) -> None:
         try:
             await self.run_job(key)
+            self.failures.pop(key, None)
+            return
         except KubeError as e:
             metrics.API_ERRORS.labels(status=str(e.status)).inc()
             metrics.RECONCILE_ERRORS.labels(kind="job", reason=str(e.status)).inc()
-            log.warning("MLJob %s/%s: %s; retrying in %ss", key[0], key[1], e, RETRY_SECONDS)
-            asyncio.get_running_loop().call_later(RETRY_SECONDS, self.spawn, key)
+            n = self.failures[key] = self.failures.get(key, 0) + 1
+            delay = retry_delay(n, e.retry_after)
+            log.warning("MLJob %s/%s: %s; retry %d in %.1fs", key[0], key[1], e, n, delay)
         except Exception as e:
             metrics.RECONCILE_ERRORS.labels(kind="job", reason=type(e).__name__).inc()
-            log.exception("MLJob %s/%s: reconcile failed; retrying in %ss", key[0], key[1], RETRY_SECONDS)
-            asyncio.get_running_loop().call_later(RETRY_SECONDS, self.spawn, key)
+            n = self.failures[key] = self.failures.get(key, 0) + 1
+            delay = retry_delay(n)
+            log.exception("MLJob %s/%s: reconcile failed; retry %d in %.1fs", key[0], key[1], n, delay)
+        asyncio.get_running_loop().call_later(delay, self.spawn, key)
 
     def wake_at(self, key: JobKey, at: datetime | None) -> None:
         """Run the job's pass when its next deadline passes (timeouts, TTL, worker grace): no polling. Replaces

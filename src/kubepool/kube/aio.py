@@ -45,6 +45,7 @@ PLURALS = {
 }  # fmt: skip
 _MERGE = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
+_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"  # an object's metadata, nothing else
 _APPLY = "application/apply-patch+yaml"  # JSON is YAML
 
 
@@ -72,6 +73,15 @@ def object_path(obj: Mapping[str, Any]) -> str:
     return f"{collection_path(obj['apiVersion'], obj['kind'], meta.get('namespace'))}/{meta['name']}"
 
 
+def _retry_after(status: Mapping[str, Any], headers: Mapping[str, str]) -> float | None:
+    """The wait the API server asked for: the Status' details.retryAfterSeconds, else the Retry-After header."""
+    raw = (status.get("details") or {}).get("retryAfterSeconds") or headers.get("Retry-After")
+    try:
+        return float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _job_path(namespace: str, name: str) -> str:
     return f"{collection_path(naming.API_VERSION, naming.MLJOB_KIND, namespace)}/{name}"
 
@@ -92,21 +102,31 @@ class Api:
     async def _send(self, method: str, path: str, what: str, *, body: Any = None, content_type: str = "",
                     params: Mapping[str, str] | None = None, bulk: bool = False, ok: tuple[int, ...] = ()) -> int:
         """One request; returns the HTTP status when it is 2xx or in `ok`, else raises the KubeError for it."""
+        return int((await self._request(method, path, what, body=body, content_type=content_type, params=params,
+                                        bulk=bulk, ok=ok)).status_code)
+
+    async def _request(self, method: str, path: str, what: str, *, body: Any = None, content_type: str = "",
+                       params: Mapping[str, str] | None = None, bulk: bool = False, ok: tuple[int, ...] = (),
+                       accept: str = "") -> Any:
+        """One request; returns the response when it is 2xx or in `ok`, else raises the KubeError for it."""
         content = orjson.dumps(body) if body is not None else None
-        headers = {"Content-Type": content_type or "application/json"} if content is not None else None
+        headers = {"Content-Type": content_type or "application/json"} if content is not None else {}
+        if accept:
+            headers["Accept"] = accept
         try:
             async with self._bulk if bulk else contextlib.nullcontext(), self._slots:
-                resp = await self._http.request(method, path, content=content, params=params, headers=headers)
+                resp = await self._http.request(method, path, content=content, params=params, headers=headers or None)
         except _TRANSPORT_ERRORS as e:
             raise Unreachable(f"{what}: cannot reach the Kubernetes API ({e}); is the cluster up and KUBECONFIG set?") from e
         code = int(resp.status_code)
         if code < 300 or code in ok:
-            return code
+            return resp
         try:
             status = json.loads(resp.content)
         except ValueError:
             status = {}
-        raise status_error(code, status.get("message") or resp.text, status.get("reason") or "", what)
+        raise status_error(code, status.get("message") or resp.text, status.get("reason") or "", what,
+                           _retry_after(status, getattr(resp, "headers", None) or {}))
 
     async def apply(self, obj: Obj) -> None:
         """Server-side apply: the operator owns the fields it sets; taking them back from others is intended."""
@@ -162,6 +182,16 @@ class Api:
         path = f"{collection_path(naming.API_VERSION, naming.POOL_KIND, None)}/{name}/status"
         await self._send("PATCH", path, f"patch status of ComputePool {name}", body={"status": status},
                          content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
+
+    async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+        """The labels of one object, or None when it does not exist. Read as metadata only: a Secret's data never
+        reaches the operator."""
+        path = f"{collection_path(api_version, kind, namespace)}/{name}"
+        resp = await self._request("GET", path, f"get {kind} {namespace}/{name}", ok=(404,), accept=_METADATA)
+        if int(resp.status_code) == 404:
+            return None
+        labels = (json.loads(resp.content).get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
 
     async def crd_exists(self, name: str) -> bool:
         try:

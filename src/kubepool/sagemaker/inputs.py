@@ -33,7 +33,8 @@ class TrainingInput:
         s3_data_type: Only `S3Prefix` is supported.
         input_mode: `File` (default) or `FastFile`; `Pipe` is not supported.
         endpoint_url: S3-compatible endpoint (kubepool extension).
-        credentials_secret: Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (kubepool extension).
+        credentials_secret: Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (kubepool extension), labelled
+            kubepool.dev/credentials=true.
 
     Raises:
         ValueError: An unsupported option or source form.

@@ -190,10 +190,9 @@ def test_secret_and_configmap() -> None:
 def test_rbac_is_least_privilege() -> None:
     account, role, binding = build_runtime_rbac(JobRef("train", "ns", "u1"))
     assert account["kind"] == "ServiceAccount" and account["metadata"]["name"] == "train-runtime"
-    rules = role["rules"]
-    assert rules[0] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    assert rules[1]["resourceNames"] == ["train"] and set(rules[1]["verbs"]) == {"get", "patch"}
-    assert len(rules) == 2
+    # scale_cluster gets and patches its own MLJob: no pods, no status (the operator writes it).
+    assert role["rules"] == [{"apiGroups": ["kubepool.dev"], "resources": ["mljobs"], "resourceNames": ["train"],
+                              "verbs": ["get", "patch"]}]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "train-runtime", "namespace": "ns"}]
 
 
@@ -202,8 +201,7 @@ def test_namespace_runtime_account_is_shared_and_unowned() -> None:
     assert {o["metadata"]["name"] for o in (account, role, binding)} == {naming.RUNTIME_ACCOUNT}
     assert all("ownerReferences" not in o["metadata"] and o["metadata"]["namespace"] == "ns"
                for o in (account, role, binding))
-    assert role["rules"][0] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    assert set(role["rules"][1]["verbs"]) == {"get", "patch"} and len(role["rules"]) == 2
+    assert role["rules"] == [{"apiGroups": ["kubepool.dev"], "resources": ["mljobs"], "verbs": ["get", "patch"]}]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": naming.RUNTIME_ACCOUNT, "namespace": "ns"}]
 
 
@@ -230,3 +228,19 @@ def test_ray_port_offset_only_on_local_clusters() -> None:
     assert build_job_contract(j, POOLS, port_shift=shift).ray.gcs_port == naming.RAY_GCS_PORT + shift
     assert build_job_contract(j, POOLS).ray.dashboard is True
     assert build_job_contract(job(ray={"dashboard": False}), POOLS).ray.dashboard is False
+
+
+def test_the_crd_refuses_every_variable_the_operator_sets() -> None:
+    """contract.OPERATOR_ENV (the CRD's rule against spec.env naming them) lists every variable a pod or KubeRay
+    template gets from the operator; a user's own variable still reaches the pod."""
+    from kubepool.controller.builders.raycluster import build_raycluster
+
+    cfg = OperatorConfig(default_image="img:1", ray_port_stride=3000)
+    j = job(instanceGroups=GROUPS, env=[{"name": "MINE", "value": "1"}])
+    pods = build_instance_pods(j, POOLS, granted=3, attempt=0, cfg=cfg)
+    rc = build_raycluster(j, POOLS, granted=3, attempt=0, cfg=cfg)
+    templates = [rc["spec"]["headGroupSpec"]["template"], *(g["template"] for g in rc["spec"]["workerGroupSpecs"])]
+    for pod in [*pods, *templates]:
+        names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+        assert names - {"MINE"} <= set(contract.OPERATOR_ENV), names - {"MINE"} - set(contract.OPERATOR_ENV)
+        assert "MINE" in names

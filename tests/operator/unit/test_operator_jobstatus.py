@@ -41,6 +41,34 @@ def test_not_admitted(decision: Decision, reason: str) -> None:
     assert cond["Admitted"].status == "False" and cond["Admitted"].reason == reason
 
 
+@pytest.mark.parametrize(("credentials", "refused"), [
+    ({"aws": {"kubepool.dev/credentials": "true"}}, ""),
+    ({"aws": {}}, "Secret aws lacks the label kubepool.dev/credentials=true"),
+    ({"aws": {"kubepool.dev/credentials": "yes"}}, "Secret aws lacks the label kubepool.dev/credentials=true"),
+    ({"aws": None}, "Secret aws does not exist"),
+], ids=["opted-in", "no-label", "other-value", "missing"])
+def test_credentials_must_opt_in(credentials: dict, refused: str) -> None:
+    """A channel's credentialsSecret is used only with its owner's label: else FAILED before admission."""
+    st = compute_job_status(job(), Observed(pods=[], now=T0, decision=ADMIT3, credentials=credentials))
+    if not refused:
+        assert st.phase is JobPhase.PENDING and st.admitted_at == T0
+        return
+    assert (st.phase, st.reason, st.admitted_at) == (JobPhase.FAILED, S.CREDENTIALS_NOT_ALLOWED, None)
+    assert refused in (st.message or "") and "credentialsSecret" in (st.message or "")
+
+
+def test_a_refusal_of_the_pods_is_the_reason_while_waiting_and_in_the_timeout() -> None:
+    """An admitted job whose pods the API server refuses (a ResourceQuota) says so at once, and still fails at
+    instancesTimeoutSeconds, saying why."""
+    j = admitted(job(targetInstances=2))
+    quota = 'pods "train-0" is forbidden: exceeded quota: no-pods, requested: pods=1, used: pods=0, limited: pods=0'
+    st = run(j, [], t=1, refused=quota)
+    assert (st.phase, st.reason) == (JobPhase.PENDING, S.API_REFUSED) and quota in (st.message or "")
+    assert run(j, [], t=1).reason == S.WAITING_FOR_INSTANCES  # refusal gone: waiting again
+    late = run(j, [], t=j.spec.instances_timeout_seconds + 1, refused=quota)
+    assert (late.phase, late.reason) == (JobPhase.FAILED, S.INSTANCES_UNAVAILABLE) and quota in (late.message or "")
+
+
 @pytest.mark.parametrize(("pods", "t", "phase", "reason"), [
     ([pod(0), pod(1, ready=False), pod(2, "Pending", False)], 1, JobPhase.PENDING, S.WAITING_FOR_INSTANCES),
     ([pod(0), pod(1), pod(2, "Pending", False)], 1, JobPhase.RUNNING, S.INSTANCES_READY),

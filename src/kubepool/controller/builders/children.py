@@ -89,19 +89,19 @@ def build_ray_token_secret(ref: JobRef, token: str) -> Obj:
     }
 
 
+# What the runtime does with the API: scale_cluster reads its MLJob and patches its spec. Nothing else.
+RUNTIME_VERBS = ["get", "patch"]
+
+
 def build_runtime_rbac(ref: JobRef) -> list[Obj]:
-    """ServiceAccount, Role and RoleBinding of the runtime: read the namespace's pods, get and patch its own
-    MLJob (and its status), nothing else."""
+    """ServiceAccount, Role and RoleBinding of the runtime: get and patch its own MLJob, nothing else."""
     name = naming.runtime_service_account_name(ref.name)
     own = [ref.name]
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": ref.metadata(naming.runtime_role_name(ref.name)),
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [naming.GROUP], "resources": [naming.MLJOB_PLURAL, f"{naming.MLJOB_PLURAL}/status"],
-             "resourceNames": own, "verbs": ["get", "patch"]},
-        ],
+        "rules": [{"apiGroups": [naming.GROUP], "resources": [naming.MLJOB_PLURAL], "resourceNames": own,
+                   "verbs": RUNTIME_VERBS}],
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -114,17 +114,14 @@ def build_runtime_rbac(ref: JobRef) -> list[Obj]:
 
 
 def build_namespace_runtime_rbac(namespace: str) -> list[Obj]:
-    """ServiceAccount, Role and RoleBinding (naming.RUNTIME_ACCOUNT) shared by every job of a namespace: read
-    the namespace's pods, get and patch its MLJobs (scale_cluster). No owner: they outlive any one job."""
+    """ServiceAccount, Role and RoleBinding (naming.RUNTIME_ACCOUNT) shared by every job of a namespace: get and
+    patch its MLJobs (scale_cluster); the chart's ValidatingAdmissionPolicy narrows the patches to the pod's own
+    job. No owner: they outlive any one job."""
     meta = {"name": naming.RUNTIME_ACCOUNT, "namespace": namespace,
             "labels": {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}}
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [naming.GROUP], "resources": [naming.MLJOB_PLURAL, f"{naming.MLJOB_PLURAL}/status"],
-             "verbs": ["get", "patch"]},
-        ],
+        "rules": [{"apiGroups": [naming.GROUP], "resources": [naming.MLJOB_PLURAL], "verbs": RUNTIME_VERBS}],
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,

@@ -110,10 +110,14 @@ def _volumes(job: MLJob, inst: Placement, ref: JobRef) -> tuple[list[Obj], list[
     return volumes, mounts
 
 
+def credentials_secrets(job: MLJob) -> list[str]:
+    """The Secrets the job's channels take credentials from (each must opt in: naming.LABEL_CREDENTIALS)."""
+    return list(dict.fromkeys(c.source.s3.credentials_secret for c in job.spec.channels or []
+                              if c.source.s3 is not None and c.source.s3.credentials_secret))
+
+
 def _env_from(job: MLJob) -> list[Obj]:
-    secrets = dict.fromkeys(c.source.s3.credentials_secret for c in job.spec.channels or []
-                            if c.source.s3 is not None and c.source.s3.credentials_secret)
-    return [{"secretRef": {"name": s}} for s in secrets]
+    return [{"secretRef": {"name": s}} for s in credentials_secrets(job)]
 
 
 def _security(uid: int | None) -> tuple[Obj, Obj]:
