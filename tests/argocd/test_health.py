@@ -1,8 +1,12 @@
-"""The Argo CD health checks in deploy/argocd, run with a real Lua interpreter (lupa) against sample objects,
-the way Argo CD runs them: the object is the global `obj`, the script returns `{status, message}`."""
+"""The Argo CD customizations in deploy/argocd/resource_customizations (Argo CD's own layout: health.lua with
+health_test.yaml and testdata/, actions/ with discovery.lua, one action.lua per action and action_test.yaml),
+run the way Argo CD runs them: a real Lua interpreter (lupa), the object as the global `obj`. Every case of
+every health_test.yaml and action_test.yaml runs here, so the files are also what Argo CD's own test runner
+would check if the scripts were contributed upstream."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -11,85 +15,75 @@ import pytest
 import yaml
 
 ARGOCD = Path(__file__).resolve().parents[2] / "deploy" / "argocd"
-MLJOB = (ARGOCD / "health-mljob.lua").read_text()
-POOL = (ARGOCD / "health-computepool.lua").read_text()
+KINDS = sorted(p for group in (ARGOCD / "resource_customizations").iterdir() for p in group.iterdir())
 
 
-def health(script: str, obj: dict[str, Any]) -> dict[str, str]:
+def _lua(obj: dict[str, Any]) -> Any:
     lua = lupa.LuaRuntime(unpack_returned_tuples=True)
     lua.globals().obj = lua.table_from(obj, recursive=True)  # lists become 1-based sequences, as in Argo CD
-    result = lua.execute(script)
-    return {"status": result["status"], "message": result["message"]}
+    return lua
 
 
-def job(status: dict[str, Any] | None) -> dict[str, Any]:
-    obj: dict[str, Any] = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": "j"}, "spec": {}}
-    if status is not None:
-        obj["status"] = status
-    return obj
+def _py(value: Any) -> Any:
+    """A Lua table back to Python (sequences to lists), as Argo CD converts an action's result to JSON."""
+    if lupa.lua_type(value) != "table":
+        return value
+    items = dict(value.items())
+    if items and all(isinstance(k, int) for k in items) and sorted(items) == list(range(1, len(items) + 1)):
+        return [_py(items[i]) for i in range(1, len(items) + 1)]
+    return {k: _py(v) for k, v in items.items()}
 
 
-def pool(status: dict[str, Any] | None) -> dict[str, Any]:
-    obj: dict[str, Any] = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": "p"}, "spec": {}}
-    if status is not None:
-        obj["status"] = status
-    return obj
+def _cases(name: str, key: str) -> list[Any]:
+    out = []
+    for kind in KINDS:
+        path = kind / name
+        if path.exists():
+            out += [pytest.param(path.parent, case, id=f"{kind.name}-{case.get('inputPath', case.get('action'))}")
+                    for case in yaml.safe_load(path.read_text()).get(key, [])]
+    return out
 
 
-@pytest.mark.parametrize(("phase", "expected"), [
-    ("PENDING", "Progressing"), ("RUNNING", "Progressing"), ("DONE", "Healthy"),
-    ("FAILED", "Degraded"), ("CANCELLED", "Suspended"), ("SOMETHING_NEW", "Unknown"),
-])
-def test_mljob_phases(phase: str, expected: str) -> None:
-    assert health(MLJOB, job({"phase": phase}))["status"] == expected
+def test_layout() -> None:
+    assert [k.name for k in KINDS] == ["ComputePool", "MLJob"]
+    for kind in KINDS:
+        assert (kind / "health.lua").is_file() and (kind / "health_test.yaml").is_file()
+        referenced = {c["inputPath"] for c in yaml.safe_load((kind / "health_test.yaml").read_text())["tests"]}
+        assert referenced == {f"testdata/{p.name}" for p in (kind / "testdata").iterdir()}, "unused or missing testdata"
 
 
-@pytest.mark.parametrize("status", [None, {}, {"readyInstances": 0}])
-def test_mljob_without_phase_is_progressing(status: dict[str, Any] | None) -> None:
-    assert health(MLJOB, job(status)) == {"status": "Progressing", "message": "Waiting for the kubepool operator to admit the job"}
+@pytest.mark.parametrize(("kind", "case"), _cases("health_test.yaml", "tests"))
+def test_health(kind: Path, case: dict[str, Any]) -> None:
+    obj = yaml.safe_load((kind / case["inputPath"]).read_text())
+    result = _lua(obj).execute((kind / "health.lua").read_text())
+    assert {"status": result["status"], "message": result["message"]} == case["healthStatus"]
 
 
-def test_mljob_message_carries_phase_ready_reason_and_message() -> None:
-    hs = health(MLJOB, job({"phase": "FAILED", "ready": "2/3", "reason": "HeadFailed", "message": "exit code 1",
-                            "conditions": [{"type": "Failed", "status": "True"}]}))
-    assert hs == {"status": "Degraded", "message": "FAILED (2/3 instances ready): HeadFailed - exit code 1"}
+@pytest.mark.parametrize(("actions", "case"), _cases("actions/action_test.yaml", "discoveryTests"))
+def test_action_discovery(actions: Path, case: dict[str, Any]) -> None:
+    obj = yaml.safe_load((actions / case["inputPath"]).read_text())
+    found = _py(_lua(obj).execute((actions / "discovery.lua").read_text()))
+    assert sorted(({"name": n, **a} for n, a in found.items()), key=lambda a: a["name"]) == case["result"]
 
 
-@pytest.mark.parametrize(("phase", "expected"), [
-    ("ACTIVE", "Healthy"), ("IDLE", "Healthy"), ("SUSPENDED", "Suspended"), ("BROKEN", "Unknown"),
-])
-def test_computepool_phases(phase: str, expected: str) -> None:
-    hs = health(POOL, pool({"phase": phase, "readyNodes": 3, "instancesInUse": 2, "queuedJobs": 1}))
-    assert hs["status"] == expected
-    assert hs["message"] == f"{phase}: 3 ready nodes, 2 instances in use, 1 jobs queued"
+@pytest.mark.parametrize(("actions", "case"), _cases("actions/action_test.yaml", "actionTests"))
+def test_action(actions: Path, case: dict[str, Any]) -> None:
+    obj = yaml.safe_load((actions / case["inputPath"]).read_text())
+    out = _py(_lua(obj).execute((actions / case["action"] / "action.lua").read_text()))
+    assert out == yaml.safe_load((actions / case["expectedOutputPath"]).read_text())
 
 
-@pytest.mark.parametrize("condition", [
-    {"type": "Degraded", "status": "True", "reason": "NoNodes", "message": "no node matches the selector"},
-    {"type": "Ready", "status": "False", "reason": "NoNodes", "message": "no node matches the selector"},
-])
-def test_computepool_bad_condition_wins_over_phase(condition: dict[str, str]) -> None:
-    hs = health(POOL, pool({"phase": "ACTIVE", "conditions": [{"type": "Other", "status": "True"}, condition]}))
-    assert hs == {"status": "Degraded", "message": f"{condition['type']}: NoNodes - no node matches the selector"}
-
-
-def test_computepool_good_conditions_keep_phase() -> None:
-    conditions = [{"type": "Ready", "status": "True"}, {"type": "Degraded", "status": "False"}]
-    assert health(POOL, pool({"phase": "IDLE", "conditions": conditions}))["status"] == "Healthy"
-
-
-def test_computepool_without_status_is_progressing() -> None:
-    assert health(POOL, pool(None))["status"] == "Progressing"
-
-
-def test_argocd_cm_holds_the_scripts_verbatim() -> None:
+def test_argocd_cm_is_rendered_from_the_layout() -> None:
+    spec = importlib.util.spec_from_file_location("render_argocd_cm", ARGOCD / "render_argocd_cm.py")
+    assert spec and spec.loader
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
     cm = yaml.safe_load((ARGOCD / "argocd-cm.yaml").read_text())
-    assert cm["metadata"] == {"name": "argocd-cm", "namespace": "argocd",
-                              "labels": {"app.kubernetes.io/name": "argocd-cm", "app.kubernetes.io/part-of": "argocd"}}
-    assert cm["data"] == {
-        "resource.customizations.health.kubepool.dev_MLJob": MLJOB,
-        "resource.customizations.health.kubepool.dev_ComputePool": POOL,
-    }
+    assert cm["data"] == render.data(), "stale: run `python deploy/argocd/render_argocd_cm.py`"
+    assert set(cm["data"]) == {f"resource.customizations.{what}.kubepool.dev_{kind}"
+                               for what in ("health", "actions") for kind in ("MLJob", "ComputePool")}
+    actions = yaml.safe_load(cm["data"]["resource.customizations.actions.kubepool.dev_MLJob"])
+    assert [d["name"] for d in actions["definitions"]] == ["cancel"] and "discovery.lua" in actions
 
 
 def test_application_installs_the_chart() -> None:

@@ -13,6 +13,13 @@ if obj.status == nil or obj.status.phase == nil then
   hs.message = "Waiting for the kubepool operator to admit the job"
   return hs
 end
+local generation = obj.metadata.generation
+local observed = obj.status.observedGeneration
+if generation ~= nil and observed ~= nil and observed < generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the kubepool operator to observe generation " .. generation .. " (status is of " .. observed .. ")"
+  return hs
+end
 local phase = obj.status.phase
 hs.status = phases[phase] or "Unknown"
 local message = phase

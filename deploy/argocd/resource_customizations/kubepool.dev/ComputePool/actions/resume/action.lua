@@ -1,0 +1,3 @@
+-- Resume the pool: clear spec.suspend (Snowflake's ALTER COMPUTE POOL ... RESUME).
+obj.spec.suspend = false
+return obj
