@@ -169,6 +169,9 @@ class JobPhase(StrEnum):
         return self in (JobPhase.DONE, JobPhase.FAILED, JobPhase.CANCELLED)
 
 
+JOB_CONDITION_TYPES = ("Admitted", "InstancesReady", "Complete", "Failed")  # what the operator writes, in order
+
+
 class InstanceStatus(Model):
     instance_id: int = Field(description="Global instance id; 0 is the head.")
     group: str = Field(description="Instance group.")
@@ -189,7 +192,8 @@ class MLJobStatus(Model):
     phase: JobPhase | None = Field(None, description="PENDING, RUNNING, DONE, FAILED or CANCELLED.")
     reason: str | None = Field(None, description="Why the job is in its phase (Queued, InstancesUnavailable, HeadFailed, ...).")
     message: str | None = Field(None, description="Human-readable summary.")
-    conditions: list[Condition] = Field(default_factory=list, description="Admitted, InstancesReady, Running, Complete, Failed.")
+    conditions: list[Condition] = Field(default_factory=list, description="Conditions, always all of: "
+                                        + ", ".join(JOB_CONDITION_TYPES) + " (each with observedGeneration).")
     observed_generation: int | None = Field(None, description="Spec generation this status reflects.")
     target_instances: int | None = Field(None, description="Resolved target.")
     min_instances: int | None = Field(None, description="Resolved minimum.")
@@ -241,6 +245,24 @@ MLJOB_SPEC_RULES = [
      "message": "distributionInstanceGroups must name groups of spec.instanceGroups"},
     {"rule": "!has(self.channels) || self.channels.all(c, c.distribution != 'ShardedByS3Key' || has(c.source.s3))",
      "message": "ShardedByS3Key needs an s3 source"},
+]
+# What may change after creation, as in Job and JobSet: suspend (cancel), the instance counts (scale_cluster,
+# `kubectl scale`), minInstances, and the time limits. Anything else would be silently ignored by a job that
+# already runs: refused at apply instead, naming the field.
+MUTABLE_SPEC = ("suspend", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
+IMMUTABLE_SPEC = ("computePool", "instancesTimeoutSeconds", "channels", "image", "entrypoint", "args", "workingDir", "env",
+                  "code", "pipRequirements", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
+                  "backoffLimit")
+_AFTER = "cannot change after the job is created (delete and re-create the job)"
+MLJOB_SPEC_RULES += [
+    {"rule": f"has(self.{f}) == has(oldSelf.{f}) && (!has(self.{f}) || self.{f} == oldSelf.{f})",
+     "message": f"{f} {_AFTER}", "fieldPath": f".{f}", "reason": "FieldValueForbidden"}
+    for f in IMMUTABLE_SPEC
+] + [
+    {"rule": "has(self.instanceGroups) == has(oldSelf.instanceGroups) && (!has(self.instanceGroups) || "
+             "self.instanceGroups.map(g, g.name + '/' + g.computePool) == oldSelf.instanceGroups.map(g, g.name + '/' + g.computePool))",
+     "message": f"instanceGroups (their names, pools and order; instanceCount may change) {_AFTER}",
+     "fieldPath": ".instanceGroups", "reason": "FieldValueForbidden"},
 ]
 ENTRYPOINT_RULES = [
     {"rule": "(has(self.file) ? 1 : 0) + (has(self.module) ? 1 : 0) + (has(self.command) ? 1 : 0) == 1", "message": "set exactly one of file, module or command"},

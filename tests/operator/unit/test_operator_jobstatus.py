@@ -226,3 +226,13 @@ def test_dashboard_address_only_where_one_runs(spec: dict, url: bool) -> None:
     j = admitted(job(targetInstances=2, **spec), granted=2)
     st = run(j, [pod(0), pod(1)])
     assert st.phase is JobPhase.RUNNING and (st.ray_dashboard is not None) is url
+
+
+def test_the_conditions_written_are_the_ones_the_crd_describes() -> None:
+    from kubepool.api.mljob import JOB_CONDITION_TYPES
+
+    st = compute_job_status(job(), Observed(pods=[], now=T0))
+    assert tuple(c.type for c in st.conditions) == JOB_CONDITION_TYPES
+    assert all(c.observed_generation == 1 for c in st.conditions)
+    described = MLJobStatus.model_fields["conditions"].description or ""
+    assert all(t in described for t in JOB_CONDITION_TYPES) and "Running" not in described

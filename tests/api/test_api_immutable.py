@@ -1,0 +1,71 @@
+"""A created MLJob's spec keeps what a running job could not follow: changing it is refused by the API server
+(CEL transition rules generated from kubepool.api) with a message naming the field, as Job and JobSet do; what
+the operator does follow (suspend, the instance counts, minInstances, the time limits) still changes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from kubepool.api import MLJobSpec
+from kubepool.api.mljob import IMMUTABLE_SPEC, MUTABLE_SPEC
+
+SINGLE = {"computePool": "cpu", "targetInstances": 2, "image": "kubepool/runtime:dev",
+          "entrypoint": {"command": ["python", "-c", "print(1)"]}, "env": [{"name": "A", "value": "1"}]}
+GROUPS = {"instanceGroups": [{"name": "data", "computePool": "cpu", "instanceCount": 1},
+                             {"name": "train", "computePool": "gpu", "instanceCount": 2}],
+          "entrypoint": {"file": "train.py"}, "mode": "sagemaker"}
+
+
+def test_every_spec_field_is_classified() -> None:
+    fields = {f.alias or name for name, f in MLJobSpec.model_fields.items()}
+    assert fields == set(IMMUTABLE_SPEC) | set(MUTABLE_SPEC) | {"instanceGroups"}
+
+
+def _create(kubectl: Any, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    job = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": name}, "spec": spec}
+    kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(job), check=True)
+
+
+def _patch(kubectl: Any, namespace: str, name: str, spec: dict[str, Any]) -> Any:
+    return kubectl("patch", "mljob", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec}))
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"image": "other:1"}, "image"), ({"computePool": "gpu"}, "computePool"),
+    ({"entrypoint": {"command": ["python", "-c", "print(2)"]}}, "entrypoint"),
+    ({"env": [{"name": "A", "value": "2"}]}, "env"), ({"args": ["--x"]}, "args"), ({"backoffLimit": 2}, "backoffLimit"),
+    ({"pipRequirements": ["numpy"]}, "pipRequirements"), ({"ray": {"authMode": "disabled"}}, "ray"),
+])
+def test_immutable_fields_are_refused_naming_them(kubectl: Any, crds: None, namespace: str, change: dict[str, Any],
+                                                  field: str) -> None:
+    _create(kubectl, namespace, "fixed", SINGLE)
+    proc = _patch(kubectl, namespace, "fixed", change)
+    assert proc.returncode != 0, f"accepted a change of {field}"
+    assert f"spec.{field}: Forbidden: {field} cannot change after the job is created" in proc.stderr, proc.stderr
+
+
+def test_what_the_operator_follows_still_changes(kubectl: Any, crds: None, namespace: str) -> None:
+    _create(kubectl, namespace, "scalable", SINGLE)
+    for change in ({"targetInstances": 3}, {"minInstances": 2}, {"ttlSecondsAfterFinished": 60},
+                   {"activeDeadlineSeconds": 600}, {"suspend": True}):
+        proc = _patch(kubectl, namespace, "scalable", change)
+        assert proc.returncode == 0, f"{change}: {proc.stderr}"
+    assert kubectl.json("get", "mljob", "scalable", "-n", namespace)["spec"]["targetInstances"] == 3
+    # `kubectl scale` goes through the scale subresource, which the transition rules must let through too.
+    proc = kubectl("scale", "mljob", "scalable", "-n", namespace, "--replicas=4")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_instance_groups_keep_names_and_pools_but_not_counts(kubectl: Any, crds: None, namespace: str) -> None:
+    _create(kubectl, namespace, "hetero", GROUPS)
+    resized = [{**GROUPS["instanceGroups"][0]}, {**GROUPS["instanceGroups"][1], "instanceCount": 3}]
+    assert _patch(kubectl, namespace, "hetero", {"instanceGroups": resized}).returncode == 0
+    moved = [{**GROUPS["instanceGroups"][0], "computePool": "gpu"}, resized[1]]
+    proc = _patch(kubectl, namespace, "hetero", {"instanceGroups": moved})
+    assert proc.returncode != 0 and "spec.instanceGroups: Forbidden: instanceGroups (their names, pools" in proc.stderr, proc.stderr
+    proc = _patch(kubectl, namespace, "hetero", {"instanceGroups": resized[:1]})
+    assert proc.returncode != 0 and "spec.instanceGroups: Forbidden" in proc.stderr, proc.stderr
