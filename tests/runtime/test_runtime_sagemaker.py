@@ -153,3 +153,17 @@ def test_write_config_files(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "input/config/hyperparameters.json").read_text()) == {"epochs": "3"}
     assert json.loads((tmp_path / "input/config/inputdataconfig.json").read_text()) == {}
     assert all((tmp_path / d).is_dir() for d in ("model", "output/data", "input/data"))
+
+
+def test_distribution_groups_reach_hyperparameters_json_as_the_sagemaker_sdk_writes_them() -> None:
+    """The toolkit takes the distribution groups from the framework parameters in hyperparameters.json, where the
+    SageMaker SDK puts them; spec.distributionInstanceGroups must land there too."""
+    pinned = hetero(distribution_instance_groups=["dnn_group"], hyperparameters={"epochs": "3"})
+    hps = sagemaker.hyperparameters(pinned)
+    assert hps == {"epochs": "3", "sagemaker_distribution_instance_groups": '["dnn_group"]'}
+    t = tenv(pinned, 0)
+    assert t["additional_framework_parameters"] == {"sagemaker_distribution_instance_groups": ["dnn_group"]}
+    assert t["hyperparameters"] == {"epochs": 3}
+    assert sagemaker.hyperparameters(hetero(hyperparameters={"epochs": "3"})) == {"epochs": "3"}
+    env = sagemaker.env_vars(t)
+    assert env["SAGEMAKER_BASE_DIR"] == str(LAYOUT.base)

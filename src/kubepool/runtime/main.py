@@ -93,7 +93,7 @@ def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str],
         num_gpus=gpus,
         module_dir=env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR),
     )
-    sagemaker.write_config_files(layout, tenv, contract.hyperparameters)
+    sagemaker.write_config_files(layout, tenv, sagemaker.hyperparameters(contract))
     placed = channels.materialize(contract, me, layout.data_dir, env)
     for name, keys in placed.items():
         log(f"channel {name}: {len(keys)} objects")

@@ -27,9 +27,10 @@ PLATFORM_HYPERPARAMETERS = frozenset(
         "sagemaker_container_log_level",
         "sagemaker_job_name",
         "sagemaker_region",
-        "sagemaker_distribution_instance_groups",
     }
 )
+# Not platform-only: the toolkit reads it from the framework parameters (Environment.distribution_instance_groups).
+DISTRIBUTION_GROUPS_HP = "sagemaker_distribution_instance_groups"
 # Any of these set means "distributed", so the toolkit falls back to the current group (A.8).
 DISTRIBUTED_FLAGS = (
     "sagemaker_mpi_enabled",
@@ -118,6 +119,15 @@ def input_data_config(channels: Sequence[Channel]) -> dict[str, dict[str, str]]:
     return out
 
 
+def hyperparameters(contract: JobContract) -> dict[str, str]:
+    """hyperparameters.json as SageMaker writes it: the user's, plus the SageMaker SDK's
+    `sagemaker_distribution_instance_groups` (JSON) when the job names its distribution groups."""
+    out = dict(contract.hyperparameters)
+    if contract.distribution_instance_groups and DISTRIBUTION_GROUPS_HP not in out:
+        out[DISTRIBUTION_GROUPS_HP] = json.dumps(list(contract.distribution_instance_groups))
+    return out
+
+
 def decode_hyperparameters(raw: Mapping[str, str]) -> dict[str, Any]:
     """The toolkit's read_hyperparameters: each value is JSON if it parses, else the raw string."""
     out: dict[str, Any] = {}
@@ -140,8 +150,8 @@ def distribution_instance_groups(contract: JobContract, current_group: str, deco
     """The operator's choice first, then the toolkit's rule from the hyperparameters (A.8)."""
     if contract.distribution_instance_groups:
         return list(contract.distribution_instance_groups)
-    if "sagemaker_distribution_instance_groups" in decoded:
-        return list(decoded["sagemaker_distribution_instance_groups"])
+    if DISTRIBUTION_GROUPS_HP in decoded:
+        return list(decoded[DISTRIBUTION_GROUPS_HP])
     if any(decoded.get(flag) for flag in DISTRIBUTED_FLAGS):
         return [current_group]
     return []
@@ -183,7 +193,7 @@ def training_env(
     """Every property of the toolkit's Environment: SM_TRAINING_ENV, and the source of the SM_* variables."""
     rc = resource_config(contract, me)
     channels = contract.channels_for(me.group)
-    decoded = decode_hyperparameters(contract.hyperparameters)
+    decoded = decode_hyperparameters(hyperparameters(contract))
     user_hps, framework = split_hyperparameters(decoded)
     dist_groups = distribution_instance_groups(contract, me.group, decoded)
     dist_hosts = distribution_hosts(rc, dist_groups)
@@ -271,6 +281,9 @@ def env_vars(env: Mapping[str, Any]) -> dict[str, str]:
     out = {f"SM_{k.upper()}": encode_env_value(v) for k, v in flat.items()}
     out["CURRENT_HOST"] = env["current_host"]  # the toolkit's Environment() sets it too
     out["TRAINING_JOB_NAME"] = env["job_name"]
+    # The toolkit (sagemaker_training.environment) reads its config files under this base, /opt/ml by default:
+    # where the tree is elsewhere (local process nodes), scripts built on the toolkit find it here.
+    out["SAGEMAKER_BASE_DIR"] = str(Path(env["input_dir"]).parent)
     return out
 
 

@@ -1,0 +1,87 @@
+"""SageMaker's own training toolkit (`sagemaker_training.environment.Environment`, what SageMaker's framework
+images run scripts through) on every instance of a heterogeneous job on the local cluster: it must read the same
+answers on kubepool as on SageMaker: host and group, hetero, group hosts, master, channels (only for the groups
+they name), typed hyperparameters, model and output dirs, instance type. Measured against the published toolkit,
+not against our reading of its docs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from support.operator_cluster import Operator, mljob, wait_phase
+
+pytestmark = [pytest.mark.cluster, pytest.mark.ray]
+pytest.importorskip("sagemaker_training", reason="sagemaker-training is a dev dependency (pyproject [dev])")
+JOB_TIMEOUT_S = 360.0
+SCRIPT = """\
+import json, os
+from sagemaker_training import environment
+
+env = environment.Environment()
+seen = {k: getattr(env, k) for k in (
+    "current_host", "current_instance_group", "is_hetero", "instance_groups", "current_instance_group_hosts",
+    "master_hostname", "is_master", "hosts", "channel_input_dirs", "hyperparameters", "model_dir", "output_data_dir",
+    "current_instance_type", "distribution_instance_groups", "job_name")}
+seen["channel_files"] = {c: sorted(os.listdir(d)) for c, d in env.channel_input_dirs.items()}
+seen["sm_training_env"] = json.loads(os.environ["SM_TRAINING_ENV"])
+print("TOOLKIT " + json.dumps(seen, sort_keys=True), flush=True)
+"""
+
+
+def _toolkit_views(kubectl: Any, namespace: str, job: str) -> dict[str, dict[str, Any]]:
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"kubepool.dev/job={job}")["items"]
+    out = {}
+    for p in pods:
+        log = kubectl("logs", "-n", namespace, p["metadata"]["name"], "--tail=-1").stdout
+        lines = [ln for ln in log.splitlines() if ln.startswith("TOOLKIT ")]
+        assert len(lines) == 1, f"{p['metadata']['name']}: no toolkit line in\n{log[-3000:]}"
+        view = json.loads(lines[0].removeprefix("TOOLKIT "))
+        out[view["current_host"]] = view
+    return out
+
+
+def test_toolkit_reads_the_same_answers_on_every_instance(kubectl: Any, namespace: str, operator: Operator,
+                                                          compute_pool: Any, apply: Any) -> None:
+    cpu, gpu = compute_pool("cpu", max_nodes=2), compute_pool("gpu", max_nodes=1, resources={"cpu": "2", "memory": "4Gi"})
+    for name, data in (("payload", {"train.py": SCRIPT}), ("train-data", {"a.csv": "1,2\n", "b.csv": "3,4\n"})):
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+        kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
+    groups = [{"name": "data_group", "computePool": cpu, "instanceCount": 2},
+              {"name": "dnn_group", "computePool": gpu, "instanceCount": 1}]
+    apply(mljob("toolkit", entrypoint={"file": "train.py"}, code={"configMap": "payload"}, mode="sagemaker",
+                instanceGroups=groups, distributionInstanceGroups=["dnn_group"], instancesTimeoutSeconds=240,
+                hyperParameters={"epochs": "3", "lr": "0.05", "name": '"resnet"', "flags": '{"a": [1, 2]}'},
+                channels=[{"name": "train", "source": {"configMap": {"name": "train-data"}},
+                           "instanceGroups": ["data_group"]}]))
+    st = wait_phase(kubectl, namespace, "toolkit", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    views = _toolkit_views(kubectl, namespace, "toolkit")
+    assert sorted(views) == ["algo-1", "algo-2", "algo-3"]
+    for host, v in views.items():
+        group = "dnn_group" if host == "algo-3" else "data_group"
+        assert v["current_instance_group"] == group and v["is_hetero"] is True, host
+        assert v["hosts"] == ["algo-1", "algo-2", "algo-3"]
+        assert sorted(v["instance_groups"]) == ["data_group", "dnn_group"]
+        assert v["current_instance_group_hosts"] == (["algo-3"] if group == "dnn_group" else ["algo-1", "algo-2"])
+        # The distribution group (dnn_group) holds the master, as on SageMaker.
+        assert v["distribution_instance_groups"] == ["dnn_group"] and v["master_hostname"] == "algo-3"
+        assert v["is_master"] is (host == "algo-3")
+        # Typed hyperparameters: JSON values decoded, as the toolkit does on SageMaker.
+        assert v["hyperparameters"] == {"epochs": 3, "lr": 0.05, "name": "resnet", "flags": {"a": [1, 2]}}
+        # Channels reach only the groups they name, with their files.
+        if group == "data_group":
+            assert list(v["channel_input_dirs"]) == ["train"] and v["channel_files"] == {"train": ["a.csv", "b.csv"]}
+        else:
+            assert v["channel_input_dirs"] == {}
+        assert v["model_dir"].endswith("/model") and v["output_data_dir"].endswith("/output/data")
+        assert v["job_name"] == "toolkit"
+        # What the toolkit read from the files is what our runtime put in SM_TRAINING_ENV for the same instance.
+        ours = v["sm_training_env"]
+        for key in ("current_host", "current_instance_group", "is_hetero", "current_instance_group_hosts",
+                    "master_hostname", "hosts", "channel_input_dirs", "hyperparameters", "model_dir",
+                    "output_data_dir", "current_instance_type", "distribution_instance_groups"):
+            assert v[key] == ours[key], f"{host}: {key}: toolkit {v[key]!r} vs SM_TRAINING_ENV {ours[key]!r}"
