@@ -79,6 +79,14 @@ class Distribution(StrEnum):
     SHARDED_BY_S3_KEY = "ShardedByS3Key"
 
 
+class InputMode(StrEnum):
+    """SageMaker's TrainingInputMode. FastFile streams objects on demand on SageMaker; here its files are
+    downloaded before the payload starts, at the same paths, and inputdataconfig.json says FastFile."""
+
+    FILE = "File"
+    FAST_FILE = "FastFile"
+
+
 class RunMode(StrEnum):
     """How the payload runs: on the head of a Ray cluster (Snowflake's default), once on every instance
     (Snowflake's `parallel`), or SageMaker script mode (every instance, torchrun-style env)."""
@@ -104,7 +112,7 @@ class Channel(BaseModel):
     source: ChannelSource
     instance_groups: list[str] = Field(default_factory=list, alias="instanceGroups")
     content_type: str | None = Field(None, alias="contentType")
-    input_mode: str = Field("File", alias="inputMode")
+    input_mode: InputMode = Field(InputMode.FILE, alias="inputMode")
 
 
 class Group(BaseModel):

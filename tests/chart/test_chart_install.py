@@ -223,17 +223,19 @@ def _runtime_account_patches_only_its_own_job(kubectl: Any, cluster: Any, releas
 
 def test_helm_test_runs_a_job_to_done(kubectl: Any, release: Release) -> None:
     """`helm test`: the hook pod submits a 1-instance job to the chart's pool with the kubepool CLI under its own
-    account (submit and follow only), follows the head's log, and passes on DONE; the job and the hook's account
-    go after."""
-    proc = run_helm(*release.helm, "test", release.name, "--namespace", release.namespace, "--logs", "--timeout", "6m",
-                    timeout=420)
+    account (submit and follow only) and passes only when the job ends DONE (`submit --wait`'s exit code); the
+    job and every hook object are gone afterwards."""
+    proc = run_helm(*release.helm, "test", release.name, "--namespace", release.namespace, "--timeout", "6m", timeout=420)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n{_diagnostics(kubectl, release)}"
-    assert "Phase:          Succeeded" in proc.stdout and "kubepool helm test: hello from" in proc.stdout, proc.stdout
-    assert proc.stdout.rstrip().endswith("DONE"), proc.stdout
-    # Only the hook pod stays (for its log): the job, its account and its Role are gone.
-    for ns, kinds in ((release.jobs_namespace, "mljobs,roles,rolebindings"), (release.namespace, "serviceaccounts,configmaps")):
+    assert "Phase:          Succeeded" in proc.stdout, proc.stdout
+    job = f"{release.name}-kubepool-test"
+    # The operator ran it: its Events outlive the job, which the hook deleted.
+    events = kubectl.json("get", "events", "-n", release.jobs_namespace, "--field-selector", f"involvedObject.name={job}")
+    assert "Completed" in {e["reason"] for e in events["items"]}, [e["reason"] for e in events["items"]]
+    for ns, kinds in ((release.jobs_namespace, "mljobs,roles,rolebindings"),
+                      (release.namespace, "pods,serviceaccounts,configmaps")):
         leftovers = kubectl("get", kinds, "-n", ns, "-o", "name").stdout
-        assert f"{release.name}-kubepool-test" not in leftovers, leftovers
+        assert job not in leftovers, leftovers
 
 
 def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, cluster: Any, release: Release) -> None:

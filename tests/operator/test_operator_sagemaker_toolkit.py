@@ -25,7 +25,7 @@ env = environment.Environment()
 seen = {k: getattr(env, k) for k in (
     "current_host", "current_instance_group", "is_hetero", "instance_groups", "current_instance_group_hosts",
     "master_hostname", "is_master", "hosts", "channel_input_dirs", "hyperparameters", "model_dir", "output_data_dir",
-    "current_instance_type", "distribution_instance_groups", "job_name")}
+    "current_instance_type", "distribution_instance_groups", "job_name", "input_data_config")}
 seen["channel_files"] = {c: sorted(os.listdir(d)) for c, d in env.channel_input_dirs.items()}
 seen["sm_training_env"] = json.loads(os.environ["SM_TRAINING_ENV"])
 print("TOOLKIT " + json.dumps(seen, sort_keys=True), flush=True)
@@ -55,7 +55,7 @@ def test_toolkit_reads_the_same_answers_on_every_instance(kubectl: Any, namespac
     apply(mljob("toolkit", entrypoint={"file": "train.py"}, code={"configMap": "payload"}, mode="sagemaker",
                 instanceGroups=groups, distributionInstanceGroups=["dnn_group"], instancesTimeoutSeconds=240,
                 hyperParameters={"epochs": "3", "lr": "0.05", "name": '"resnet"', "flags": '{"a": [1, 2]}'},
-                channels=[{"name": "train", "source": {"configMap": {"name": "train-data"}},
+                channels=[{"name": "train", "source": {"configMap": {"name": "train-data"}}, "inputMode": "FastFile",
                            "instanceGroups": ["data_group"]}]))
     st = wait_phase(kubectl, namespace, "toolkit", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
     assert st["phase"] == "DONE", json.dumps(st, indent=1)
@@ -75,6 +75,7 @@ def test_toolkit_reads_the_same_answers_on_every_instance(kubectl: Any, namespac
         # Channels reach only the groups they name, with their files.
         if group == "data_group":
             assert list(v["channel_input_dirs"]) == ["train"] and v["channel_files"] == {"train": ["a.csv", "b.csv"]}
+            assert v["input_data_config"]["train"]["TrainingInputMode"] == "FastFile"
         else:
             assert v["channel_input_dirs"] == {}
         assert v["model_dir"].endswith("/model") and v["output_data_dir"].endswith("/output/data")

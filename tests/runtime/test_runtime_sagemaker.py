@@ -167,3 +167,12 @@ def test_distribution_groups_reach_hyperparameters_json_as_the_sagemaker_sdk_wri
     assert sagemaker.hyperparameters(hetero(hyperparameters={"epochs": "3"})) == {"epochs": "3"}
     env = sagemaker.env_vars(t)
     assert env["SAGEMAKER_BASE_DIR"] == str(LAYOUT.base)
+
+
+def test_input_mode_is_recorded_as_given() -> None:
+    from kubepool.contract import InputMode
+
+    fast = Channel(name="train", source=ChannelSource(s3_uri="s3://b/p"), input_mode=InputMode.FAST_FILE)
+    plain = Channel(name="eval", source=ChannelSource(s3_uri="s3://b/e"))
+    config = sagemaker.input_data_config([fast, plain])
+    assert config["train"]["TrainingInputMode"] == "FastFile" and config["eval"]["TrainingInputMode"] == "File"

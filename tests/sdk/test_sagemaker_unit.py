@@ -119,3 +119,12 @@ def test_homogeneous_job_with_pool_name_and_source_dir(fake_kube: FakeKube, tmp_
 def test_missing_family_pool(fake_kube: FakeKube, entry: str) -> None:
     with pytest.raises(ValueError, match="no ComputePool of instance family GPU_NV_L"):
         Estimator(entry, instance_type="ml.p4d.24xlarge", instance_count=1).fit(wait=False)
+
+
+def test_input_mode_reaches_the_channel() -> None:
+    from kubepool.sagemaker import TrainingInput
+
+    assert TrainingInput("s3://bucket-1/p", input_mode="FastFile").to_channel("train").input_mode == "FastFile"
+    assert TrainingInput("s3://bucket-1/p").to_channel("train").input_mode == "File"
+    with pytest.raises(ValueError, match="Pipe"):
+        TrainingInput("s3://bucket-1/p", input_mode="Pipe")

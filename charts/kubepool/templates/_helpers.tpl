@@ -30,6 +30,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: kubepool
 {{- end }}
 
+{{/* Labels of the `helm test` objects: the release's, but not the operator's component (selectors and
+monitors must never pick the test pod). */}}
+{{- define "kubepool.testLabels" -}}
+helm.sh/chart: {{ include "kubepool.chart" . }}
+app.kubernetes.io/name: {{ include "kubepool.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubepool
+{{- end }}
+
 {{/* Selector labels: never change them, a Deployment's selector is immutable. */}}
 {{- define "kubepool.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "kubepool.name" . }}

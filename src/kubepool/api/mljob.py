@@ -20,7 +20,7 @@ from kubepool.api.common import (
     Condition,
     Model,
 )
-from kubepool.contract import OPERATOR_ENV, Distribution, RunMode
+from kubepool.contract import OPERATOR_ENV, Distribution, InputMode, RunMode
 
 MAX_INSTANCES = 1000
 MAX_GROUPS = 5
@@ -84,6 +84,9 @@ class Channel(Model):
         description="Groups that receive the channel (default all). If one channel names groups, all must.",
     )
     content_type: str | None = Field(None, max_length=SHORT_STR, description="MIME type recorded in inputdataconfig.json.")
+    input_mode: InputMode = Field(InputMode.FILE, description="SageMaker's TrainingInputMode, recorded in inputdataconfig.json. "
+                                  "File and FastFile both give the script the channel's files at its path before it starts "
+                                  "(FastFile streams on SageMaker; here it is downloaded first). Pipe is not supported.")
 
 
 class Entrypoint(Model):
@@ -245,6 +248,11 @@ MLJOB_SPEC_RULES = [
      "message": "distributionInstanceGroups must name groups of spec.instanceGroups"},
     {"rule": "!has(self.channels) || self.channels.all(c, c.distribution != 'ShardedByS3Key' || has(c.source.s3))",
      "message": "ShardedByS3Key needs an s3 source"},
+    {"rule": "!has(self.channels) || !self.channels.exists(c, c.distribution == 'ShardedByS3Key') || !has(self.minInstances) || "
+             "self.minInstances == (has(self.instanceGroups) ? self.instanceGroups.map(g, g.instanceCount).sum() "
+             ": (has(self.targetInstances) ? self.targetInstances : 1))",
+     "message": "a ShardedByS3Key channel needs every instance: minInstances must equal the instance count "
+                "(the shards of instances that never start would go unread)", "fieldPath": ".minInstances"},
 ]
 # What may change after creation, as in Job and JobSet: suspend (cancel), the instance counts (scale_cluster,
 # `kubectl scale`), minInstances, and the time limits. Anything else would be silently ignored by a job that

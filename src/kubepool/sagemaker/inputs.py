@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from kubepool.api import Channel, ChannelSource
 from kubepool.api.mljob import ConfigMapSource, PvcSource, S3Source
-from kubepool.contract import Distribution
+from kubepool.contract import Distribution, InputMode
 
-_INPUT_MODES = {None, "File", "FastFile"}  # FastFile streams on SageMaker; here both download first
+_INPUT_MODES = {None, "File", "FastFile"}  # FastFile streams on SageMaker; here it is downloaded first
 
 
 @dataclass
@@ -64,7 +64,7 @@ class TrainingInput:
         return Channel(
             name=name, source=self._source, distribution=Distribution(self.distribution),
             instance_groups=list(self.instance_groups) if self.instance_groups else None,
-            content_type=self.content_type,
+            content_type=self.content_type, input_mode=InputMode(self.input_mode or "File"),
         )
 
 

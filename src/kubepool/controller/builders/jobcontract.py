@@ -23,7 +23,7 @@ def _channel(ch: ApiChannel) -> contract.Channel:
         source = contract.ChannelSource(local_path=channel_mount_path(ch.name))
     return contract.Channel(
         name=ch.name, distribution=ch.distribution, source=source,
-        instance_groups=list(ch.instance_groups or []), content_type=ch.content_type,
+        instance_groups=list(ch.instance_groups or []), content_type=ch.content_type, input_mode=ch.input_mode,
     )
 
 
