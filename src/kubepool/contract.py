@@ -55,6 +55,14 @@ CONTRACT_PATH = f"{CONTRACT_DIR}/{CONTRACT_FILENAME}"
 PAYLOAD_DIR = "/opt/kubepool/payload"
 RESULT_DIR = "/opt/kubepool/result"
 DEFAULT_BASE_DIR = "/opt/ml"
+# pipRequirements: a job-private pip prefix (an emptyDir) on every instance, and where an air-gapped
+# wheelhouse is mounted; pip itself reads PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX.
+PIP_DIR = "/opt/kubepool/pip"
+WHEELHOUSE_DIR = "/opt/kubepool/wheelhouse"
+# Failures the runtime names itself (in its termination message's `reason`); the operator reports them as the
+# job's reason instead of HeadFailed/InstanceFailed.
+PIP_INSTALL_FAILED = "PipInstallFailed"
+RUNTIME_FAILURE_REASONS = frozenset({PIP_INSTALL_FAILED})
 RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"error", "traceback"}
 # The head prints the payload's outcome as one line `KUBEPOOL_RESULT <base64 cloudpickle of ExecutionResult>`
 # so the SDK's `job.result()` works from the head's log alone, and writes a short JSON summary to the
@@ -202,6 +210,8 @@ class JobContract(BaseModel):
     mode: RunMode = RunMode.HEAD
     distribution_instance_groups: list[str] = Field(default_factory=list, alias="distributionInstanceGroups")
     ray: RaySettings = Field(default_factory=RaySettings)
+    pip_requirements: list[str] = Field(default_factory=list, alias="pipRequirements",
+                                        description="installed by every instance into PIP_DIR before anything starts")
 
     @property
     def is_hetero(self) -> bool:
@@ -284,6 +294,7 @@ def build_contract(
     distribution_instance_groups: Sequence[str] = (),
     ray: RaySettings | None = None,
     min_wait_seconds: float = -1,
+    pip_requirements: Sequence[str] = (),
 ) -> JobContract:
     instances = build_instances(job_name, groups)
     return JobContract(
@@ -299,6 +310,7 @@ def build_contract(
         head_address=instances[0].dns if instances else "",
         service_name=naming.service_name(job_name),
         channels=list(channels),
+        pip_requirements=list(pip_requirements),
         hyperparameters=dict(hyperparameters or {}),
         entrypoint=entrypoint or Entrypoint(),
         mode=mode,
@@ -344,3 +356,26 @@ def shard(keys: Sequence[str], num_shards: int, index: int) -> list[str]:
     if num_shards < 1 or not 0 <= index < num_shards:
         raise ValueError(f"shard index {index} out of range for {num_shards} shards")
     return sorted(keys)[index::num_shards]
+
+
+def runtime_failure_reason(termination_message: str | None) -> str | None:
+    """The reason a failed instance's termination message names, if it is one the runtime gives."""
+    if not termination_message or not termination_message.startswith("{"):
+        return None
+    try:
+        reason = json.loads(termination_message).get("reason")
+    except (ValueError, AttributeError):
+        return None
+    return reason if reason in RUNTIME_FAILURE_REASONS else None
+
+
+def runtime_failure_error(termination_message: str | None) -> str | None:
+    """The `error` of a runtime termination message (JSON), if it is one."""
+    if not termination_message or not termination_message.startswith("{"):
+        return None
+    try:
+        error = json.loads(termination_message).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error if isinstance(error, str) and error else None
+

@@ -25,6 +25,7 @@ RULES: dict[str, list[dict[str, str]]] = {
     "Entrypoint": mj.ENTRYPOINT_RULES,
     "ChannelSource": mj.CHANNEL_SOURCE_RULES,
     "CodeSource": mj.CODE_RULES,
+    "Wheelhouse": mj.WHEELHOUSE_RULES,
     "ComputePoolSpec": cp.POOL_RULES,
     "Toleration": common.TOLERATION_RULES,
 }

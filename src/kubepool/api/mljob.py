@@ -73,6 +73,22 @@ class ChannelSource(Model):
     config_map: ConfigMapSource | None = None
 
 
+class Wheelhouse(Model):
+    """Wheels for air-gapped clusters: exactly one of persistentVolumeClaim, configMap (a key per .whl file)."""
+
+    persistent_volume_claim: PvcSource | None = None
+    config_map: ConfigMapSource | None = None
+
+
+class PipOptions(Model):
+    """Where an MLJob's pipRequirements come from."""
+
+    index_url: str | None = Field(None, max_length=SHORT_STR, pattern=r"^https?://", description="Package index (pip's --index-url).")
+    extra_index_urls: list[str] = Field(default_factory=list, max_length=8, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR, "pattern": "^https?://"}},
+                                        description="More package indexes (pip's --extra-index-url).")
+    wheelhouse: Wheelhouse | None = Field(None, description="Wheels mounted on every instance (pip's --find-links); without indexUrl, the only source (--no-index).")
+
+
 class Channel(Model):
     """An input channel, mounted at /opt/ml/input/data/<name> on the instances it is assigned to."""
 
@@ -139,7 +155,8 @@ class MLJobSpec(Model):
     working_dir: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [NO_DOTDOT_RULE]}, description="Working directory (default: the payload directory).")
     env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Environment of every instance.")
     code: CodeSource | None = Field(None, description="Where the payload comes from.")
-    pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR}}, description="pip requirements installed at start (offline: from the image's wheelhouse).")
+    pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR}}, description="pip requirements every instance installs before anything starts, into a job-private location (never the image's environment); from pipOptions' index or wheelhouse, else the operator's. A failed install FAILS the job with reason PipInstallFailed.")
+    pip_options: PipOptions | None = Field(None, description="Where pipRequirements come from (default: the operator's configuration, else PyPI).")
     hyper_parameters: dict[str, str] = Field(default_factory=dict, json_schema_extra={"maxProperties": 128, "additionalProperties": {"type": "string", "maxLength": LONG_STR},
                                                                                    "x-kubernetes-validations": [HP_KEY_RULE]}, description="Hyperparameters (hyperparameters.json, SM_HP_*).")
     mode: RunMode = Field(RunMode.HEAD, description="head: run on the head of a Ray cluster; parallel: on every instance; sagemaker: SageMaker script mode on every instance.")
@@ -259,7 +276,7 @@ MLJOB_SPEC_RULES = [
 # already runs: refused at apply instead, naming the field.
 MUTABLE_SPEC = ("suspend", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
 IMMUTABLE_SPEC = ("computePool", "instancesTimeoutSeconds", "channels", "image", "entrypoint", "args", "workingDir", "env",
-                  "code", "pipRequirements", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
+                  "code", "pipRequirements", "pipOptions", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
                   "backoffLimit")
 _AFTER = "cannot change after the job is created (delete and re-create the job)"
 MLJOB_SPEC_RULES += [
@@ -279,6 +296,9 @@ ENTRYPOINT_RULES = [
 CHANNEL_SOURCE_RULES = [
     {"rule": "(has(self.s3) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.configMap) ? 1 : 0) == 1",
      "message": "set exactly one of s3, persistentVolumeClaim or configMap"},
+]
+WHEELHOUSE_RULES = [
+    {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
 ]
 CODE_RULES = [
     {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},

@@ -39,6 +39,8 @@ class OperatorConfig(BaseModel):
     # interpreter uid 1000 cannot reach. runAsNonRoot stays on either way.
     run_as_user: int | None = Field(1000, ge=1)
     image_pull_policy: str = "IfNotPresent"
+    pip_index_url: str = Field("", description="Index of jobs' pipRequirements when the job names none (empty: pip's default, PyPI).")
+    pip_extra_index_urls: str = Field("", description="More indexes of jobs' pipRequirements, space separated.")
     # Local clusters only, where every pod shares the host's network: instance N shifts its per-node Ray
     # ports by N * stride (contract.ENV_RAY_PORT_OFFSET) so a job's instances never clash. 0 on real clusters.
     ray_port_stride: int = Field(0, ge=0, le=3000)

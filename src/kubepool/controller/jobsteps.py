@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from kubepool import naming
 from kubepool.api import Backend, ConditionStatus, InstanceStatus, JobPhase, MLJob, MLJobSpec, MLJobStatus
-from kubepool.contract import RunMode
+from kubepool.contract import RunMode, runtime_failure_error, runtime_failure_reason
 from kubepool.controller.admission import Decision
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.observed import FAILED, SUCCEEDED, PodView
@@ -208,6 +208,11 @@ def _failed(p: _Pass) -> bool:
         return True
     p.observeinstances_of()
     head_failed = head is None or head_deleted or head.phase == FAILED
+    said = head if head_failed else failed_peer
+    said_message = said.message if said is not None else None
+    named = runtime_failure_reason(said_message)
+    if named is not None:  # the runtime said what failed (e.g. PipInstallFailed): that is the job's reason
+        return p.finish(JobPhase.FAILED, named, _cut(runtime_failure_error(said_message) or why) or why)
     return p.finish(JobPhase.FAILED, HEAD_FAILED if head_failed else INSTANCE_FAILED, why)
 
 

@@ -153,7 +153,7 @@ def remote(
         target_instances: Instances to start (head included).
         min_instances: Instances that must be ready before the function starts (default `target_instances`).
         env_vars: Environment variables of every instance.
-        pip_requirements: Packages installed on every instance first (offline: from the image's wheelhouse).
+        pip_requirements: Packages every instance installs first, into a job-private location (see submit_file).
         name: Stem of the job names (each call gets `<name>-<8 hex>`); default the function's name.
         namespace: Namespace; default the kubeconfig context's.
         instances_timeout: Seconds to wait for `min_instances` before the job fails.

@@ -155,8 +155,10 @@ def submit_file(
         target_instances: Instances to start (head included).
         min_instances: Instances that must be ready before the script starts (default `target_instances`).
         env_vars: Environment variables of every instance.
-        pip_requirements: Packages installed on every instance before the script starts. Without internet
-            access the runtime installs them from the image's wheelhouse; missing ones fail the job.
+        pip_requirements: Packages every instance installs before the script starts, into a job-private
+            location, from the operator's package index (or the MLJob's spec.pipOptions: an index or a
+            wheelhouse for air-gapped clusters); a requirement pip cannot install fails the job
+            (reason PipInstallFailed).
         name: Job name (DNS label, at most 40 characters); default `<file stem>-<8 hex>`.
         namespace: Namespace; default the kubeconfig context's.
         instances_timeout: Seconds to wait for `min_instances` before the job fails.

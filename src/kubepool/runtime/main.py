@@ -33,6 +33,8 @@ from kubepool.contract import (
     ENV_RAY_TEMP_DIR,
     ENV_TERMINATION_LOG,
     PAYLOAD_DIR,
+    PIP_DIR,
+    PIP_INSTALL_FAILED,
     TERMINATION_MESSAGE_PATH,
     InstanceIdentity,
     JobContract,
@@ -40,7 +42,7 @@ from kubepool.contract import (
     load_contract,
     resolve_replica_index,
 )
-from kubepool.runtime import channels, hosts, ray_node, result, sagemaker, shutdown, snowflake
+from kubepool.runtime import channels, hosts, pip, ray_node, result, sagemaker, shutdown, snowflake
 
 LEAVE_ACK_SECONDS = 15.0  # Snowflake's signal_workers --wait-time
 CHILD_STOP_SECONDS = 10.0
@@ -62,10 +64,11 @@ def log(msg: str) -> None:
     print(f"kubepool[{os.environ.get(ENV_INSTANCE_ID, '?')}]: {msg}", flush=True)
 
 
-def fail(msg: str, env: Mapping[str, str], code: int = 1) -> int:
-    """An instance that fails before or around the payload still tells the operator why."""
+def fail(msg: str, env: Mapping[str, str], code: int = 1, reason: str | None = None) -> int:
+    """An instance that fails before or around the payload still tells the operator why (and, for failures
+    the runtime names, the reason the job gets)."""
     log(msg)
-    res = result.ExecutionResult(False, code, error=msg)
+    res = result.ExecutionResult(False, code, error=msg, reason=reason)
     instance_id = int(env.get(ENV_INSTANCE_ID, "-1"))
     result.write_termination_log(Path(env.get(ENV_TERMINATION_LOG, TERMINATION_MESSAGE_PATH)), res, instance_id)
     return code
@@ -199,6 +202,11 @@ def run(env: dict[str, str]) -> int:
     deadline = time.monotonic() + contract.instances_timeout_seconds
     log(f"{contract.job_name}: instance {me.instance_id} ({me.host}, group {me.group}), mode {contract.mode.value}")
     env[ENV_PAYLOAD_DIR] = str(unpack_payload(Path(env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR)), env))
+    if contract.pip_requirements:  # before Ray and the payload: both start with the packages in place
+        log(f"pip: installing {len(contract.pip_requirements)} requirement(s) into {PIP_DIR}")
+        pip_env, done = pip.install(contract.pip_requirements, Path(PIP_DIR), env)
+        env.update(pip_env)
+        log(f"pip: {done}")
     gpus = ray_node.detect_gpus()
     sm_env = prepare(contract, me, env, gpus)
     if contract.mode is RunMode.HEAD:
@@ -219,6 +227,8 @@ def main() -> int:
         return fail("SIGTERM: stopped the payload and Ray", os.environ, EXIT_SIGTERM)
     except ray_node.RayStartError as e:
         return fail(str(e), os.environ)
+    except pip.PipInstallFailed as e:
+        return fail(str(e), os.environ, reason=PIP_INSTALL_FAILED)
     except Exception as e:  # noqa: BLE001 - whatever stops an instance, the operator gets the reason
         traceback.print_exc()
         return fail(f"{type(e).__name__}: {e}", os.environ)

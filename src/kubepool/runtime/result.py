@@ -25,6 +25,7 @@ class ExecutionResult:
     value: Any = None
     error: str = ""
     traceback: str = ""
+    reason: str | None = None  # a failure the runtime names (contract.RUNTIME_FAILURE_REASONS)
 
     def as_dict(self) -> dict[str, Any]:
         return {"success": self.success, "value": self.value, "error": self.error, "traceback": self.traceback}
@@ -51,6 +52,8 @@ def termination_message(result: ExecutionResult, instance_id: int) -> str:
     }
     if result.success:
         doc["value"] = repr(result.value)[:256]
+    if result.reason:
+        doc["reason"] = result.reason
     text = json.dumps(doc)  # ASCII-only, so characters are bytes
     key = "error" if result.error else "value"
     while len(text) > TERMINATION_MESSAGE_MAX_BYTES:

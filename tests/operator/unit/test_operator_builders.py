@@ -244,3 +244,30 @@ def test_the_crd_refuses_every_variable_the_operator_sets() -> None:
         names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
         assert names - {"MINE"} <= set(contract.OPERATOR_ENV), names - {"MINE"} - set(contract.OPERATOR_ENV)
         assert "MINE" in names
+
+
+def test_pip_requirements_get_a_private_prefix_and_pips_variables() -> None:
+    def _values(pod: dict) -> dict[str, str]:  # type: ignore[type-arg]
+        return {k: e.get("value") for k, e in _env(pod).items()}
+
+    def pod_of(cfg: OperatorConfig = CFG, **spec: object) -> dict:  # type: ignore[type-arg]
+        return build_instance_pods(job(**spec), POOLS, granted=1, attempt=0, cfg=cfg)[0]
+
+    bare = pod_of()
+    assert "pip" not in {v["name"] for v in bare["spec"]["volumes"]}
+    assert not [n for n in _env(bare) if n.startswith("PIP_")]
+    p = pod_of(pipRequirements=["tabulate"], pipOptions={"wheelhouse": {"configMap": {"name": "wheels"}}})
+    mounts = {m["name"]: m for m in p["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["pip"]["mountPath"] == contract.PIP_DIR and "readOnly" not in mounts["pip"]
+    assert mounts["wheelhouse"] == {"name": "wheelhouse", "mountPath": contract.WHEELHOUSE_DIR, "readOnly": True}
+    assert {"name": "wheelhouse", "configMap": {"name": "wheels"}} in p["spec"]["volumes"]
+    env = _values(p)
+    assert env["PIP_FIND_LINKS"] == contract.WHEELHOUSE_DIR and env["PIP_NO_INDEX"] == "1"  # air-gapped
+    cfg = CFG.model_copy(update={"pip_index_url": "https://mirror.example/simple", "pip_extra_index_urls": "https://x.example/simple"})
+    env = _values(pod_of(cfg, pipRequirements=["tabulate"]))
+    assert (env["PIP_INDEX_URL"], env["PIP_EXTRA_INDEX_URL"]) == ("https://mirror.example/simple", "https://x.example/simple")
+    env = _values(pod_of(cfg, pipRequirements=["tabulate"], pipOptions={"indexUrl": "https://own.example/simple",
+                                                                     "wheelhouse": {"configMap": {"name": "w"}}}))
+    assert env["PIP_INDEX_URL"] == "https://own.example/simple" and "PIP_NO_INDEX" not in env  # the job's index wins
+    env = _values(pod_of(cfg, pipRequirements=["tabulate"], env=[{"name": "PIP_INDEX_URL", "value": "https://mine/simple"}]))
+    assert env["PIP_INDEX_URL"] == "https://mine/simple"  # the job's own env wins over the operator's default

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
@@ -236,3 +238,17 @@ def test_the_conditions_written_are_the_ones_the_crd_describes() -> None:
     assert all(c.observed_generation == 1 for c in st.conditions)
     described = MLJobStatus.model_fields["conditions"].description or ""
     assert all(t in described for t in JOB_CONDITION_TYPES) and "Running" not in described
+
+
+def test_a_failure_the_runtime_names_is_the_jobs_reason() -> None:
+    from kubepool.contract import PIP_INSTALL_FAILED
+
+    said = json.dumps({"error": "pip install tabulate failed (exit 1):\nNo matching distribution found for tabulate",
+                       "success": False, "exitCode": 1, "instance": 0, "reason": PIP_INSTALL_FAILED})
+    j = admitted(job(targetInstances=2))
+    st = run(j, [pod(0, "Failed", False, message=said, exit_code=1), pod(1)], 1)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, PIP_INSTALL_FAILED)
+    assert st.message is not None and st.message.endswith("No matching distribution found for tabulate")
+    # A reason the runtime does not give is not taken from a payload's own JSON output.
+    forged = json.dumps({"error": "x", "reason": "Completed"})
+    assert run(j, [pod(0, "Failed", False, message=forged, exit_code=1), pod(1)], 1).reason == S.HEAD_FAILED

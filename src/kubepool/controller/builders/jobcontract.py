@@ -68,6 +68,7 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
             working_dir=spec.working_dir, function=ep.function,
         ),
         mode=spec.mode,
+        pip_requirements=list(spec.pip_requirements),
         distribution_instance_groups=list(spec.distribution_instance_groups or []),
         ray=contract.RaySettings(auth_mode=spec.ray.auth_mode, dashboard=spec.ray.dashboard,
                                  gcs_port=naming.RAY_GCS_PORT + port_shift,

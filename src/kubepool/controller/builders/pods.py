@@ -17,6 +17,7 @@ from kubepool.controller.builders.common import (
     pool_named,
 )
 from kubepool.controller.builders.jobcontract import channel_mount_path
+from kubepool.controller.builders.pip import pip_env, pip_volumes
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
 
 CONTAINER = "runtime"
@@ -65,6 +66,8 @@ def _env(job: MLJob, inst: Placement, ref: JobRef, cfg: OperatorConfig) -> list[
     # User env cannot override the contract's variables: the runtime would read a lie.
     # Literal values: Kubernetes expands `$(VAR)` in env values, so every `$` is escaped (`$$`).
     env.extend({"name": e.name, "value": e.value.replace("$", "$$")} for e in spec.env if e.name not in ours)
+    users = {e.name for e in spec.env}
+    env.extend(e for e in pip_env(job, cfg) if e["name"] not in users)  # a job's own PIP_* env wins
     return env
 
 
@@ -107,7 +110,8 @@ def _volumes(job: MLJob, inst: Placement, ref: JobRef) -> tuple[list[Obj], list[
         else:
             continue  # s3 channels are downloaded by the runtime
         mounts.append(mount)
-    return volumes, mounts
+    pip_vols, pip_mounts = pip_volumes(job)
+    return volumes + pip_vols, mounts + pip_mounts
 
 
 def credentials_secrets(job: MLJob) -> list[str]:

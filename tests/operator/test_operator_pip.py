@@ -1,0 +1,75 @@
+"""pipRequirements on the local cluster, air-gapped: every instance installs the job's requirements from a
+wheelhouse ConfigMap before Ray starts, so the head's payload and Ray tasks on every node import a package the
+image does not have; a requirement pip cannot satisfy FAILS the job with reason PipInstallFailed and pip's words."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from support.operator_cluster import Operator, mljob, wait_phase
+from support.wheels import PROBE, PROBE_MODULE, build_probe_wheel
+
+pytestmark = [pytest.mark.cluster, pytest.mark.ray]
+JOB_TIMEOUT_S = 360.0
+SCRIPT = f"""\
+import ray
+import {PROBE_MODULE}
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+ray.init(address="auto")
+
+
+@ray.remote(num_cpus=0.1)
+def probe():
+    import socket
+    import {PROBE_MODULE}
+    return socket.gethostname(), {PROBE_MODULE}.ANSWER
+
+
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+answers = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes])
+print("PROBE head", {PROBE_MODULE}.ANSWER, "nodes", sorted(answers), flush=True)
+"""
+
+
+def _configmaps(kubectl: Any, namespace: str, tmp_path: Path) -> None:
+    wheel = build_probe_wheel(tmp_path / "wheels")
+    wheels = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "wheels"},
+              "binaryData": {wheel.name: base64.b64encode(wheel.read_bytes()).decode()}}
+    payload = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": {"probe.py": SCRIPT}}
+    for cm in (wheels, payload):
+        kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
+
+
+def test_requirements_reach_every_instance_from_a_wheelhouse(kubectl: Any, namespace: str, operator: Operator,
+                                                             compute_pool: Any, apply: Any, tmp_path: Path) -> None:
+    pool = compute_pool("cpu", max_nodes=2)
+    _configmaps(kubectl, namespace, tmp_path)
+    apply(mljob("pip-ok", computePool=pool, targetInstances=2, entrypoint={"file": "probe.py"},
+                code={"configMap": "payload"}, pipRequirements=[f"{PROBE}==0.1"],
+                pipOptions={"wheelhouse": {"configMap": {"name": "wheels"}}}, instancesTimeoutSeconds=240))
+    st = wait_phase(kubectl, namespace, "pip-ok", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    head = kubectl("logs", "-n", namespace, "pip-ok-homogeneouscluster-0", "--tail=-1").stdout
+    line = next((ln for ln in head.splitlines() if ln.startswith("PROBE ")), "")
+    assert line.startswith("PROBE head 42 nodes") and line.count(", 42)") == 2, head[-3000:]  # both nodes
+    worker = kubectl("logs", "-n", namespace, "pip-ok-homogeneouscluster-1", "--tail=-1").stdout
+    assert f"pip: Successfully installed {PROBE}-0.1" in worker, worker[-3000:]
+
+
+def test_an_unsatisfiable_requirement_fails_the_job_saying_so(kubectl: Any, namespace: str, operator: Operator,
+                                                             compute_pool: Any, apply: Any, tmp_path: Path) -> None:
+    pool = compute_pool("cpu", max_nodes=1)
+    _configmaps(kubectl, namespace, tmp_path)
+    apply(mljob("pip-bad", computePool=pool, entrypoint={"file": "probe.py"}, code={"configMap": "payload"},
+                pipRequirements=["kubepool-not-a-package==9"],
+                pipOptions={"wheelhouse": {"configMap": {"name": "wheels"}}}))
+    st = wait_phase(kubectl, namespace, "pip-bad", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert (st["phase"], st["reason"]) == ("FAILED", "PipInstallFailed"), json.dumps(st, indent=1)
+    assert "No matching distribution found for kubepool-not-a-package==9" in st["message"], st["message"]
