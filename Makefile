@@ -48,10 +48,10 @@ crds: venv
 	$(BIN)/python -m kubepool.api.crdgen crds
 	rm -rf charts/kubepool/crds && mkdir -p charts/kubepool && cp -r crds charts/kubepool/crds
 
-lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); types of the operator, runtime, API and CLI
+lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); types of the operator, runtime, API, SDKs, CLI and API client
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
-	$(BIN)/mypy src/kubepool/api src/kubepool/contract.py src/kubepool/controller src/kubepool/runtime src/kubepool/cli
+	$(BIN)/mypy src/kubepool/api src/kubepool/contract.py src/kubepool/controller src/kubepool/runtime src/kubepool/cli src/kubepool/jobs src/kubepool/sagemaker src/kubepool/kube
 
 test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray" $(PYTEST_ARGS)

@@ -197,3 +197,34 @@ def test_failed_job_without_pods_raises_its_message(fake_kube: FakeKube, script:
     fake_kube.set_phase("gone", "FAILED", message="InstancesUnavailable")
     with pytest.raises(RuntimeError, match="ended FAILED: InstancesUnavailable"):
         job.result()
+
+
+def _instances(codes: dict[int, int | None]) -> list[dict[str, object]]:
+    return [{"instanceId": i, "group": "homogeneousCluster", "rankInGroup": i, "host": f"algo-{i + 1}",
+             "pod": f"p-{i}", **({"exitCode": c} if c is not None else {})} for i, c in codes.items()]
+
+
+def test_distributed_result_of_a_parallel_job(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", target_instances=3, parallel=True, name="par")
+    fake_kube.logs = {0: [result_line({"success": True, "value": {"loss": 0.1}})], 1: [], 2: []}
+    fake_kube.set_phase("par", "DONE", instances=_instances({0: 0, 1: 0, 2: 0}))
+    res = job.distributed_result()
+    assert res == jobs.DistributedResult(success=True, exit_codes={0: 0, 1: 0, 2: 0}, return_value={"loss": 0.1})
+
+
+def test_distributed_result_raises_with_the_summary_and_the_remote_cause(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", target_instances=3, parallel=True, name="par")
+    boom = ValueError("shard 2 is empty")
+    fake_kube.logs = {0: [], 1: [result_line({"success": False, "error": boom, "traceback": "Traceback..."})], 2: []}
+    fake_kube.set_phase("par", "FAILED", instances=_instances({0: 0, 1: 1, 2: None}))  # 2 never ran
+    with pytest.raises(jobs.DistributedJobError, match="2/3 instances did not exit 0") as err:
+        job.distributed_result()
+    assert err.value.result is not None
+    assert (err.value.result.exit_codes, err.value.result.failed_instance) == ({0: 0, 1: 1, 2: None}, 1)
+    assert isinstance(err.value.__cause__, ValueError) and str(err.value.__cause__) == "shard 2 is empty"
+
+
+def test_distributed_result_is_for_distributed_jobs_only(fake_kube: FakeKube, script: Path) -> None:
+    job = jobs.submit_file(script, "cpu", target_instances=2, name="head-only")
+    with pytest.raises(NotImplementedError, match="use result"):
+        job.distributed_result()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, Literal
 
 from lightkube.resources.core_v1 import Pod
@@ -13,7 +14,10 @@ from lightkube.resources.core_v1 import Pod
 from kubepool import api, naming
 from kubepool.api import InstanceStatus, JobPhase
 from kubepool.api.kuberay import kuberay_instance_id
-from kubepool.jobs.results import find_result, user_lines
+from kubepool.contract import RunMode
+from kubepool.jobs import distributed
+from kubepool.jobs.distributed import DistributedJobError, DistributedResult
+from kubepool.jobs.results import RemoteError, find_result, user_lines
 from kubepool.kube.errors import KubeError, NotFound
 from kubepool.kube.sync import Kube
 
@@ -181,6 +185,39 @@ class MLJob:
         if status != "DONE":
             raise RuntimeError(f"Job {self.id} ended {status}: {self.message or 'no result was reported'}")
         return None
+
+    def distributed_result(self, timeout: float = -1) -> DistributedResult:
+        """Wait for a job whose every instance ran the payload (parallel or sagemaker mode) and return its
+        per-instance summary (Snowflake's `distributed_result()`); `result()` stays the single-head API.
+
+        Args:
+            timeout: Seconds to wait; negative waits forever.
+
+        Returns:
+            The summary, on full success (instance 0's return value in `return_value`).
+
+        Raises:
+            NotImplementedError: The job runs the payload on its head only (use `result()`).
+            DistributedJobError: An instance did not exit 0 (`.result` has the exit codes; the cause is the
+                failing instance's remote exception when it reported one).
+            TimeoutError: The job did not finish within `timeout`.
+        """
+        if self.refresh().spec.mode is RunMode.HEAD:
+            raise NotImplementedError(f"{self.id} runs its payload on the head only: distributed_result() is for "
+                                      "jobs submitted with parallel=True (or SageMaker mode); use result()")
+        self.wait(timeout)
+        summary = distributed.reduce(self.target_instances, {i.instance_id: i.exit_code for i in self.instances})
+        if summary.success:
+            outcome = find_result(self._log_lines(0, limit=-1))
+            return replace(summary, return_value=outcome.value if outcome is not None else None)
+        cause: BaseException | None = None
+        try:
+            failed = find_result(self._log_lines(summary.failed_instance or 0, limit=-1))
+            if failed is not None and not failed.success:
+                cause = failed.error if isinstance(failed.error, BaseException) else RemoteError(failed.traceback or str(failed.error))
+        except (NotFound, ValueError):
+            pass  # lost before it reported: the exit codes say what is known
+        raise DistributedJobError.from_result(summary) from cause
 
     def _head_or(self, instance_id: int | None) -> int:
         return 0 if instance_id is None else instance_id

@@ -305,7 +305,7 @@ def job_summaries(kube: Kube, *, limit: int = -1, namespace: str | None = None,
 
 
 def list_jobs(limit: int = 10, *, namespace: str | None = None, all_namespaces: bool = False,
-              as_list: bool = False, session: Any = None) -> Any:
+              as_list: bool = False, session: Any = None, **kwargs: Any) -> Any:
     """Recent jobs as a table with columns name, namespace, status, instances (ready/target), pool, created,
     message — newest first.
 
@@ -315,10 +315,12 @@ def list_jobs(limit: int = 10, *, namespace: str | None = None, all_namespaces: 
         all_namespaces: List every namespace.
         as_list: Return a list of `JobSummary` instead of a pandas DataFrame.
         session: The cluster connection (`connect`); default from the kubeconfig.
+        **kwargs: Snowflake-only arguments (`database`, `schema`) are accepted and ignored.
 
     Returns:
         A pandas DataFrame, or a list of `JobSummary` when `as_list` is set or pandas is not installed.
     """
+    warn_unknown(kwargs)
     rows = job_summaries(connect(namespace, session=session), limit=limit, namespace=namespace, all_namespaces=all_namespaces)
     if as_list:
         return rows

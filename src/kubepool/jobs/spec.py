@@ -122,7 +122,7 @@ def build_mljob(
             image=image,
             entrypoint=entrypoint,
             args=[str(a) for a in args],
-            env=[{"name": k, "value": str(v)} for k, v in (env_vars or {}).items()],  # type: ignore[misc]  # dicts: MLJobSpec validates them, so errors name the field
+            env=[{"name": k, "value": str(v)} for k, v in (env_vars or {}).items()],  # dicts: MLJobSpec validates them, so errors name the field
             code=CodeSource(config_map=naming.payload_configmap_name(name)) if with_payload else None,
             pip_requirements=list(pip_requirements or ()),
             hyper_parameters=dict(hyper_parameters or {}),

@@ -19,7 +19,7 @@ from lightkube.core.generic_client import WatchDriver
 
 def async_http(client: AsyncClient) -> Any:
     """lightkube's own httpx2.AsyncClient: `request(method, url relative to the API server, ...)`."""
-    return client._client._client  # type: ignore[attr-defined]  # AsyncClient → GenericAsyncClient → httpx2
+    return client._client._client  # AsyncClient → GenericAsyncClient → httpx2
 
 
 def watch_window(client: Client, res: Any, namespace: str, params: dict[str, Any], seconds: int) -> Iterator[Any]:
