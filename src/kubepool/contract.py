@@ -58,6 +58,7 @@ DEFAULT_BASE_DIR = "/opt/ml"
 # pipRequirements: a job-private pip prefix (an emptyDir) on every instance, and where an air-gapped
 # wheelhouse is mounted; pip itself reads PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX.
 PIP_DIR = "/opt/kubepool/pip"
+OUTPUT_MOUNT = "/opt/kubepool/output"  # a PVC output location, mounted read-write
 WHEELHOUSE_DIR = "/opt/kubepool/wheelhouse"
 # Failures the runtime names itself (in its termination message's `reason`); the operator reports them as the
 # job's reason instead of HeadFailed/InstanceFailed.
@@ -121,6 +122,24 @@ class Channel(BaseModel):
     instance_groups: list[str] = Field(default_factory=list, alias="instanceGroups")
     content_type: str | None = Field(None, alias="contentType")
     input_mode: InputMode = Field(InputMode.FILE, alias="inputMode")
+
+
+class OutputTarget(BaseModel):
+    """Where the job's outputs go (spec.output): an S3 prefix, or a PVC the operator mounts at OUTPUT_MOUNT.
+    `location` is what users and status see (s3://bucket/prefix, pvc://claim/subPath)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+    location: str
+    s3_uri: str | None = Field(None, alias="s3Uri")
+    s3_endpoint_url: str | None = Field(None, alias="s3EndpointUrl")
+    local_path: str | None = Field(None, alias="localPath")
+
+
+def output_artifacts(location: str, job_name: str, host: str | None = None) -> tuple[str, str]:
+    """(model.tar.gz, output.tar.gz) of a job under an output location, SageMaker's layout; `host` for the
+    archives of an instance other than instance 0 (its own subdirectory)."""
+    base = f"{location.rstrip('/')}/{job_name}/output" + (f"/{host}" if host else "")
+    return f"{base}/model.tar.gz", f"{base}/output.tar.gz"
 
 
 class Group(BaseModel):
@@ -210,6 +229,7 @@ class JobContract(BaseModel):
     mode: RunMode = RunMode.HEAD
     distribution_instance_groups: list[str] = Field(default_factory=list, alias="distributionInstanceGroups")
     ray: RaySettings = Field(default_factory=RaySettings)
+    output: OutputTarget | None = None
     pip_requirements: list[str] = Field(default_factory=list, alias="pipRequirements",
                                         description="installed by every instance into PIP_DIR before anything starts")
 
@@ -295,6 +315,7 @@ def build_contract(
     ray: RaySettings | None = None,
     min_wait_seconds: float = -1,
     pip_requirements: Sequence[str] = (),
+    output: OutputTarget | None = None,
 ) -> JobContract:
     instances = build_instances(job_name, groups)
     return JobContract(
@@ -311,6 +332,7 @@ def build_contract(
         service_name=naming.service_name(job_name),
         channels=list(channels),
         pip_requirements=list(pip_requirements),
+        output=output,
         hyperparameters=dict(hyperparameters or {}),
         entrypoint=entrypoint or Entrypoint(),
         mode=mode,

@@ -26,6 +26,7 @@ RULES: dict[str, list[dict[str, str]]] = {
     "ChannelSource": mj.CHANNEL_SOURCE_RULES,
     "CodeSource": mj.CODE_RULES,
     "Wheelhouse": mj.WHEELHOUSE_RULES,
+    "OutputLocation": mj.OUTPUT_RULES,
     "ComputePoolSpec": cp.POOL_RULES,
     "Toleration": common.TOLERATION_RULES,
 }

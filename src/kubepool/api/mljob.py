@@ -73,6 +73,21 @@ class ChannelSource(Model):
     config_map: ConfigMapSource | None = None
 
 
+class OutputLocation(Model):
+    """Where a job's outputs are kept after it ends, in SageMaker's layout: <location>/<job name>/output/
+    model.tar.gz (/opt/ml/model) and output.tar.gz (/opt/ml/output/data). Exactly one of s3, persistentVolumeClaim."""
+
+    s3: S3Source | None = None
+    persistent_volume_claim: PvcSource | None = None
+
+
+class JobOutputs(Model):
+    """Where a finished job's outputs are (status.outputs)."""
+
+    model_artifacts: str | None = Field(None, description="model.tar.gz of /opt/ml/model (SageMaker's ModelArtifacts).")
+    output_data: str | None = Field(None, description="output.tar.gz of /opt/ml/output/data.")
+
+
 class Wheelhouse(Model):
     """Wheels for air-gapped clusters: exactly one of persistentVolumeClaim, configMap (a key per .whl file)."""
 
@@ -156,6 +171,7 @@ class MLJobSpec(Model):
     env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Environment of every instance.")
     code: CodeSource | None = Field(None, description="Where the payload comes from.")
     pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR}}, description="pip requirements every instance installs before anything starts, into a job-private location (never the image's environment); from pipOptions' index or wheelhouse, else the operator's. A failed install FAILS the job with reason PipInstallFailed.")
+    output: OutputLocation | None = Field(None, description="Keep /opt/ml/model and /opt/ml/output/data after the job (SageMaker's OutputDataConfig): uploaded by every instance when its payload ends; status.outputs names them. Without it they vanish with the pods.")
     pip_options: PipOptions | None = Field(None, description="Where pipRequirements come from (default: the operator's configuration, else PyPI).")
     hyper_parameters: dict[str, str] = Field(default_factory=dict, json_schema_extra={"maxProperties": 128, "additionalProperties": {"type": "string", "maxLength": LONG_STR},
                                                                                    "x-kubernetes-validations": [HP_KEY_RULE]}, description="Hyperparameters (hyperparameters.json, SM_HP_*).")
@@ -226,6 +242,7 @@ class MLJobStatus(Model):
     completion_time: datetime | None = Field(None, description="When the job finished.")
     attempt: int = Field(0, description="Retry attempt (backoffLimit).")
     ray_dashboard: str | None = Field(None, description="Ray dashboard address inside the cluster.")
+    outputs: JobOutputs | None = Field(None, description="Where the outputs are kept (spec.output), once the job is DONE.")
 
 
 class MLJob(Model):
@@ -276,7 +293,7 @@ MLJOB_SPEC_RULES = [
 # already runs: refused at apply instead, naming the field.
 MUTABLE_SPEC = ("suspend", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
 IMMUTABLE_SPEC = ("computePool", "instancesTimeoutSeconds", "channels", "image", "entrypoint", "args", "workingDir", "env",
-                  "code", "pipRequirements", "pipOptions", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
+                  "code", "pipRequirements", "pipOptions", "output", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
                   "backoffLimit")
 _AFTER = "cannot change after the job is created (delete and re-create the job)"
 MLJOB_SPEC_RULES += [
@@ -296,6 +313,9 @@ ENTRYPOINT_RULES = [
 CHANNEL_SOURCE_RULES = [
     {"rule": "(has(self.s3) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.configMap) ? 1 : 0) == 1",
      "message": "set exactly one of s3, persistentVolumeClaim or configMap"},
+]
+OUTPUT_RULES = [
+    {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},
 ]
 WHEELHOUSE_RULES = [
     {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},

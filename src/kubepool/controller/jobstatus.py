@@ -10,8 +10,10 @@ from typing import Any
 
 from kubepool import naming
 from kubepool.api import Condition, ConditionStatus, JobPhase, MLJob, MLJobStatus
-from kubepool.contract import RunMode
+from kubepool.api.mljob import JobOutputs
+from kubepool.contract import RunMode, output_artifacts
 from kubepool.controller.builders.common import placement_of
+from kubepool.controller.builders.jobcontract import output_target
 from kubepool.controller.jobsteps import (
     API_REFUSED,
     COMPLETED,
@@ -88,10 +90,21 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
                 and job.spec.mode is RunMode.HEAD:
             head = f"{naming.sagemaker_host(0)}.{naming.service_name(job.metadata['name'])}"
             st.ray_dashboard = f"http://{head}:{naming.RAY_DASHBOARD_PORT}"
+    if st.phase is JobPhase.DONE and st.outputs is None:
+        st.outputs = outputs_of(job)
     st.ready_instances = sum(1 for i in st.instances if i.ready)
     st.ready = f"{st.ready_instances}/{st.target_instances}"
     st.conditions = _conditions(prev.conditions, st, st.ready_instances >= st.min_instances, obs.now, generation)
     return st
+
+
+def outputs_of(job: MLJob) -> JobOutputs | None:
+    """Where a DONE job's outputs are (SageMaker's ModelArtifacts), from spec.output; instance 0's archives."""
+    target = output_target(job.spec.output)
+    if target is None:
+        return None
+    model, data = output_artifacts(target.location, job.metadata.get("name", ""))
+    return JobOutputs(model_artifacts=model, output_data=data)
 
 
 def status_changed(old: MLJobStatus | None, new: MLJobStatus) -> bool:

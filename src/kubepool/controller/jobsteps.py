@@ -196,8 +196,8 @@ def _failed(p: _Pass) -> bool:
     if not ((head is not None and head.phase == FAILED) or head_gone or head_deleted or failed_peer is not None):
         return False
     why = ("the head's pod disappeared" if head is None else "the head's pod was deleted" if head_deleted
-           else head.message or f"exit code {head.exit_code}" if head.phase == FAILED
-           else f"instance {failed_peer.instance_id} failed: {failed_peer.message or f'exit code {failed_peer.exit_code}'}"
+           else _said(head.message) or f"exit code {head.exit_code}" if head.phase == FAILED
+           else f"instance {failed_peer.instance_id} failed: {_said(failed_peer.message) or f'exit code {failed_peer.exit_code}'}"
            if failed_peer is not None else "")
     if st.attempt < spec.backoff_limit:
         st.attempt += 1
@@ -214,6 +214,11 @@ def _failed(p: _Pass) -> bool:
     if named is not None:  # the runtime said what failed (e.g. PipInstallFailed): that is the job's reason
         return p.finish(JobPhase.FAILED, named, _cut(runtime_failure_error(said_message) or why) or why)
     return p.finish(JobPhase.FAILED, HEAD_FAILED if head_failed else INSTANCE_FAILED, why)
+
+
+def _said(message: str | None) -> str | None:
+    """A failed instance's own words: the `error` of the runtime's termination message, else the message."""
+    return runtime_failure_error(message) or message
 
 
 def _ready_count(st: MLJobStatus) -> int:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from kubepool import naming
 from kubepool.api import Channel, CodeSource, Entrypoint, InstanceGroup, MLJob, MLJobSpec
+from kubepool.api.mljob import OutputLocation
 from kubepool.contract import RunMode
 
 # MLJob names prefix pod and Service names, so the CRD caps them below the 63 of a DNS label.
@@ -79,6 +80,7 @@ def build_mljob(
     hyper_parameters: Mapping[str, str] | None = None,
     distribution_instance_groups: Sequence[str] | None = None,
     active_deadline_seconds: int | None = None,
+    output: OutputLocation | None = None,
 ) -> MLJob:
     """The MLJob object the SDK creates (validated the way the API server will validate it).
 
@@ -101,6 +103,7 @@ def build_mljob(
         hyper_parameters: SageMaker hyperparameters.
         distribution_instance_groups: Groups that run distributed training.
         active_deadline_seconds: The job fails after this many seconds running.
+        output: Where /opt/ml/model and /opt/ml/output/data are kept after the job.
 
     Raises:
         ValueError: An argument breaks a rule of the MLJob API; the message names the field.
@@ -129,6 +132,7 @@ def build_mljob(
             mode=mode,
             distribution_instance_groups=list(distribution_instance_groups) if distribution_instance_groups else None,
             active_deadline_seconds=active_deadline_seconds,
+            output=output,
         )
     except ValidationError as err:
         raise ValueError(f"invalid job {name}: {_readable(err)}") from None

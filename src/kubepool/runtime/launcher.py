@@ -170,7 +170,9 @@ def report(res: result.ExecutionResult, contract: JobContract, instance_id: int,
         # The toolkit's output/success | output/failure files.
         out = Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR))).output_dir
         out.mkdir(parents=True, exist_ok=True)
-        (out / ("success" if res.success else "failure")).write_text(res.error)
+        marker = out / ("success" if res.success else "failure")
+        if not marker.exists():  # the payload's own failure words win (they become the job's message)
+            marker.write_text(res.error)
 
 
 def main() -> int:

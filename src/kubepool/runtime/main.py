@@ -42,7 +42,7 @@ from kubepool.contract import (
     load_contract,
     resolve_replica_index,
 )
-from kubepool.runtime import channels, hosts, pip, ray_node, result, sagemaker, shutdown, snowflake
+from kubepool.runtime import channels, hosts, outputs, pip, ray_node, result, sagemaker, shutdown, snowflake
 
 LEAVE_ACK_SECONDS = 15.0  # Snowflake's signal_workers --wait-time
 CHILD_STOP_SECONDS = 10.0
@@ -210,12 +210,27 @@ def run(env: dict[str, str]) -> int:
     gpus = ray_node.detect_gpus()
     sm_env = prepare(contract, me, env, gpus)
     if contract.mode is RunMode.HEAD:
-        return run_ray_mode(contract, me, env, gpus, deadline)
-    if contract.mode is RunMode.SAGEMAKER:
-        env.update(sm_env)  # peers are names (algo-N, MASTER_ADDR): the script resolves what it uses
+        code = run_ray_mode(contract, me, env, gpus, deadline)
     else:
-        env.update(snowflake.parallel_env(me, parallel_ips(contract, me, env, deadline)))
-    return run_launcher(env)
+        if contract.mode is RunMode.SAGEMAKER:
+            env.update(sm_env)  # peers are names (algo-N, MASTER_ADDR): the script resolves what it uses
+        else:
+            env.update(snowflake.parallel_env(me, parallel_ips(contract, me, env, deadline)))
+        code = run_launcher(env)
+    return finish(contract, me, env, code)
+
+
+def finish(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], code: int) -> int:
+    """After the payload: its own failure words (/opt/ml/output/failure) become the instance's message, and its
+    outputs are kept (spec.output); outputs that cannot be kept fail an instance that succeeded."""
+    layout = sagemaker.Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR)))
+    said = outputs.failure_reason(layout) if code else None
+    try:
+        for where in outputs.keep(contract, me, layout, env):
+            log(f"output: {where}")
+    except Exception as e:  # noqa: BLE001 - storage errors of any kind: the job must say its outputs are lost
+        return fail(f"outputs could not be kept: {type(e).__name__}: {e}", env, code or 1)
+    return fail(said, env, code) if said else code
 
 
 def main() -> int:

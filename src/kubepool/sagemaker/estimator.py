@@ -19,7 +19,7 @@ from kubepool.jobs.manager import connect, submit, warn_unknown
 from kubepool.jobs.payload import PayloadFile, directory_payload, file_payload
 from kubepool.jobs.spec import build_mljob, check_name, generate_name
 from kubepool.kube.sync import Kube
-from kubepool.sagemaker.inputs import TrainingInput
+from kubepool.sagemaker.inputs import TrainingInput, output_location
 from kubepool.sagemaker.instance_types import resolve_pool
 
 # distribution key → the hyperparameter SageMaker's framework estimators set when it is enabled.
@@ -147,6 +147,10 @@ class Estimator:
         environment: Environment variables of every instance.
         max_run: Seconds the job may run before it fails.
         namespace: Namespace; default the kubeconfig context's.
+        output_path: Where model.tar.gz and output.tar.gz are kept (s3://bucket/prefix or pvc://claim[/path]);
+            `model_data` names the model's archive after `fit`. Without it the outputs vanish with the pods.
+        output_endpoint_url: S3-compatible endpoint of `output_path` (kubepool's; SageMaker's S3 needs none).
+        output_credentials_secret: Secret with the AWS keys for `output_path` (labelled kubepool.dev/credentials=true).
         sagemaker_session: The cluster connection (`kubepool.jobs.connect(context=...)`, where SageMaker takes
             its Session); default from the kubeconfig.
         **kwargs: Other SageMaker arguments (framework_version, py_version, ...) are accepted and ignored.
@@ -170,6 +174,9 @@ class Estimator:
         environment: Mapping[str, str] | None = None,
         max_run: int | None = None,
         namespace: str | None = None,
+        output_path: str | None = None,
+        output_endpoint_url: str | None = None,
+        output_credentials_secret: str | None = None,
         sagemaker_session: Any = None,
         **kwargs: Any,
     ) -> None:
@@ -196,6 +203,7 @@ class Estimator:
         self.max_run = max_run
         self.namespace = namespace
         self.sagemaker_session = sagemaker_session
+        self.output = output_location(output_path, output_endpoint_url, output_credentials_secret) if output_path else None
         self.latest_training_job: MLJob | None = None
 
     def _payload_and_entrypoint(self) -> tuple[list[PayloadFile], Entrypoint]:
@@ -224,9 +232,19 @@ class Estimator:
             env_vars=self.environment, image=self.image_uri, mode=RunMode.SAGEMAKER,
             channels=build_channels(inputs, self.instance_groups), hyper_parameters=hp,
             distribution_instance_groups=self.distribution_instance_groups or None,
-            active_deadline_seconds=self.max_run,
+            active_deadline_seconds=self.max_run, output=self.output,
         )
         return job, files
+
+    @property
+    def model_data(self) -> str | None:
+        """Where the last finished job's model.tar.gz is (SageMaker's `model_data`); None before a job is DONE
+        or without `output_path`."""
+        job = self.latest_training_job
+        if job is None:
+            return None
+        st = job.refresh().status
+        return st.outputs.model_artifacts if st is not None and st.outputs is not None else None
 
     def fit(self, inputs: str | TrainingInput | Mapping[str, str | TrainingInput] | None = None,
             wait: bool = True, logs: bool = True, job_name: str | None = None) -> MLJob:

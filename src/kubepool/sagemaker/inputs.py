@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kubepool.api import Channel, ChannelSource
-from kubepool.api.mljob import ConfigMapSource, PvcSource, S3Source
+from kubepool.api.mljob import ConfigMapSource, OutputLocation, PvcSource, S3Source
 from kubepool.contract import Distribution, InputMode
 
 _INPUT_MODES = {None, "File", "FastFile"}  # FastFile streams on SageMaker; here it is downloaded first
@@ -66,6 +66,14 @@ class TrainingInput:
             instance_groups=list(self.instance_groups) if self.instance_groups else None,
             content_type=self.content_type, input_mode=InputMode(self.input_mode or "File"),
         )
+
+
+def output_location(uri: str, endpoint_url: str | None = None, credentials_secret: str | None = None) -> OutputLocation:
+    """SageMaker's output_path as an MLJob's spec.output: s3://bucket/prefix or pvc://claim[/path]."""
+    src = _source(uri, endpoint_url, credentials_secret)
+    if src.config_map is not None:
+        raise ValueError(f"output_path {uri!r}: outputs go to s3://bucket/prefix or pvc://claim[/path], not a ConfigMap")
+    return OutputLocation(s3=src.s3, persistent_volume_claim=src.persistent_volume_claim)
 
 
 def _source(uri: str, endpoint_url: str | None, credentials_secret: str | None) -> ChannelSource:

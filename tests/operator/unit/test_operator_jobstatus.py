@@ -252,3 +252,18 @@ def test_a_failure_the_runtime_names_is_the_jobs_reason() -> None:
     # A reason the runtime does not give is not taken from a payload's own JSON output.
     forged = json.dumps({"error": "x", "reason": "Completed"})
     assert run(j, [pod(0, "Failed", False, message=forged, exit_code=1), pod(1)], 1).reason == S.HEAD_FAILED
+
+
+def test_a_done_job_names_its_outputs() -> None:
+    out = {"s3": {"uri": "s3://models/runs"}}
+    j = admitted(job(targetInstances=2, output=out))
+    done = run(j, [pod(0, "Succeeded", False), pod(1)], 1)
+    assert done.phase is JobPhase.DONE and done.outputs is not None
+    assert (done.outputs.model_artifacts, done.outputs.output_data) == (
+        "s3://models/runs/train/output/model.tar.gz", "s3://models/runs/train/output/output.tar.gz")
+    failed = run(j, [pod(0, "Failed", False, exit_code=1), pod(1)], 1)
+    assert failed.phase is JobPhase.FAILED and failed.outputs is None  # as SageMaker: ModelArtifacts on success
+    assert run(admitted(job(targetInstances=2)), [pod(0, "Succeeded", False), pod(1)], 1).outputs is None
+    pvc = run(admitted(job(output={"persistentVolumeClaim": {"claimName": "results", "subPath": "team"}})),
+              [pod(0, "Succeeded", False)], 1)
+    assert pvc.outputs is not None and pvc.outputs.model_artifacts == "pvc://results/team/train/output/model.tar.gz"

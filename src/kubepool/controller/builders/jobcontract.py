@@ -6,6 +6,7 @@ from __future__ import annotations
 from kubepool import contract, naming
 from kubepool.api import Channel as ApiChannel
 from kubepool.api import ComputePool, MLJob
+from kubepool.api.mljob import OutputLocation
 from kubepool.controller.builders.common import JobRef, parse_quantity, placement_of, pool_named
 
 CHANNELS_DIR = "/opt/kubepool/channels"  # PVC and ConfigMap channels are mounted at CHANNELS_DIR/<name>
@@ -25,6 +26,19 @@ def _channel(ch: ApiChannel) -> contract.Channel:
         name=ch.name, distribution=ch.distribution, source=source,
         instance_groups=list(ch.instance_groups or []), content_type=ch.content_type, input_mode=ch.input_mode,
     )
+
+
+def output_target(out: OutputLocation | None) -> contract.OutputTarget | None:
+    """spec.output as the runtime reads it: an S3 prefix, or the PVC mounted at OUTPUT_MOUNT (its subPath applied
+    by the mount); `location` names it for users."""
+    if out is None:
+        return None
+    if out.s3 is not None:
+        return contract.OutputTarget(location=out.s3.uri, s3_uri=out.s3.uri, s3_endpoint_url=out.s3.endpoint_url)
+    assert out.persistent_volume_claim is not None  # the CRD requires exactly one
+    pvc = out.persistent_volume_claim
+    return contract.OutputTarget(location=f"pvc://{pvc.claim_name}" + (f"/{pvc.sub_path}" if pvc.sub_path else ""),
+                                 local_path=contract.OUTPUT_MOUNT)
 
 
 def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
@@ -69,6 +83,7 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
         ),
         mode=spec.mode,
         pip_requirements=list(spec.pip_requirements),
+        output=output_target(spec.output),
         distribution_instance_groups=list(spec.distribution_instance_groups or []),
         ray=contract.RaySettings(auth_mode=spec.ray.auth_mode, dashboard=spec.ray.dashboard,
                                  gcs_port=naming.RAY_GCS_PORT + port_shift,

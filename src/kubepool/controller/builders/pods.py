@@ -110,14 +110,18 @@ def _volumes(job: MLJob, inst: Placement, ref: JobRef) -> tuple[list[Obj], list[
         else:
             continue  # s3 channels are downloaded by the runtime
         mounts.append(mount)
+    out = spec.output.persistent_volume_claim if spec.output else None
+    if out is not None:  # instances write their archives into it (read-write); S3 outputs are uploaded
+        volumes.append({"name": "output", "persistentVolumeClaim": {"claimName": out.claim_name}})
+        mounts.append({"name": "output", "mountPath": contract.OUTPUT_MOUNT, **({"subPath": out.sub_path} if out.sub_path else {})})
     pip_vols, pip_mounts = pip_volumes(job)
     return volumes + pip_vols, mounts + pip_mounts
 
 
 def credentials_secrets(job: MLJob) -> list[str]:
-    """The Secrets the job's channels take credentials from (each must opt in: naming.LABEL_CREDENTIALS)."""
-    return list(dict.fromkeys(c.source.s3.credentials_secret for c in job.spec.channels or []
-                              if c.source.s3 is not None and c.source.s3.credentials_secret))
+    """The Secrets the job's channels and output take credentials from (each must opt in: naming.LABEL_CREDENTIALS)."""
+    sources = [c.source.s3 for c in job.spec.channels or []] + [job.spec.output.s3 if job.spec.output else None]
+    return list(dict.fromkeys(s.credentials_secret for s in sources if s is not None and s.credentials_secret))
 
 
 def _env_from(job: MLJob) -> list[Obj]:

@@ -1,0 +1,94 @@
+"""Outputs are kept (spec.output) on the local cluster with a real S3-compatible server: a 2-instance SageMaker
+job submitted with the SageMaker SDK (`Estimator(output_path=...)`) leaves model.tar.gz and output.tar.gz in
+SageMaker's layout, the second instance's own files under its host, and `estimator.model_data` names the model;
+a payload that writes /opt/ml/output/failure FAILS with those words, as on SageMaker."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubepool import naming
+from kubepool.sagemaker import Estimator
+from support.operator_cluster import Operator, wait_phase
+from support.s3 import CREDENTIALS, client, s3_server
+
+pytestmark = [pytest.mark.cluster]
+JOB_TIMEOUT_S = 300.0
+TRAIN = """\
+import json, os
+host = os.environ["SM_CURRENT_HOST"]
+model, data = os.environ["SM_MODEL_DIR"], os.environ["SM_OUTPUT_DATA_DIR"]
+if host == "algo-1":
+    with open(os.path.join(model, "model.json"), "w") as f:
+        json.dump({"trained_by": host, "epochs": int(os.environ["SM_HP_EPOCHS"])}, f)
+with open(os.path.join(data, f"metrics-{host}.csv"), "w") as f:
+    f.write("loss,0.1\\n")
+print("wrote outputs on", host, flush=True)
+"""
+FAIL = """\
+import os
+with open(os.path.join(os.environ["SM_OUTPUT_DIR"], "failure"), "w") as f:
+    f.write("label column 'y' is missing from train.csv")
+raise SystemExit(3)
+"""
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    with s3_server("127.0.5.22") as url:  # the local nodes' pods share the host's network
+        client(url).create_bucket(Bucket="models")
+        yield url
+
+
+def _credentials(kubectl: Any, namespace: str) -> str:
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-keys",
+              "labels": {naming.LABEL_CREDENTIALS: "true"}}, "stringData": CREDENTIALS}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(secret), check=True)
+    return "s3-keys"
+
+
+def _members(blob: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_estimator_outputs_are_kept_in_sagemakers_layout(kubectl: Any, namespace: str, operator: Operator,
+                                                         compute_pool: Any, endpoint: str, tmp_path: Path) -> None:
+    pool = compute_pool("cpu", max_nodes=2)
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    est = Estimator(str(script), instance_type=pool, instance_count=2, hyperparameters={"epochs": 3},
+                    namespace=namespace, output_path="s3://models/runs", output_endpoint_url=endpoint,
+                    output_credentials_secret=_credentials(kubectl, namespace), max_run=240)
+    job = est.fit(wait=False)
+    st = wait_phase(kubectl, namespace, job.name, {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    base = f"runs/{job.name}/output"
+    assert est.model_data == f"s3://models/{base}/model.tar.gz" == st["outputs"]["modelArtifacts"]
+    s3 = client(endpoint)
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="models", Prefix=f"runs/{job.name}/")["Contents"])
+    assert keys == [f"{base}/algo-2/output.tar.gz", f"{base}/model.tar.gz", f"{base}/output.tar.gz"]
+    model = _members(s3.get_object(Bucket="models", Key=f"{base}/model.tar.gz")["Body"].read())
+    assert json.loads(model["model.json"]) == {"trained_by": "algo-1", "epochs": 3}
+    assert _members(s3.get_object(Bucket="models", Key=f"{base}/output.tar.gz")["Body"].read()) == {
+        "metrics-algo-1.csv": b"loss,0.1\n"}
+    assert _members(s3.get_object(Bucket="models", Key=f"{base}/algo-2/output.tar.gz")["Body"].read()) == {
+        "metrics-algo-2.csv": b"loss,0.1\n"}
+
+
+def test_the_payloads_failure_file_is_the_jobs_message(kubectl: Any, namespace: str, operator: Operator,
+                                                       compute_pool: Any, tmp_path: Path) -> None:
+    pool = compute_pool("cpu", max_nodes=1)
+    script = tmp_path / "fail.py"
+    script.write_text(FAIL)
+    job = Estimator(str(script), instance_type=pool, instance_count=1, namespace=namespace, max_run=240).fit(wait=False)
+    st = wait_phase(kubectl, namespace, job.name, {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "FAILED" and st["message"] == "label column 'y' is missing from train.csv", json.dumps(st, indent=1)
