@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kubepool's container images without a Docker engine (see docs/images.md):
-#   hack/images/build.sh [operator] [runtime] [runtime-cuda]     (default: operator runtime)
+#   hack/images/build.sh [operator] [runtime] [runtime-cuda] [runtime-lean]     (default: operator runtime)
 # The base is a Debian rootfs from mmdebstrap, packed as an OCI layout; buildah builds the project's own
 # Dockerfiles FROM it (chroot isolation, host network) with the host's pip cache mounted; each image is
 # written as an OCI archive under $KUBEPOOL_IMAGES_CACHE with its digest. An image whose inputs (Dockerfile,
@@ -52,7 +52,7 @@ run() {
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(operator runtime)
 for t in "${targets[@]}"; do
-    case $t in operator | runtime | runtime-cuda) ;; *) echo "unknown image: $t (operator, runtime, runtime-cuda)" >&2; exit 2 ;; esac
+    case $t in operator | runtime | runtime-cuda | runtime-lean) ;; *) echo "unknown image: $t (operator, runtime, runtime-cuda, runtime-lean)" >&2; exit 2 ;; esac
 done
 
 # --- tools (a fresh machine has none of them) ---------------------------------------------------------------
@@ -242,5 +242,22 @@ build_image() {
     report "$name"
 }
 
-for t in "${targets[@]}"; do build_image "$t"; done
+# runtime-lean: the runtime image without torch (kubepool/runtime:$TAG-lean, ~1/5 of the size), for the real-node
+# tier (tests/realnode), whose jobs (XGBoost, Ray) never import torch. The same Dockerfile and recipe, built from a
+# copy of the context whose requirements.txt leaves torch out; build_image itself is unchanged, so the other
+# images' input hashes are too.
+build_runtime_lean() {
+    local ctx="$CACHE/lean-context"
+    mkdir -p "$ctx/runtime-image"
+    rm -rf "$ctx/src"
+    cp -a "$REPO/src" "$REPO/pyproject.toml" "$REPO/README.md" "$ctx/"
+    find "$ctx/src" -name __pycache__ -prune -exec rm -rf {} +
+    cp "$REPO/runtime-image/Dockerfile" "$REPO/runtime-image/Dockerfile.dockerignore" "$ctx/runtime-image/"
+    grep -v -E '^torch(==|\[|$)' "$REPO/runtime-image/requirements.txt" >"$ctx/runtime-image/requirements.txt"
+    REPO=$ctx TAG=$TAG-lean build_image runtime
+}
+
+for t in "${targets[@]}"; do
+    if [[ $t == runtime-lean ]]; then build_runtime_lean; else build_image "$t"; fi
+done
 step "done"
