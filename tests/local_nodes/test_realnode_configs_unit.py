@@ -1,0 +1,141 @@
+"""The real nodes' pure builders: addresses, CNI, containerd and kubelet configs, iptables rules, the pause image
+archive, the Corefile (no cluster, no root)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import ipaddress
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubepool.local import controlplane
+from kubepool.local.realnode import configs, dns, host, images
+from kubepool.local.realnode.network import NetworkError, RealNet, cni_conflist, real_nodes_config
+from kubepool.local.realnode.nodes import RealNode, RealNodeError, load
+
+
+def test_slots_get_disjoint_ranges_that_never_meet_loopback_or_the_host() -> None:
+    nets = [RealNet(s) for s in range(7)]
+    pods = [n.pod_network for n in nets]
+    for i, a in enumerate(pods):
+        assert not any(a.overlaps(b) for b in pods[i + 1:])
+        assert not a.overlaps(ipaddress.ip_network("127.0.0.0/8"))
+        assert a.subnet_of(ipaddress.ip_network("198.18.0.0/15"))  # RFC 2544: never routed on the internet
+    ips = {n.node_ip(i) for n in nets for i in (1, 30)}
+    assert len(ips) == 14 and all(ipaddress.ip_address(ip) in ipaddress.ip_network("198.19.0.0/16") for ip in ips)
+    net = RealNet(4)
+    assert (net.bridge, str(net.pod_network), net.gateway) == ("kpbr4", "198.18.128.0/19", "198.18.128.1")
+    assert (net.node_ip(1), net.pod_cidr(1)) == ("198.19.4.1", "198.18.129.0/24")
+    assert ipaddress.ip_network(net.pod_cidr(30)).subnet_of(net.pod_network)
+
+
+def test_process_node_slots_stay_clear_of_real_node_ranges() -> None:
+    real = [RealNet(s).pod_network for s in range(7)]
+    for slot in range(7):
+        for node in yaml.safe_load(controlplane.slot_nodes_config(slot))["nodes"]:
+            cidr = ipaddress.ip_network(node["podCIDR"])
+            assert not any(cidr.overlaps(r) for r in real)
+
+
+def test_check_node_refuses_addresses_outside_the_slot() -> None:
+    net = RealNet(4)
+    net.check_node("a", "198.19.4.2", "198.18.130.0/24")
+    with pytest.raises(NetworkError, match="podCIDR"):
+        net.check_node("a", "198.19.4.2", "10.244.0.0/24")
+    with pytest.raises(NetworkError, match="gateway"):
+        net.check_node("a", "198.19.4.2", "198.18.128.0/24")
+    with pytest.raises(NetworkError, match="node range"):
+        net.check_node("a", "198.19.3.2", "198.18.130.0/24")
+    with pytest.raises(NetworkError):
+        real_nodes_config(0, 4)
+
+
+def test_real_nodes_carry_the_cpu_pool_labels_of_the_process_nodes(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.yaml"
+    path.write_text(real_nodes_config(2, 4))
+    nodes = load(path)
+    default = yaml.safe_load(controlplane.DEFAULT_NODES_CONFIG.read_text())["nodes"][0]
+    assert [n.name for n in nodes] == ["real-node-1", "real-node-2"]
+    assert all(n.labels == default["labels"] and n.taints == [] for n in nodes)
+    assert controlplane.node_process(path) == {"real-node-1": "kubelet-real-node-1", "real-node-2": "kubelet-real-node-2"}
+    with pytest.raises(RealNodeError, match="capacity"):
+        RealNode.from_dict({"name": "x", "kind": "kubelet", "ip": "198.19.4.1", "podCIDR": "198.18.129.0/24",
+                            "capacity": {"cpu": "4"}})
+
+
+def test_cni_gives_pods_the_bridge_and_the_kubernetes_service_only(tmp_path: Path) -> None:
+    net = RealNet(4)
+    conf = cni_conflist(net, "real-node-1", net.pod_cidr(1), tmp_path, "10.96.0.1")
+    (bridge,) = conf["plugins"]
+    assert (bridge["type"], bridge["bridge"], bridge["isGateway"], bridge["ipMasq"]) == ("bridge", "kpbr4", True, False)
+    (rng,) = bridge["ipam"]["ranges"][0]
+    assert rng["subnet"] == "198.18.128.0/19" and rng["gateway"] == "198.18.128.1"
+    assert rng["rangeStart"] == "198.18.129.2" and rng["rangeEnd"] == "198.18.129.254"
+    assert bridge["ipam"]["routes"] == [{"dst": "10.96.0.1/32"}]  # no default route
+    assert bridge["ipam"]["dataDir"] == str(tmp_path)
+
+
+def test_containerd_config_has_the_settings_this_machine_needs(tmp_path: Path) -> None:
+    p = configs.NodePaths(tmp_path / "n1")
+    doc = tomllib.loads(configs.containerd_config(p))
+    assert doc["version"] == 2 and doc["root"] == str(p.containerd_root) and doc["state"] == str(p.containerd_state)
+    assert doc["grpc"]["address"] == str(p.containerd_socket)
+    cri = doc["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["sandbox_image"] == configs.PAUSE_IMAGE
+    runc = cri["containerd"]["runtimes"]["runc"]
+    assert runc["runtime_type"] == "io.containerd.runc.v2" and runc["options"]["SystemdCgroup"] is False
+    assert cri["cni"]["conf_dir"] == str(p.cni_conf_dir)
+
+
+def test_kubelet_config_and_flags(tmp_path: Path) -> None:
+    p = configs.NodePaths(tmp_path / "n1")
+    cfg = configs.kubelet_config(p, node_ip="198.19.4.1", ca_cert=tmp_path / "ca.crt", cluster_dns="198.18.128.1",
+                                 cluster_domain="cluster.local", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}],
+                                 cgroup=configs.cgroup_root(4, "n1"))
+    assert cfg["failCgroupV1"] is False and cfg["cgroupDriver"] == "cgroupfs" and cfg["cgroupRoot"] == "/kubepool-4-n1"
+    assert cfg["address"] == cfg["healthzBindAddress"] == "198.19.4.1"
+    assert cfg["containerRuntimeEndpoint"] == f"unix://{p.containerd_socket}"
+    assert cfg["clusterDNS"] == ["198.18.128.1"] and cfg["makeIPTablesUtilChains"] is False
+    assert cfg["registerWithTaints"] == [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+    assert cfg["podLogsDir"] == str(p.pod_logs) and cfg["authentication"]["anonymous"]["enabled"] is False
+    argv = configs.kubelet_args("kubelet", p, node="n1", node_ip="198.19.4.1", labels={"b": "2", "a": "1"})
+    assert f"--containerd={p.containerd_socket}" in argv and "--node-ip=198.19.4.1" in argv
+    assert "--node-labels=a=1,b=2" in argv and "--hostname-override=n1" in argv
+
+
+def test_iptables_rules_send_the_kubernetes_service_to_the_apiserver_and_drop_forwarding() -> None:
+    net = RealNet(4)
+    rules = host.iptables_rules(net, "10.96.0.1", 16483)
+    assert ("nat", "KUBEPOOL-RN4", ["-d", "10.96.0.1/32", "-p", "tcp", "--dport", "443", "-j", "DNAT",
+                                    "--to-destination", "127.0.0.1:16483"]) in rules
+    drops = [r for t, c, r in rules if t == "filter"]
+    assert all(r[-2:] == ["-j", "DROP"] for r in drops) and len(drops) == 2
+    assert {c for _, c, _ in host.jumps(net)} == {"PREROUTING", "FORWARD"}
+
+
+def test_oci_archive_is_a_named_image_layout() -> None:
+    data, digest = images.oci_archive("localhost/x:1", {"pause": (b"\x7fELF", 0o755)}, ["/pause"], "65535:65535")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    index = json.loads(files["index.json"])
+    (entry,) = index["manifests"]
+    assert entry["digest"] == digest and entry["annotations"]["io.containerd.image.name"] == "localhost/x:1"
+    for name, blob in files.items():
+        if name.startswith("blobs/sha256/"):
+            assert hashlib.sha256(blob).hexdigest() == name.rsplit("/", 1)[1]
+    manifest = json.loads(files[f"blobs/sha256/{digest.split(':')[1]}"])
+    config = json.loads(files[f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"])
+    assert config["config"]["Entrypoint"] == ["/pause"] and config["rootfs"]["diff_ids"] == [manifest["layers"][0]["digest"]]
+
+
+def test_corefile_serves_the_cluster_domain_on_the_gateway_and_forwards_nothing(tmp_path: Path) -> None:
+    text = dns.corefile(RealNet(4), kubeconfig=tmp_path / "kc", cluster_domain="cluster.local", ready_port=16321)
+    assert "bind 198.18.128.1" in text and "kubernetes cluster.local in-addr.arpa ip6.arpa" in text
+    assert "ready 127.0.0.1:16321" in text and "forward" not in text
