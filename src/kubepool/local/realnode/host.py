@@ -90,9 +90,11 @@ def _write_sysctl(name: str, value: str) -> None:
         raise HostError(f"the kernel refused sysctl {name.replace('/', '.')}={value}: {e}") from e
 
 
-def _cgroup_dirs(cgroup: str) -> list[Path]:
-    """The node's cgroup in every mounted v1 hierarchy (not the v2 `unified` one of a hybrid host)."""
-    return [h / cgroup.lstrip("/") for h in sorted(CGROUP_FS.iterdir()) if h.is_dir() and h.name != "unified"]
+def _cgroup_dirs(cgroup: str, *, unified: bool = False) -> list[Path]:
+    """The node's cgroup in every mounted v1 hierarchy, and with `unified` in the v2 one of a hybrid host too
+    (the kubelet does not need it there, runc creates it)."""
+    return [h / cgroup.lstrip("/") for h in sorted(CGROUP_FS.iterdir())
+            if h.is_dir() and (unified or h.name != "unified")]
 
 
 def setup(rn_dir: Path, net: RealNet, node_ips: list[str], cgroups: list[str], *, service_ip: str,
@@ -186,7 +188,7 @@ def _kill_cgroup(d: Path) -> None:
 
 
 def remove_cgroups(cgroup: str) -> None:
-    for d in _cgroup_dirs(cgroup):
+    for d in _cgroup_dirs(cgroup, unified=True):
         if not d.exists():
             continue
         _kill_cgroup(d)
