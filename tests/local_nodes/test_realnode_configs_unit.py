@@ -139,3 +139,14 @@ def test_corefile_serves_the_cluster_domain_on_the_gateway_and_forwards_nothing(
     text = dns.corefile(RealNet(4), kubeconfig=tmp_path / "kc", cluster_domain="cluster.local", ready_port=16321)
     assert "bind 198.18.128.1" in text and "kubernetes cluster.local in-addr.arpa ip6.arpa" in text
     assert "ready 127.0.0.1:16321" in text and "forward" not in text
+
+
+def test_disk_check_asks_for_the_unpacked_images_and_a_margin(tmp_path: Path) -> None:
+    assert images.disk_needed([]) == 0
+    assert images.disk_needed([1 << 30]) == int(3.5 * (1 << 30)) + (2 << 30)
+    huge = tmp_path / "huge.oci.tar"
+    with huge.open("wb") as f:
+        f.truncate(1 << 42)  # sparse: a 4 TiB archive on paper
+    with pytest.raises(images.ImageError, match="GiB free on the filesystem"):
+        images.check_disk(tmp_path, [huge])
+    images.check_disk(tmp_path, [])

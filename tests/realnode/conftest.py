@@ -69,8 +69,13 @@ def real_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     say = _say(request.config)
     before = Layout.load(STATE_DIR)
     was_running = before is not None and controlplane.alive(before, "kube-apiserver")
-    _cli(["up", "--state-dir", str(STATE_DIR), "--slot", str(SLOT), "--real-nodes", str(NODES),
-          "--real-node-images", ",".join(IMAGES)], say)
+    try:
+        _cli(["up", "--state-dir", str(STATE_DIR), "--slot", str(SLOT), "--real-nodes", str(NODES),
+              "--real-node-images", ",".join(IMAGES)], say)
+    except BaseException:
+        if not was_running:  # what a failed `up` started (bridge, iptables, containerd stores) goes too
+            _cli(["down", "--state-dir", str(STATE_DIR)], say)
+        raise
     layout = Layout.load(STATE_DIR)
     assert layout is not None
     try:

@@ -137,7 +137,7 @@ def _chart_values(jobs_ns: str, pool: str) -> dict[str, Any]:
     }
 
 
-def test_chart_operator_from_its_image_runs_a_two_instance_xgboost_job(real_cluster: Cluster, rkubectl: Kubectl) -> None:
+def test_chart_operator_from_its_image_runs_a_two_instance_xgboost_job_through_an_operator_restart(real_cluster: Cluster, rkubectl: Kubectl) -> None:
     suffix = uuid.uuid4().hex[:6]
     rel, system_ns, jobs_ns, pool = f"kp-{suffix}", f"kp-system-{suffix}", f"kp-jobs-{suffix}", f"rn-cpu-{suffix}"
     helm = (real_cluster.layout.bin("helm"), "--kubeconfig", str(real_cluster.kubeconfig))
@@ -155,11 +155,17 @@ def test_chart_operator_from_its_image_runs_a_two_instance_xgboost_job(real_clus
         rkubectl("apply", "-n", jobs_ns, "-f", "-", input=yaml.safe_dump_all(docs), check=True)
         t0 = time.monotonic()
         phase = None
+        operator_deleted = False
         while phase not in ("DONE", "FAILED", "CANCELLED"):
             if time.monotonic() - t0 > JOB_TIMEOUT_S:
                 break
-            time.sleep(3)
+            time.sleep(1)
             phase = rkubectl.json("get", "mljob", "xgboost-train", "-n", jobs_ns).get("status", {}).get("phase")
+            if phase == "RUNNING" and not operator_deleted:
+                # The operator's pod dies mid-job: its Deployment starts another, which carries the job on.
+                rkubectl("delete", "pods", "-n", system_ns, "-l", f"app.kubernetes.io/instance={rel}", "--wait=false",
+                         check=True)
+                operator_deleted = True
         pods = rkubectl.json("get", "pods", "-n", jobs_ns)["items"]
         diag = json.dumps([(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase")) for p in pods])
         logs = rkubectl("logs", "-n", jobs_ns, "-l", "kubepool.dev/job=xgboost-train,kubepool.dev/role=head",
@@ -168,9 +174,18 @@ def test_chart_operator_from_its_image_runs_a_two_instance_xgboost_job(real_clus
         assert "score: r2=" in logs, logs
         assert {p["spec"]["nodeName"] for p in pods if p["metadata"]["name"].startswith("xgboost-train-")} == \
             {"real-node-1", "real-node-2"}
-        op = rkubectl.json("get", "pods", "-n", system_ns)["items"][0]
+        assert operator_deleted, "the job never showed RUNNING"
+        (op,) = [p for p in rkubectl.json("get", "pods", "-n", system_ns)["items"]
+                 if not p["metadata"].get("deletionTimestamp")]
         assert op["spec"]["containers"][0]["image"].endswith("kubepool/operator:dev")
         assert op["status"]["containerStatuses"][0]["imageID"], "the operator ran from the imported image"
+        # Deleting the job leaves no pod behind (the kubelets really stopped the containers).
+        rkubectl("delete", "mljob", "xgboost-train", "-n", jobs_ns, "--wait=true", "--timeout=120s", check=True,
+                 timeout=130)
+        deadline = time.monotonic() + 60
+        while left := rkubectl.json("get", "pods", "-n", jobs_ns)["items"]:
+            assert time.monotonic() < deadline, f"pods left: {[p['metadata']['name'] for p in left]}"
+            time.sleep(1)
     finally:
         run_helm(*helm, "uninstall", rel, "--namespace", system_ns, "--wait", timeout=180)
         rkubectl("delete", "namespace", jobs_ns, system_ns, "--wait=false")

@@ -181,10 +181,13 @@ def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[s
             say(f"  image {name}: not built, not imported (hack/images/build.sh {name})")
         else:
             wanted.append((name, *found))
+    missing = [(n, name, archive) for n in nodes for name, archive, digest in wanted
+               if images.imported("ctr", node_paths[n.name].containerd_socket).get(_ref(name)) != digest]
+    images.check_disk(rn_dir(lay), [archive for _, _, archive in missing])
+
     def import_all(n: RealNode) -> None:
         for name, archive, digest in wanted:
-            ref = configs.PAUSE_IMAGE if name == "pause" else images.KNOWN_IMAGES[name]
-            images.import_image("ctr", node_paths[n.name].containerd_socket, n.name, ref, archive, digest, say)
+            images.import_image("ctr", node_paths[n.name].containerd_socket, n.name, _ref(name), archive, digest, say)
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:  # the nodes' containerds unpack side by side
@@ -202,13 +205,18 @@ def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[s
     return [n.name for n in nodes]
 
 
+def _ref(image: str) -> str:
+    return configs.PAUSE_IMAGE if image == "pause" else images.KNOWN_IMAGES[image]
+
+
 def _drain(lay: Layout, nodes: list[RealNode], say: Log, timeout_s: float = 90.0) -> None:
     """Delete every pod bound to the nodes and wait until their kubelets have stopped them, so CNI, mounts and
     cgroups are undone by their owners. NoExecute taints keep controllers' replacements off the nodes."""
     from kubepool.local.controlplane import ClusterError
 
-    names = [n.name for n in nodes]
     try:
+        registered = set(lay.kubectl("get", "nodes", "-o", "name", timeout=20).split())
+        names = [n.name for n in nodes if f"node/{n.name}" in registered]
         for n in names:
             lay.kubectl("taint", "node", n, "kubepool.dev/teardown:NoExecute", "--overwrite", timeout=20)
         for n in names:
