@@ -29,7 +29,7 @@ import yaml
 from bench.cluster import describe_machine, machine_line
 from kubepool.local import controlplane
 from kubepool.local.controlplane import Component, Layout
-from kubepool.local.realnode import images
+from kubepool.local.realnode import configs, images
 
 RESULTS = Path(__file__).with_name("results")
 STATE_DIR = Path(os.environ.get("KUBEPOOL_BENCH_REALNODE_STATE_DIR") or "/var/tmp/kubepool-bench-realnodes")
@@ -84,7 +84,7 @@ def node_ready_after_kubelet_start(lay: Layout, node: str) -> float:
 
 def _kubelets(lay: Layout) -> list[Component]:
     doc = yaml.safe_load(lay.nodes_yaml.read_text())
-    return [Component(f"kubelet-{n['name']}", [], f"http://{n['ip']}:10248/healthz") for n in doc["nodes"]]
+    return [Component(f"kubelet-{n['name']}", [], configs.kubelet_health_url(n["ip"])) for n in doc["nodes"]]
 
 
 def _rss_mib(pid: int) -> float:

@@ -17,6 +17,11 @@ from kubepool.local.realnode.network import CNI_BIN_DIR
 
 # The pause image is built here (kubepool.local.realnode.images): nothing can be pulled.
 PAUSE_IMAGE = "localhost/kubepool/pause:3.10.2"
+KUBELET_HEALTHZ_PORT = 10248  # the kubelet's default, on healthzBindAddress
+
+
+def kubelet_health_url(node_ip: str) -> str:
+    return f"http://{node_ip}:{KUBELET_HEALTHZ_PORT}/healthz"
 
 
 @dataclass(frozen=True)
@@ -102,13 +107,12 @@ def containerd_config(paths: NodePaths) -> str:
             # exec/attach/port-forward: the kubelet proxies to this server, on loopback, any free port.
             "stream_server_address": "127.0.0.1",
             "stream_server_port": "0",
-            "enable_selinux": False,
         }),
         (f"{cri}.containerd", {"snapshotter": "overlayfs", "default_runtime_name": "runc"}),
         (f"{cri}.containerd.runtimes.runc", {"runtime_type": "io.containerd.runc.v2"}),
         # cgroup v1 host without systemd as init: the cgroupfs driver, as the kubelet's.
         (f"{cri}.containerd.runtimes.runc.options", {"SystemdCgroup": False}),
-        (f"{cri}.cni", {"bin_dir": CNI_BIN_DIR, "conf_dir": paths.cni_conf_dir, "max_conf_num": 1}),
+        (f"{cri}.cni", {"bin_dir": CNI_BIN_DIR, "conf_dir": paths.cni_conf_dir}),
         ('plugins."io.containerd.internal.v1.opt"', {"path": paths.dir / "containerd" / "opt"}),
     ]
     lines = ["# kubepool real node: written by `kubepool local up`, do not edit"]
@@ -133,11 +137,8 @@ def kubelet_config(
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": node_ip,
-        "port": 10250,
-        "readOnlyPort": 0,
-        "healthzBindAddress": node_ip,  # one port per node IP: kubelets of one host never clash
-        "healthzPort": 10248,
+        "address": node_ip,  # the API (10250) and healthz (10248) on the node's own IP: kubelets of one host
+        "healthzBindAddress": node_ip,  # never clash
         "authentication": {
             "anonymous": {"enabled": False},
             "webhook": {"enabled": True},
@@ -155,20 +156,15 @@ def kubelet_config(
         "clusterDomain": cluster_domain,
         "resolvConf": str(paths.resolv_conf),
         "podLogsDir": str(paths.pod_logs),  # the kubelet removes pod log dirs it does not know: one per node
-        "registerNode": True,
         "registerWithTaints": [dict(t) for t in taints],
         # The kubelet would otherwise create KUBE-* iptables chains on the host that nothing here needs.
         "makeIPTablesUtilChains": False,
-        "failSwapOn": False,
-        "serializeImagePulls": False,
+        "failSwapOn": False,  # a host with swap would otherwise be refused
         # The images are imported, never pulled: image GC must not delete them, and a shared disk that is
         # 85% full must not mark the node DiskPressure and evict every pod.
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
-        "rotateCertificates": False,
-        "serverTLSBootstrap": False,
-        "shutdownGracePeriod": "0s",
     }
 
 

@@ -198,7 +198,7 @@ def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[s
         Component(
             f"kubelet-{n.name}",
             configs.kubelet_args(str(kubelet), node_paths[n.name], node=n.name, node_ip=n.ip, labels=n.labels),
-            f"http://{n.ip}:10248/healthz",
+            configs.kubelet_health_url(n.ip),
         )
         for n in nodes
     ], say)
