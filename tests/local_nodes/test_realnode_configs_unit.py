@@ -150,3 +150,10 @@ def test_disk_check_asks_for_the_unpacked_images_and_a_margin(tmp_path: Path) ->
     with pytest.raises(images.ImageError, match="GiB free on the filesystem"):
         images.check_disk(tmp_path, [huge])
     images.check_disk(tmp_path, [])
+
+
+def test_a_refused_host_command_fails_naming_it_and_what_it_said() -> None:
+    with pytest.raises(host.HostError, match=r"`sh -c echo refused by the kernel >&2; exit 3` failed \(exit 3\): refused by"):
+        host.sh("sh", "-c", "echo refused by the kernel >&2; exit 3")
+    with pytest.raises(host.HostError, match="no-such-tool is not installed"):
+        host.sh("no-such-tool", "x")
