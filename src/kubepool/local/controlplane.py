@@ -627,8 +627,7 @@ def up(
         raise ClusterError("--real-nodes and --nodes-config exclusive: put `kind: kubelet` entries in the file")
     bin_dir = ensure_binaries(say)
     with _locked(state_dir):
-        nodes_text = real_nodes_config(real_nodes, slot) if real_nodes else None
-        lay = _up_locked(state_dir, bin_dir, nodes_config, nodes_text, fake_nodes,
+        lay = _up_locked(state_dir, bin_dir, nodes_config, real_nodes, fake_nodes,
                          port_offset or SLOT_PORT_STRIDE * slot, slot, real_node_images, say)
     wait_nodes_ready(lay, say)
     say(f"ready in {time.monotonic() - t0:.1f}s")
@@ -637,7 +636,7 @@ def up(
 
 
 def _up_locked(
-    state_dir: Path, bin_dir: Path, nodes_config: Path | None, nodes_text: str | None, fake_nodes: int,
+    state_dir: Path, bin_dir: Path, nodes_config: Path | None, real_nodes: int, fake_nodes: int,
     port_offset: int, slot: int, real_node_images: tuple[str, ...], say: Log,
 ) -> Layout:
     existing = Layout.load(state_dir)
@@ -645,8 +644,8 @@ def _up_locked(
     lay = (replace(existing, bin_dir=bin_dir) if existing
            else Layout(state_dir, bin_dir, Ports().shifted(port_offset), slot=slot))
     say(f"state: {state_dir} (apiserver {lay.apiserver_url})")
-    if nodes_text is not None:
-        pass  # --real-nodes N
+    if real_nodes:
+        nodes_text = real_nodes_config(real_nodes, lay.slot)  # an existing cluster's slot: its addresses
     elif nodes_config is not None:
         nodes_text = nodes_config.resolve().read_text()
     elif lay.nodes_yaml.exists():

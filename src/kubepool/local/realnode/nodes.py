@@ -144,9 +144,16 @@ def _wait_containerd(lay: Layout, node: str, p: configs.NodePaths) -> None:
 
 def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[str]:
     """Start the real nodes of `lay.nodes_yaml` (reusing running ones); return their names."""
-    from kubepool.local.controlplane import Component, ensure, kube_version
+    from kubepool.local.controlplane import Component, ensure, kube_version, stop
 
     nodes = load(lay.nodes_yaml)
+    wanted = {f"{p}-{n.name}" for n in nodes for p in ("kubelet", "containerd")}
+    for pid_file in sorted((lay.state_dir / "pids").glob("*.pid")):  # nodes removed from the config
+        if pid_file.stem.startswith(("kubelet-", "containerd-")) and pid_file.stem not in wanted:
+            stop(lay, pid_file.stem, timeout=20.0)
+            if pid_file.stem.startswith("kubelet-"):  # its Node would only turn NotReady
+                lay.kubectl("delete", "node", pid_file.stem.removeprefix("kubelet-"), "--ignore-not-found")
+            say(f"  {pid_file.stem}: stopped (node no longer configured)")
     if not nodes:
         return []
     net = RealNet(slot)
