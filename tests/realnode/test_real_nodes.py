@@ -19,6 +19,7 @@ from kubepool.local.controlplane import REPO_ROOT, kube_version
 from kubepool.local.realnode.network import RealNet
 from kubetest import Cluster, Kubectl
 
+pytestmark = pytest.mark.realnode
 RUNTIME = "kubepool/runtime:dev-lean"
 CHART, EXAMPLES = REPO_ROOT / "charts" / "kubepool", REPO_ROOT / "examples"
 JOB_TIMEOUT_S = 600
