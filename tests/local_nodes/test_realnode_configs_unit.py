@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from kubepool.local import controlplane
-from kubepool.local.realnode import configs, dns, host, images
+from kubepool.local.realnode import configs, dns, host, images, netpol
 from kubepool.local.realnode.network import NetworkError, RealNet, cni_conflist, real_nodes_config
 from kubepool.local.realnode.nodes import RealNode, RealNodeError, load
 
@@ -157,3 +157,45 @@ def test_a_refused_host_command_fails_naming_it_and_what_it_said() -> None:
         host.sh("sh", "-c", "echo refused by the kernel >&2; exit 3")
     with pytest.raises(host.HostError, match="no-such-tool is not installed"):
         host.sh("no-such-tool", "x")
+
+
+def _pod(ns: str, name: str, ip: str, labels: dict[str, str], ports: list[dict[str, object]] | None = None) -> dict[str, object]:
+    return {"metadata": {"namespace": ns, "name": name, "labels": labels},
+            "spec": {"containers": [{"name": "c", "ports": ports or []}]}, "status": {"podIP": ip}}
+
+
+def test_netpol_rules_isolate_selected_pods_and_allow_what_the_rules_name() -> None:
+    net = RealNet(4)
+    job = {"kubepool.dev/job-uid": "u1"}
+    pods = [_pod("a", "head", "198.18.129.2", job, [{"name": "gcs", "containerPort": 6379}]),
+            _pod("a", "worker", "198.18.130.2", job), _pod("a", "other", "198.18.129.3", {}),
+            _pod("b", "intruder", "198.18.130.3", job)]
+    own = {"matchLabels": job}
+    pol = {"metadata": {"namespace": "a", "name": "p"},
+           "spec": {"podSelector": own, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": own}]}]}}
+    r = [" ".join(x) for x in netpol.rules(net, [pol], pods, {"a": {}, "b": {}})]
+    assert r[0] == "-m conntrack --ctstate ESTABLISHED,RELATED -j RETURN"
+    # head and worker are isolated: each accepts the job's two pods of namespace a, rejects the rest
+    assert r[1:] == [
+        "-d 198.18.129.2 -s 198.18.129.2 -j RETURN", "-d 198.18.129.2 -s 198.18.130.2 -j RETURN", "-d 198.18.129.2 -j REJECT",
+        "-d 198.18.130.2 -s 198.18.129.2 -j RETURN", "-d 198.18.130.2 -s 198.18.130.2 -j RETURN", "-d 198.18.130.2 -j REJECT",
+    ]
+    # named port, namespaceSelector, ipBlock with except
+    pol2 = {"metadata": {"namespace": "a", "name": "q"}, "spec": {
+        "podSelector": {"matchExpressions": [{"key": "kubepool.dev/job-uid", "operator": "Exists"}]},
+        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "x"}}},
+                              {"ipBlock": {"cidr": "10.0.0.0/24", "except": ["10.0.0.128/25"]}}],
+                     "ports": [{"port": "gcs"}, {"port": 8265, "protocol": "TCP"}]}]}}
+    r2 = [" ".join(x) for x in netpol.rules(net, [pol2], pods[:1] + pods[3:], {"a": {}, "b": {"team": "x"}})]
+    assert "-d 198.18.129.2 -s 198.18.130.3 -p tcp --dport 6379 -j RETURN" in r2
+    assert "-d 198.18.129.2 -s 10.0.0.0/25 -p tcp --dport 8265 -j RETURN" in r2
+    assert not any("10.0.0.128" in x for x in r2)
+    assert netpol.egress_ignored([pol, {"metadata": {"namespace": "a", "name": "e"}, "spec": {"egress": [{}]}}]) == ["a/e"]
+    text = netpol.restore_input(net, netpol.rules(net, [pol], pods, {}))
+    assert text.startswith("*filter\n:KUBEPOOL-RN4-NP - [0:0]\n-A KUBEPOOL-RN4-NP -m conntrack") and text.endswith("COMMIT\n")
+
+
+def test_cidr_minus() -> None:
+    assert netpol.cidr_minus("10.0.0.0/24", ["10.0.0.0/25"]) == ["10.0.0.128/25"]
+    assert netpol.cidr_minus("10.0.0.0/24", []) == ["10.0.0.0/24"]
+    assert netpol.cidr_minus("10.0.0.0/24", ["10.0.0.0/16"]) == []

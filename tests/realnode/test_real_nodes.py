@@ -1,7 +1,7 @@
 """Real nodes: upstream kubelets on containerd run the built images in containers. What process nodes cannot
 show: the image's user really applies, `kubectl exec` works, pods have their own network and reach each other,
-the apiserver (through the `kubernetes` Service) and cluster DNS, and the chart's operator, from its image,
-runs a multi-instance job to DONE."""
+the apiserver (through the `kubernetes` Service) and cluster DNS, NetworkPolicy blocks, and the chart's
+operator, from its image, runs a multi-instance job to DONE behind its per-job policy."""
 
 from __future__ import annotations
 
@@ -22,6 +22,16 @@ from kubetest import Cluster, Kubectl
 pytestmark = pytest.mark.realnode
 RUNTIME = "kubepool/runtime:dev-lean"
 CHART, EXAMPLES = REPO_ROOT / "charts" / "kubepool", REPO_ROOT / "examples"
+# Connects to argv[1]:argv[2]; prints "open" or "blocked: <why>".
+PROBE = """import socket, sys
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("open")
+except OSError as e:
+    print("blocked:", e)
+"""
 JOB_TIMEOUT_S = 600
 
 
@@ -123,6 +133,42 @@ print(json.dumps(out), flush=True)
     assert out == {"svc": "10.96.0.1", "peer": server_ip, "http": 200, "version": kube_version()}
 
 
+def test_network_policy_admits_only_the_peers_it_names(rkubectl: Kubectl, ns: str) -> None:
+    """The operator's per-job policy, by hand: the job's pods reach each other, a pod of the namespace without
+    the label and a pod of another namespace with it do not; without the policy both do."""
+    job = {"kubepool.dev/job-uid": "u1"}
+    server = _pod("server", ["python", "-m", "http.server", "8000"])
+    server["metadata"]["labels"] = job
+    friend = _pod("friend", ["sleep", "3600"], nodeName="real-node-2")
+    friend["metadata"]["labels"] = job
+    policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "job-only"},
+              "spec": {"podSelector": {"matchLabels": job}, "policyTypes": ["Ingress"],
+                       "ingress": [{"from": [{"podSelector": {"matchLabels": job}}]}]}}
+    _apply(rkubectl, ns, server, friend, _pod("stranger", ["sleep", "3600"]))
+    with rkubectl.fresh_namespace(f"{ns}-other") as other:
+        intruder = _pod("intruder", ["sleep", "3600"])
+        intruder["metadata"]["labels"] = job
+        _apply(rkubectl, other, intruder)
+        _wait_ready(rkubectl, ns, "server", "friend", "stranger")
+        _wait_ready(rkubectl, other, "intruder")
+        ip = rkubectl.json("get", "pod", "server", "-n", ns)["status"]["podIP"]
+
+        def probe(pod_ns: str, pod: str) -> str:
+            return rkubectl("exec", "-n", pod_ns, pod, "--", "python", "-c", PROBE, ip, "8000").stdout.strip()
+
+        def settle(want: dict[tuple[str, str], str]) -> None:  # the enforcer polls the API every second
+            deadline = time.monotonic() + 20
+            while (got := {k: probe(*k).split(":")[0] for k in want}) != want:
+                assert time.monotonic() < deadline, f"reachability {got}, expected {want}"
+                time.sleep(1)
+
+        settle({(ns, "friend"): "open", (ns, "stranger"): "open", (other, "intruder"): "open"})
+        _apply(rkubectl, ns, policy)
+        settle({(ns, "friend"): "open", (ns, "stranger"): "blocked", (other, "intruder"): "blocked"})
+        rkubectl("delete", "networkpolicy", "job-only", "-n", ns, check=True)
+        settle({(ns, "stranger"): "open", (other, "intruder"): "open"})
+
+
 def run_helm(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
 
@@ -138,13 +184,15 @@ def _chart_values(jobs_ns: str, pool: str) -> dict[str, Any]:
     }
 
 
-def test_chart_operator_from_its_image_runs_a_two_instance_xgboost_job_through_an_operator_restart(real_cluster: Cluster, rkubectl: Kubectl) -> None:
+def test_chart_operator_runs_a_two_instance_xgboost_job_behind_its_network_policy_through_an_operator_restart(real_cluster: Cluster, rkubectl: Kubectl) -> None:
     suffix = uuid.uuid4().hex[:6]
     rel, system_ns, jobs_ns, pool = f"kp-{suffix}", f"kp-system-{suffix}", f"kp-jobs-{suffix}", f"rn-cpu-{suffix}"
     helm = (real_cluster.layout.bin("helm"), "--kubeconfig", str(real_cluster.kubeconfig))
     values = real_cluster.state_dir / f"{rel}-values.yaml"
     values.write_text(yaml.safe_dump(_chart_values(jobs_ns, pool)))
+    other_ns = f"kp-other-{suffix}"
     rkubectl("create", "namespace", jobs_ns, check=True)
+    rkubectl("create", "namespace", other_ns, check=True)
     proc = run_helm(*helm, "install", rel, str(CHART), "--namespace", system_ns, "--create-namespace",
                     "--values", str(values), "--wait", "--timeout", "180s", timeout=240)
     try:
@@ -153,15 +201,27 @@ def test_chart_operator_from_its_image_runs_a_two_instance_xgboost_job_through_a
         for d in docs:
             if d["kind"] == "MLJob":
                 d["spec"].update(computePool=pool, targetInstances=2)
+        # A pod of another namespace, carrying the job's labels even, must not reach the job's Ray ports.
+        while rkubectl("get", "serviceaccount", "default", "-n", other_ns).returncode != 0:
+            time.sleep(0.3)
+        _apply(rkubectl, other_ns, _pod("intruder", ["sleep", "3600"]))
+        _wait_ready(rkubectl, other_ns, "intruder")
         rkubectl("apply", "-n", jobs_ns, "-f", "-", input=yaml.safe_dump_all(docs), check=True)
         t0 = time.monotonic()
         phase = None
         operator_deleted = False
+        intruder: str | None = None
         while phase not in ("DONE", "FAILED", "CANCELLED"):
             if time.monotonic() - t0 > JOB_TIMEOUT_S:
                 break
             time.sleep(1)
             phase = rkubectl.json("get", "mljob", "xgboost-train", "-n", jobs_ns).get("status", {}).get("phase")
+            if phase == "RUNNING" and intruder is None:
+                head = rkubectl.json("get", "pods", "-n", jobs_ns, "-l", "kubepool.dev/role=head")["items"]
+                head_ip = head[0]["status"].get("podIP") if head else None
+                if head_ip:
+                    intruder = rkubectl("exec", "-n", other_ns, "intruder", "--", "python", "-c", PROBE, head_ip,
+                                        "6379").stdout.strip()
             if phase == "RUNNING" and not operator_deleted:
                 # The operator's pod dies mid-job: its Deployment starts another, which carries the job on.
                 rkubectl("delete", "pods", "-n", system_ns, "-l", f"app.kubernetes.io/instance={rel}", "--wait=false",
@@ -176,6 +236,7 @@ def test_chart_operator_from_its_image_runs_a_two_instance_xgboost_job_through_a
         assert {p["spec"]["nodeName"] for p in pods if p["metadata"]["name"].startswith("xgboost-train-")} == \
             {"real-node-1", "real-node-2"}
         assert operator_deleted, "the job never showed RUNNING"
+        assert intruder and intruder.startswith("blocked"), f"a pod of another namespace reached Ray's GCS: {intruder}"
         (op,) = [p for p in rkubectl.json("get", "pods", "-n", system_ns)["items"]
                  if not p["metadata"].get("deletionTimestamp")]
         assert op["spec"]["containers"][0]["image"].endswith("kubepool/operator:dev")
@@ -189,5 +250,5 @@ def test_chart_operator_from_its_image_runs_a_two_instance_xgboost_job_through_a
             time.sleep(1)
     finally:
         run_helm(*helm, "uninstall", rel, "--namespace", system_ns, "--wait", timeout=180)
-        rkubectl("delete", "namespace", jobs_ns, system_ns, "--wait=false")
+        rkubectl("delete", "namespace", jobs_ns, system_ns, other_ns, "--wait=false")
         values.unlink(missing_ok=True)

@@ -744,7 +744,7 @@ def _say_nodes(lay: Layout, say: Log) -> None:
 
 def _realnode_pid_names(lay: Layout) -> list[str]:
     pids = lay.state_dir / "pids"
-    return sorted(p.stem for pat in ("coredns.pid", "containerd-*.pid", "kubelet-*.pid") for p in pids.glob(pat))
+    return sorted(p.stem for pat in ("coredns.pid", "netpol.pid", "containerd-*.pid", "kubelet-*.pid") for p in pids.glob(pat))
 
 
 def _all_component_names(lay: Layout) -> list[str]:

@@ -22,12 +22,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kubepool.local.realnode import netpol
 from kubepool.local.realnode.network import RealNet
 
 Log = Callable[[str], None]
 CGROUP_FS = Path("/sys/fs/cgroup")
 # Set by the kubelet (setupKernelTunables) and the CNI bridge plugin (isGateway), restored by `teardown`.
-SYSCTLS = ("net/ipv4/ip_forward", "vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+SYSCTLS = ("net/ipv4/ip_forward", "vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops",
+           "net/bridge/bridge-nf-call-iptables")
 # Paths outside the state dir that the kubelet, containerd and CNI write whatever they are told: removed by
 # `teardown` only when `setup` found them absent.
 OUTSIDE_PATHS = ("/var/lib/kubelet", "/var/log/containers", "/var/lib/cni", "/run/containerd", "/run/netns")
@@ -69,10 +71,16 @@ def iptables_rules(net: RealNet, service_ip: str, apiserver_port: int) -> list[t
 
 
 def jumps(net: RealNet) -> list[tuple[str, str, list[str]]]:
+    """Inserted first in their chains, in this order (so the NetworkPolicy chain comes before the FWD one)."""
     return [
         ("nat", "PREROUTING", ["-i", net.bridge, "-j", nat_chain(net)]),
         ("filter", "FORWARD", ["-j", forward_chain(net)]),
+        ("filter", "FORWARD", netpol.jump(net)),  # filled by the netpol process
     ]
+
+
+def own_chains(net: RealNet) -> list[tuple[str, str]]:
+    return [("nat", nat_chain(net)), ("filter", forward_chain(net)), ("filter", netpol.chain(net))]
 
 
 def _record_path(rn_dir: Path) -> Path:
@@ -105,7 +113,7 @@ def setup(rn_dir: Path, net: RealNet, node_ips: list[str], cgroups: list[str], *
     rn_dir.mkdir(parents=True, exist_ok=True)
     record = _record_path(rn_dir)
     saved = json.loads(record.read_text()) if record.exists() else {
-        "sysctls": {s: _read_sysctl(s) for s in SYSCTLS},
+        "sysctls": {s: _read_sysctl(s) for s in SYSCTLS if (Path("/proc/sys") / s).exists()},
         "absentPaths": [p for p in OUTSIDE_PATHS if not os.path.lexists(p)],
         "nodeIPs": [], "cgroups": [],
     }
@@ -124,10 +132,17 @@ def setup(rn_dir: Path, net: RealNet, node_ips: list[str], cgroups: list[str], *
     for ip in node_ips:
         if f" {ip}/32 " not in lo:
             sh("ip", "addr", "add", f"{ip}/32", "dev", "lo")
-    for table, chain in (("nat", nat_chain(net)), ("filter", forward_chain(net))):
+    # NetworkPolicy sees pod-to-pod traffic only if bridged frames go through iptables (br_netfilter).
+    bridge_nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+    if not bridge_nf.exists():
+        raise HostError("NetworkPolicy on real nodes needs br_netfilter (no /proc/sys/net/bridge): "
+                        "the kernel lacks CONFIG_BRIDGE_NETFILTER or the module is not loaded")
+    _write_sysctl("net/bridge/bridge-nf-call-iptables", "1")
+    for table, chain in own_chains(net):
         if sh("iptables", "-w", "-t", table, "-L", chain, "-n", check=False).returncode != 0:
             sh("iptables", "-w", "-t", table, "-N", chain)
-        sh("iptables", "-w", "-t", table, "-F", chain)
+        if chain != netpol.chain(net):  # the netpol process owns that one's rules
+            sh("iptables", "-w", "-t", table, "-F", chain)
     for table, chain, rule in iptables_rules(net, service_ip, apiserver_port):
         sh("iptables", "-w", "-t", table, "-A", chain, *rule)
     for table, chain, rule in jumps(net):
@@ -142,8 +157,8 @@ def setup(rn_dir: Path, net: RealNet, node_ips: list[str], cgroups: list[str], *
                         (d / f).write_text((d.parent / f).read_text())
             except OSError as e:
                 raise HostError(f"the kernel refused cgroup {d}: {e}") from e
-    say(f"  host: bridge {net.bridge} {gw}, node IPs {', '.join(node_ips)} on lo, iptables {nat_chain(net)}, "
-        f"{forward_chain(net)}")
+    say(f"  host: bridge {net.bridge} {gw}, node IPs {', '.join(node_ips)} on lo, iptables "
+        f"{', '.join(c for _, c in own_chains(net))}")
 
 
 def _mount_points() -> list[Path]:
@@ -233,7 +248,7 @@ def teardown(rn_dir: Path, net: RealNet, say: Log) -> None:
     for table, chain, rule in jumps(net):
         while sh("iptables", "-w", "-t", table, "-D", chain, *rule, check=False).returncode == 0:
             pass
-    for table, chain in (("nat", nat_chain(net)), ("filter", forward_chain(net))):
+    for table, chain in own_chains(net):
         sh("iptables", "-w", "-t", table, "-F", chain, check=False)
         sh("iptables", "-w", "-t", table, "-X", chain, check=False)
     sh("ip", "link", "del", net.bridge, check=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -147,9 +148,9 @@ def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[s
     from kubepool.local.controlplane import Component, ensure, kube_version, stop
 
     nodes = load(lay.nodes_yaml)
-    wanted = {f"{p}-{n.name}" for n in nodes for p in ("kubelet", "containerd")}
+    keep = {f"{p}-{n.name}" for n in nodes for p in ("kubelet", "containerd")}
     for pid_file in sorted((lay.state_dir / "pids").glob("*.pid")):  # nodes removed from the config
-        if pid_file.stem.startswith(("kubelet-", "containerd-")) and pid_file.stem not in wanted:
+        if pid_file.stem.startswith(("kubelet-", "containerd-")) and pid_file.stem not in keep:
             stop(lay, pid_file.stem, timeout=20.0)
             if pid_file.stem.startswith("kubelet-"):  # its Node would only turn NotReady
                 lay.kubectl("delete", "node", pid_file.stem.removeprefix("kubelet-"), "--ignore-not-found")
@@ -172,8 +173,11 @@ def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[s
     corefile = rn_dir(lay) / "Corefile"
     _write(corefile, dns.corefile(net, kubeconfig=lay.kubeconfig, cluster_domain=lay.cluster_domain,
                                   ready_port=lay.ports.coredns_ready))
-    ensure(lay, [Component("coredns", dns.args(coredns, corefile), f"http://127.0.0.1:{lay.ports.coredns_ready}/ready")],
-           say)
+    ensure(lay, [
+        Component("coredns", dns.args(coredns, corefile), f"http://127.0.0.1:{lay.ports.coredns_ready}/ready"),
+        Component("netpol", [sys.executable, "-m", "kubepool.local.realnode.netpol", "--state-dir", str(lay.state_dir)],
+                  None),
+    ], say)
 
     node_paths = {n.name: _prepare_node(lay, net, slot, n) for n in nodes}
     ensure(lay, [Component(f"containerd-{n.name}", configs.containerd_args("containerd", node_paths[n.name]), None)
@@ -181,7 +185,7 @@ def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[s
     for n in nodes:
         _wait_containerd(lay, n.name, node_paths[n.name])
 
-    wanted = [("pause", *images.ensure_pause(kube_version(), say))]
+    wanted: list[tuple[str, Path, str]] = [("pause", *images.ensure_pause(kube_version(), say))]
     for name in image_names:
         found = images.built_image(name)
         if found is None:
@@ -261,6 +265,7 @@ def down(lay: Layout, say: Log) -> None:
         for pid_file in sorted((lay.state_dir / "pids").glob(f"{prefix}*.pid")):
             if stop(lay, pid_file.stem, timeout=20.0):
                 say(f"  {pid_file.stem}: stopped")
-    if stop(lay, "coredns"):
-        say("  coredns: stopped")
+    for name in ("coredns", "netpol"):
+        if stop(lay, name):
+            say(f"  {name}: stopped")
     host.teardown(d, RealNet(slot), say)
