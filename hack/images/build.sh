@@ -133,9 +133,23 @@ if ! buildah inspect --type image "$BASE_REF" >/dev/null 2>&1; then
 fi
 
 # --- wheelhouse: every wheel the images install, downloaded once by the base's own pip ------------------------
+# runtime-lean alone needs no torch, whose wheels (with CUDA's) are most of the download: without runtime or
+# runtime-cuda among the targets, the runtime's requirements are downloaded without it. A full wheelhouse
+# serves a lean build too.
+NO_TORCH='^torch(==|\[|$)'
+WHEEL_REQS="$CACHE/wheel-requirements-$$.txt"  # per run: builds of other checkouts share the cache
+needs_torch=0
+for t in "${targets[@]}"; do [[ $t == runtime || $t == runtime-cuda ]] && needs_torch=1; done
+if [[ $needs_torch == 1 ]]; then
+    cp "$REPO/runtime-image/requirements.txt" "$WHEEL_REQS"
+else
+    grep -v -E "$NO_TORCH" "$REPO/runtime-image/requirements.txt" >"$WHEEL_REQS"
+fi
 WHEELS_KEY=$( (printf '%s\n' "$BASE_TAG" "$TORCH_INDEX_URL"; cat "$REPO/pyproject.toml" \
     "$REPO/runtime-image/requirements.txt") | hash_of)
-if [[ ${FORCE:-0} != 1 && "$(cat "$WHEELS/.inputs" 2>/dev/null)" == "$WHEELS_KEY" ]]; then
+LEAN_WHEELS_KEY=$( (printf '%s\n' "$BASE_TAG" "$TORCH_INDEX_URL"; cat "$REPO/pyproject.toml" "$WHEEL_REQS") | hash_of)
+wheels_stamp=$(cat "$WHEELS/.inputs" 2>/dev/null || true)
+if [[ ${FORCE:-0} != 1 && ( $wheels_stamp == "$WHEELS_KEY" || ( $needs_torch == 0 && $wheels_stamp == "$LEAN_WHEELS_KEY" ) ) ]]; then
     step "wheelhouse: up to date ($(find "$WHEELS" -name '*.whl' | wc -l) wheels)"
 else
     step "wheelhouse: pip download into $WHEELS (log: $LOGS/wheels.log)"
@@ -143,7 +157,8 @@ else
     # operator's dependencies from pyproject.toml, plus the build backend that builds kubepool's own wheel.
     ctr=$(buildah from --pull-never "$BASE_REF")
     trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
-    run wheels buildah run --isolation chroot --network host "${DOWNLOAD_MOUNTS[@]}" -v "$REPO:/src:ro" "$ctr" -- sh -euc '
+    run wheels buildah run --isolation chroot --network host "${DOWNLOAD_MOUNTS[@]}" -v "$REPO:/src:ro" \
+        -v "$WHEEL_REQS:/root/wheel-requirements.txt:ro" "$ctr" -- sh -euc '
         python -m venv /tmp/v
         python - >/tmp/operator.txt <<PY
 import tomllib
@@ -151,13 +166,14 @@ p = tomllib.load(open("/src/pyproject.toml", "rb"))
 print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"]
                 + p["project"]["optional-dependencies"]["operator"]))
 PY
-        /tmp/v/bin/pip download --progress-bar off -d /root/wheels --extra-index-url "'"$TORCH_INDEX_URL"'" -r /src/runtime-image/requirements.txt
+        /tmp/v/bin/pip download --progress-bar off -d /root/wheels --extra-index-url "'"$TORCH_INDEX_URL"'" -r /root/wheel-requirements.txt
         /tmp/v/bin/pip download --progress-bar off -d /root/wheels -r /tmp/operator.txt'
     buildah rm "$ctr" >/dev/null
     trap - EXIT
-    echo "$WHEELS_KEY" >"$WHEELS/.inputs"
+    if [[ $needs_torch == 1 ]]; then echo "$WHEELS_KEY"; else echo "$LEAN_WHEELS_KEY"; fi >"$WHEELS/.inputs"
     step "wheelhouse: $(find "$WHEELS" -name '*.whl' | wc -l) wheels, $(du -sm "$WHEELS" | cut -f1) MB"
 fi
+rm -f "$WHEEL_REQS"
 
 # --- the images -----------------------------------------------------------------------------------------------
 # inputs_hash DOCKERFILE FILES...: what a build of DOCKERFILE depends on, besides the build args.
@@ -253,7 +269,7 @@ build_runtime_lean() {
     cp -a "$REPO/src" "$REPO/pyproject.toml" "$REPO/README.md" "$ctx/"
     find "$ctx/src" -name __pycache__ -prune -exec rm -rf {} +
     cp "$REPO/runtime-image/Dockerfile" "$REPO/runtime-image/Dockerfile.dockerignore" "$ctx/runtime-image/"
-    grep -v -E '^torch(==|\[|$)' "$REPO/runtime-image/requirements.txt" >"$ctx/runtime-image/requirements.txt"
+    grep -v -E "$NO_TORCH" "$REPO/runtime-image/requirements.txt" >"$ctx/runtime-image/requirements.txt"
     REPO=$ctx TAG=$TAG-lean build_image runtime
 }
 
