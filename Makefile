@@ -18,6 +18,7 @@ help:
 	@echo "make bench       benchmarks (not part of make test)"
 	@echo "make images      build kubepool/operator:dev and kubepool/runtime:dev as OCI archives, no Docker (docs/images.md)"
 	@echo "make images-cuda the runtime image's CUDA variant; make images-test runs the built images under runc"
+	@echo "make test-realnode  the real-node tier: kubelet + containerd nodes running the built images (root)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -54,11 +55,11 @@ lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); typ
 	$(BIN)/mypy src/kubepool/api src/kubepool/contract.py src/kubepool/controller src/kubepool/runtime src/kubepool/cli src/kubepool/jobs src/kubepool/sagemaker src/kubepool/kube
 
 test-unit: venv
-	$(BIN)/pytest -m "not cluster and not ray" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not cluster and not ray and not realnode" $(PYTEST_ARGS)
 
 test: venv lint k8s-bin kuberay-bin
 	@echo "[test $$(date +%H:%M:%S)] pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
-	$(BIN)/pytest -m "not images" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not images and not realnode" $(PYTEST_ARGS)
 
 demo: demo-plan venv k8s-bin
 	@$(BIN)/python -m kubepool.demo
@@ -69,12 +70,16 @@ demo-plan:
 bench: venv k8s-bin kuberay-bin
 	$(BIN)/python -m bench
 
-.PHONY: images-cuda images-test
+.PHONY: images-cuda images-test test-realnode
 images:  # no Docker engine: a Debian base from mmdebstrap, buildah, the Dockerfiles; cached in ~/.cache/kubepool/images
 	hack/images/build.sh operator runtime
 
 images-cuda:  # what the CUDA variant is where no nvidia/cuda base can be pulled: docs/images.md
 	hack/images/build.sh runtime-cuda
+
+test-realnode: venv lint k8s-bin  # real nodes (kubelet + containerd) running the built images: docs/local-nodes.md
+	hack/images/build.sh operator runtime-lean
+	$(BIN)/pytest -m realnode tests/realnode $(PYTEST_ARGS)
 
 images-test: venv  # the built images under runc (tests/images, marker `images`); skips images not built
 	$(BIN)/pytest -m images tests/images $(PYTEST_ARGS)

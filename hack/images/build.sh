@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kubepool's container images without a Docker engine (see docs/images.md):
-#   hack/images/build.sh [operator] [runtime] [runtime-cuda]     (default: operator runtime)
+#   hack/images/build.sh [operator] [runtime] [runtime-cuda] [runtime-lean]     (default: operator runtime)
 # The base is a Debian rootfs from mmdebstrap, packed as an OCI layout; buildah builds the project's own
 # Dockerfiles FROM it (chroot isolation, host network) with the host's pip cache mounted; each image is
 # written as an OCI archive under $KUBEPOOL_IMAGES_CACHE with its digest. An image whose inputs (Dockerfile,
@@ -52,7 +52,7 @@ run() {
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(operator runtime)
 for t in "${targets[@]}"; do
-    case $t in operator | runtime | runtime-cuda) ;; *) echo "unknown image: $t (operator, runtime, runtime-cuda)" >&2; exit 2 ;; esac
+    case $t in operator | runtime | runtime-cuda | runtime-lean) ;; *) echo "unknown image: $t (operator, runtime, runtime-cuda, runtime-lean)" >&2; exit 2 ;; esac
 done
 
 # --- tools (a fresh machine has none of them) ---------------------------------------------------------------
@@ -133,9 +133,23 @@ if ! buildah inspect --type image "$BASE_REF" >/dev/null 2>&1; then
 fi
 
 # --- wheelhouse: every wheel the images install, downloaded once by the base's own pip ------------------------
+# runtime-lean alone needs no torch, whose wheels (with CUDA's) are most of the download: without runtime or
+# runtime-cuda among the targets, the runtime's requirements are downloaded without it. A full wheelhouse
+# serves a lean build too.
+NO_TORCH='^torch(==|\[|$)'
+WHEEL_REQS="$CACHE/wheel-requirements-$$.txt"  # per run: builds of other checkouts share the cache
+needs_torch=0
+for t in "${targets[@]}"; do [[ $t == runtime || $t == runtime-cuda ]] && needs_torch=1; done
+if [[ $needs_torch == 1 ]]; then
+    cp "$REPO/runtime-image/requirements.txt" "$WHEEL_REQS"
+else
+    grep -v -E "$NO_TORCH" "$REPO/runtime-image/requirements.txt" >"$WHEEL_REQS"
+fi
 WHEELS_KEY=$( (printf '%s\n' "$BASE_TAG" "$TORCH_INDEX_URL"; cat "$REPO/pyproject.toml" \
     "$REPO/runtime-image/requirements.txt") | hash_of)
-if [[ ${FORCE:-0} != 1 && "$(cat "$WHEELS/.inputs" 2>/dev/null)" == "$WHEELS_KEY" ]]; then
+LEAN_WHEELS_KEY=$( (printf '%s\n' "$BASE_TAG" "$TORCH_INDEX_URL"; cat "$REPO/pyproject.toml" "$WHEEL_REQS") | hash_of)
+wheels_stamp=$(cat "$WHEELS/.inputs" 2>/dev/null || true)
+if [[ ${FORCE:-0} != 1 && ( $wheels_stamp == "$WHEELS_KEY" || ( $needs_torch == 0 && $wheels_stamp == "$LEAN_WHEELS_KEY" ) ) ]]; then
     step "wheelhouse: up to date ($(find "$WHEELS" -name '*.whl' | wc -l) wheels)"
 else
     step "wheelhouse: pip download into $WHEELS (log: $LOGS/wheels.log)"
@@ -143,7 +157,8 @@ else
     # operator's dependencies from pyproject.toml, plus the build backend that builds kubepool's own wheel.
     ctr=$(buildah from --pull-never "$BASE_REF")
     trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
-    run wheels buildah run --isolation chroot --network host "${DOWNLOAD_MOUNTS[@]}" -v "$REPO:/src:ro" "$ctr" -- sh -euc '
+    run wheels buildah run --isolation chroot --network host "${DOWNLOAD_MOUNTS[@]}" -v "$REPO:/src:ro" \
+        -v "$WHEEL_REQS:/root/wheel-requirements.txt:ro" "$ctr" -- sh -euc '
         python -m venv /tmp/v
         python - >/tmp/operator.txt <<PY
 import tomllib
@@ -151,13 +166,14 @@ p = tomllib.load(open("/src/pyproject.toml", "rb"))
 print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"]
                 + p["project"]["optional-dependencies"]["operator"]))
 PY
-        /tmp/v/bin/pip download --progress-bar off -d /root/wheels --extra-index-url "'"$TORCH_INDEX_URL"'" -r /src/runtime-image/requirements.txt
+        /tmp/v/bin/pip download --progress-bar off -d /root/wheels --extra-index-url "'"$TORCH_INDEX_URL"'" -r /root/wheel-requirements.txt
         /tmp/v/bin/pip download --progress-bar off -d /root/wheels -r /tmp/operator.txt'
     buildah rm "$ctr" >/dev/null
     trap - EXIT
-    echo "$WHEELS_KEY" >"$WHEELS/.inputs"
+    if [[ $needs_torch == 1 ]]; then echo "$WHEELS_KEY"; else echo "$LEAN_WHEELS_KEY"; fi >"$WHEELS/.inputs"
     step "wheelhouse: $(find "$WHEELS" -name '*.whl' | wc -l) wheels, $(du -sm "$WHEELS" | cut -f1) MB"
 fi
+rm -f "$WHEEL_REQS"
 
 # --- the images -----------------------------------------------------------------------------------------------
 # inputs_hash DOCKERFILE FILES...: what a build of DOCKERFILE depends on, besides the build args.
@@ -242,5 +258,22 @@ build_image() {
     report "$name"
 }
 
-for t in "${targets[@]}"; do build_image "$t"; done
+# runtime-lean: the runtime image without torch (kubepool/runtime:$TAG-lean, ~1/5 of the size), for the real-node
+# tier (tests/realnode), whose jobs (XGBoost, Ray) never import torch. The same Dockerfile and recipe, built from a
+# copy of the context whose requirements.txt leaves torch out; build_image itself is unchanged, so the other
+# images' input hashes are too.
+build_runtime_lean() {
+    local ctx="$CACHE/lean-context"
+    mkdir -p "$ctx/runtime-image"
+    rm -rf "$ctx/src"
+    cp -a "$REPO/src" "$REPO/pyproject.toml" "$REPO/README.md" "$ctx/"
+    find "$ctx/src" -name __pycache__ -prune -exec rm -rf {} +
+    cp "$REPO/runtime-image/Dockerfile" "$REPO/runtime-image/Dockerfile.dockerignore" "$ctx/runtime-image/"
+    grep -v -E "$NO_TORCH" "$REPO/runtime-image/requirements.txt" >"$ctx/runtime-image/requirements.txt"
+    REPO=$ctx TAG=$TAG-lean build_image runtime
+}
+
+for t in "${targets[@]}"; do
+    if [[ $t == runtime-lean ]]; then build_runtime_lean; else build_image "$t"; fi
+done
 step "done"

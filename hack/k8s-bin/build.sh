@@ -37,7 +37,7 @@ ver_flags() {  # servers report their real version (helm's .Capabilities.KubeVer
 }
 
 need=()
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd kwok helm; do
   [ -x "$bin/$b" ] || need+=("$b")
 done
 stages_ok() { [ -f "$cache/kwok-stages/node/fast/node-initialize.yaml" ] && [ -f "$cache/kwok-stages/pod/fast/pod-ready.yaml" ]; }
@@ -58,7 +58,7 @@ start=$(date +%s)
 step() { log "$* ($(( $(date +%s) - start ))s elapsed)"; }
 build_kube() {
   local missing=()
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do [ -x "$bin/$b" ] || missing+=("k8s.io/kubernetes/cmd/$b"); done
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do [ -x "$bin/$b" ] || missing+=("k8s.io/kubernetes/cmd/$b"); done
   [ ${#missing[@]} -eq 0 ] && return
   step "kubernetes ${KUBE_VERSION}: ${missing[*]##*/} (the longest step)"
   (cd "$here/kubernetes" && quiet go build -trimpath -tags 'selinux,notest,grpcnotrace' -ldflags "$(ver_flags "$KUBE_VERSION")" -o "$bin/" "${missing[@]}")

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kubepool.local import controlplane
+from kubepool.local.realnode.images import DEFAULT_IMAGES, KNOWN_IMAGES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,6 +26,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     up = sub.add_parser("up", parents=[common], help="start the cluster, or reuse/repair a running one")
     up.add_argument("--fake-nodes", type=int, default=0, metavar="N", help="also create N kwok fake nodes")
+    up.add_argument(
+        "--real-nodes", type=int, default=0, metavar="N",
+        help="N real nodes (upstream kubelet on containerd, pods in containers; needs root) instead of the "
+        "process nodes; docs/local-nodes.md",
+    )
+    up.add_argument(
+        "--real-node-images", default=",".join(DEFAULT_IMAGES), metavar="LIST",
+        help=f"images of `make images` imported into each real node (of {', '.join(KNOWN_IMAGES)}; "
+        "default: %(default)s; the full runtime image is 7 GB unpacked per node)",
+    )
     up.add_argument(
         "--nodes-config", type=Path, default=os.environ.get("KUBEPOOL_NODES_CONFIG") or None, metavar="FILE",
         help=f"local node config (default: the running cluster's, else {controlplane.DEFAULT_NODES_CONFIG})",
@@ -51,9 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     try:
         if ns.command == "up":
+            images = tuple(i for i in ns.real_node_images.split(",") if i)
+            unknown = [i for i in images if i not in KNOWN_IMAGES]
+            if unknown:
+                raise controlplane.ClusterError(f"--real-node-images: unknown {', '.join(unknown)} "
+                                                f"(known: {', '.join(KNOWN_IMAGES)})")
             controlplane.up(
-                ns.state_dir, nodes_config=ns.nodes_config, fake_nodes=ns.fake_nodes,
-                port_offset=ns.port_offset, slot=ns.slot, say=_say,
+                ns.state_dir, nodes_config=ns.nodes_config, fake_nodes=ns.fake_nodes, real_nodes=ns.real_nodes,
+                real_node_images=images, port_offset=ns.port_offset, slot=ns.slot, say=_say,
             )
             return 0
         if ns.command == "down":

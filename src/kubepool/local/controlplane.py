@@ -41,6 +41,11 @@ import yaml
 
 from kubepool.local import kwok
 from kubepool.local.pki import Pki, ensure_pki
+from kubepool.local.realnode import nodes as realnodes
+from kubepool.local.realnode.dns import DnsError
+from kubepool.local.realnode.host import HostError
+from kubepool.local.realnode.images import DEFAULT_IMAGES, ImageError
+from kubepool.local.realnode.network import NetworkError, real_nodes_config
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_STATE_DIR = REPO_ROOT / ".kubepool"
@@ -54,6 +59,7 @@ AGENT_MODULE = "kubepool.local.agent"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 Log = Callable[[str], None]
+REAL_NODE_ERRORS = (realnodes.RealNodeError, HostError, ImageError, DnsError, NetworkError)
 
 
 # Slot N's ports are the default ones + 10·N: they stay in the gaps between the Ray port windows of local jobs'
@@ -105,6 +111,7 @@ class Ports:
     controller_manager: int = 16257
     scheduler: int = 16259
     kwok: int = 16280
+    coredns_ready: int = 16281  # real nodes' CoreDNS `ready` endpoint (kubepool.local.realnode.dns)
 
     def shifted(self, offset: int) -> Ports:
         return Ports(**{k: v + offset for k, v in asdict(self).items()})
@@ -119,6 +126,7 @@ class Layout:
     ports: Ports = field(default_factory=Ports)
     service_cidr: str = SERVICE_CIDR
     cluster_domain: str = CLUSTER_DOMAIN
+    slot: int = 0  # which cluster beside the default one: real nodes take the slot's address ranges
 
     @property
     def pki(self) -> Pki:
@@ -182,6 +190,7 @@ class Layout:
             "kubeconfig": str(self.kubeconfig),
             "caCert": str(self.pki.ca_cert),
             "caKey": str(self.pki.ca_key),
+            "slot": self.slot,
         }
 
     @classmethod
@@ -196,6 +205,7 @@ class Layout:
             ports=Ports(**raw["ports"]),
             service_cidr=raw["serviceCIDR"],
             cluster_domain=raw["clusterDomain"],
+            slot=int(raw.get("slot", 0)),
         )
 
 
@@ -544,6 +554,15 @@ def load_node_names(path: Path) -> list[str]:
     return [str(n["name"]) for n in doc.get("nodes") or []]
 
 
+def node_process(path: Path) -> dict[str, str]:
+    """node -> the process that runs it: `agent-<node>` (process node) or `kubelet-<node>` (`kind: kubelet`)."""
+    doc = yaml.safe_load(path.read_text()) or {}
+    return {
+        str(n["name"]): f"{'kubelet' if n.get('kind') == realnodes.KIND else 'agent'}-{n['name']}"
+        for n in doc.get("nodes") or []
+    }
+
+
 def _write_if_changed(path: Path, data: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != data:
@@ -588,6 +607,8 @@ def up(
     *,
     nodes_config: Path | None = None,
     fake_nodes: int = 0,
+    real_nodes: int = 0,
+    real_node_images: tuple[str, ...] = DEFAULT_IMAGES,
     port_offset: int = 0,
     slot: int = 0,
     say: Log = print,
@@ -597,14 +618,17 @@ def up(
 
     Without `nodes_config` an existing cluster keeps its node config and a new one gets `DEFAULT_NODES_CONFIG`
     on the addresses of `slot` (see `slot_nodes_config`); the ports move by `port_offset`, by default
-    `SLOT_PORT_STRIDE`·slot.
+    `SLOT_PORT_STRIDE`·slot. `real_nodes` N replaces the node config by N real nodes (`kind: kubelet`,
+    kubepool.local.realnode), into whose containerd `real_node_images` of `make images` are imported.
     """
     t0 = time.monotonic()
     state_dir = state_dir.resolve()
+    if real_nodes and nodes_config is not None:
+        raise ClusterError("--real-nodes and --nodes-config exclusive: put `kind: kubelet` entries in the file")
     bin_dir = ensure_binaries(say)
     with _locked(state_dir):
-        lay = _up_locked(state_dir, bin_dir, nodes_config, fake_nodes, port_offset or SLOT_PORT_STRIDE * slot,
-                         slot, say)
+        lay = _up_locked(state_dir, bin_dir, nodes_config, real_nodes, fake_nodes,
+                         port_offset or SLOT_PORT_STRIDE * slot, slot, real_node_images, say)
     wait_nodes_ready(lay, say)
     say(f"ready in {time.monotonic() - t0:.1f}s")
     say(f"export KUBECONFIG={lay.kubeconfig}")
@@ -612,14 +636,17 @@ def up(
 
 
 def _up_locked(
-    state_dir: Path, bin_dir: Path, nodes_config: Path | None, fake_nodes: int, port_offset: int, slot: int,
-    say: Log,
+    state_dir: Path, bin_dir: Path, nodes_config: Path | None, real_nodes: int, fake_nodes: int,
+    port_offset: int, slot: int, real_node_images: tuple[str, ...], say: Log,
 ) -> Layout:
     existing = Layout.load(state_dir)
-    # An existing cluster keeps its ports: its running processes and kubeconfig already use them.
-    lay = replace(existing, bin_dir=bin_dir) if existing else Layout(state_dir, bin_dir, Ports().shifted(port_offset))
+    # An existing cluster keeps its ports and slot: its running processes and kubeconfig already use them.
+    lay = (replace(existing, bin_dir=bin_dir) if existing
+           else Layout(state_dir, bin_dir, Ports().shifted(port_offset), slot=slot))
     say(f"state: {state_dir} (apiserver {lay.apiserver_url})")
-    if nodes_config is not None:
+    if real_nodes:
+        nodes_text = real_nodes_config(real_nodes, lay.slot)  # an existing cluster's slot: its addresses
+    elif nodes_config is not None:
         nodes_text = nodes_config.resolve().read_text()
     elif lay.nodes_yaml.exists():
         nodes_text = lay.nodes_yaml.read_text()
@@ -633,17 +660,24 @@ def _up_locked(
     ensure(lay, comps[2:], say)  # controller-manager + scheduler start in parallel
     ensure(lay, [kwok_component(lay)], say)
 
-    nodes = load_node_names(lay.nodes_yaml)
+    procs = node_process(lay.nodes_yaml)
+    nodes = [n for n, p in procs.items() if p.startswith("agent-")]
     wanted = {f"agent-{n}" for n in nodes}
     for stale in set(_agent_pid_names(lay)) - wanted:  # nodes removed from the config
         stop(lay, stale)
         say(f"  {stale}: stopped (node no longer configured)")
-    if not nodes:
-        say("node agents: none configured")
+    if not procs:
+        say("nodes: none configured")
+    elif not nodes:
+        pass  # real nodes only
     elif agent_available():
         ensure(lay, [Component(f"agent-{n}", agent_args(lay, n), None, restart_on_change=False) for n in nodes], say)
     else:
         say(f"node agents: {AGENT_MODULE} is not importable yet, skipping {len(nodes)} local node(s)")
+    try:
+        realnodes.up(lay, lay.slot, real_node_images, say)
+    except REAL_NODE_ERRORS as e:
+        raise ClusterError(f"real nodes: {e}") from e
 
     if fake_nodes:
         created = kwok.ensure_fake_nodes(lay, fake_nodes)
@@ -668,15 +702,18 @@ NODE_READY_TIMEOUT_S = 180.0
 def wait_nodes_ready(lay: Layout, say: Log, timeout_s: float = NODE_READY_TIMEOUT_S) -> None:
     """Wait for every local node of the config to be Ready; a failure names each node that is not, with its
     agent's state and the last lines of its log."""
-    names = load_node_names(lay.nodes_yaml)
-    if not names or not agent_available():
+    procs = node_process(lay.nodes_yaml)
+    if not agent_available():
+        procs = {n: p for n, p in procs.items() if not p.startswith("agent-")}
+    names = list(procs)
+    if not names:
         return
     t0 = time.monotonic()
     waiting: set[str] = set(names)
     while True:
         ready = node_readiness(lay)
         waiting = {n for n in names if not ready.get(n)}
-        dead = {n for n in waiting if not alive(lay, f"agent-{n}")}
+        dead = {n for n in waiting if not alive(lay, procs[n])}
         if not waiting:
             say(f"nodes: {len(names)} Ready in {time.monotonic() - t0:.1f}s")
             return
@@ -686,9 +723,10 @@ def wait_nodes_ready(lay: Layout, say: Log, timeout_s: float = NODE_READY_TIMEOU
     why = []
     for n in sorted(waiting):
         state = "not registered" if n not in ready else "NotReady"
-        agent = "running" if alive(lay, f"agent-{n}") else "NOT RUNNING"
-        tail = "\n".join(f"    {line}" for line in log_tail(lay, f"agent-{n}").splitlines())
-        why.append(f"  node {n}: {state}, agent {agent}; last lines of {lay.log(f'agent-{n}')}:\n{tail}")
+        proc = procs[n]
+        agent = "running" if alive(lay, proc) else "NOT RUNNING"
+        tail = "\n".join(f"    {line}" for line in log_tail(lay, proc).splitlines())
+        why.append(f"  node {n}: {state}, {proc.split('-')[0]} {agent}; last lines of {lay.log(proc)}:\n{tail}")
     raise ClusterError(
         f"local nodes not Ready after {time.monotonic() - t0:.0f}s: {', '.join(sorted(waiting))}\n" + "\n".join(why)
     )
@@ -704,8 +742,13 @@ def _say_nodes(lay: Layout, say: Log) -> None:
         say(f"  fake nodes                 {sum(fake)}/{len(fake)} Ready")
 
 
+def _realnode_pid_names(lay: Layout) -> list[str]:
+    pids = lay.state_dir / "pids"
+    return sorted(p.stem for pat in ("coredns.pid", "netpol.pid", "containerd-*.pid", "kubelet-*.pid") for p in pids.glob(pat))
+
+
 def _all_component_names(lay: Layout) -> list[str]:
-    return [*CONTROL_PLANE, kwok.NAME, *_agent_pid_names(lay)]
+    return [*CONTROL_PLANE, kwok.NAME, *_agent_pid_names(lay), *_realnode_pid_names(lay)]
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR, *, say: Log = print) -> None:
@@ -717,6 +760,10 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, *, say: Log = print) -> None:
     # Without cluster.json (a crashed first `up`) the bin dir is irrelevant: stopping only needs pid files.
     lay = Layout.load(state_dir) or Layout(state_dir, Path("/nonexistent"))
     with _locked(state_dir):
+        try:
+            realnodes.down(lay, say)  # while the apiserver still answers: its kubelets stop their pods
+        except REAL_NODE_ERRORS as e:
+            raise ClusterError(f"real nodes: {e} (state kept in {state_dir}; fix it and run down again)") from e
         for name in reversed(_all_component_names(lay)):
             # Agents get longer: they stop their pods' processes before exiting.
             if stop(lay, name, timeout=20.0 if name.startswith("agent-") else 10.0):
@@ -734,7 +781,7 @@ def status(state_dir: Path = DEFAULT_STATE_DIR, *, say: Log = print) -> int:
         return 1
     say(f"cluster {lay.apiserver_url} (state {state_dir})")
     comps = [*control_plane(lay), kwok_component(lay)]
-    comps += [Component(n, [], None) for n in _agent_pid_names(lay)]
+    comps += [Component(n, [], None) for n in (*_agent_pid_names(lay), *_realnode_pid_names(lay))]
     bad = 0
     for c in comps:
         pid = read_pid(lay, c.name)

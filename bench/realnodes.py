@@ -1,0 +1,248 @@
+"""Real nodes (upstream kubelet on containerd, kubepool.local.realnode): what they cost and how fast they are.
+
+A cluster of its own (`kubepool local up --real-nodes 2`, slot 4, state in /var/tmp/kubepool-bench-realnodes;
+$KUBEPOOL_BENCH_REALNODE_SLOT and _STATE_DIR pick others), torn down at the end. Measures: `up` from nothing (images
+imported), a node's Ready time after its kubelet starts (Node deleted first, so it registers anew), warm pod
+start (create -> Ready) one at a time and 5 at once, deletion, the chart's operator (from its image) running a
+trivial 2-instance job: submit -> payload start (the payload's own clock) and -> DONE; RSS of the node
+processes and disk per node. Skips, saying so, when the images are not built (needs root).
+
+`python -m bench.realnodes [--quick]` (also a part of `make bench`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.cluster import describe_machine, machine_line
+from kubepool.local import controlplane
+from kubepool.local.controlplane import Component, Layout
+from kubepool.local.realnode import configs, images
+
+RESULTS = Path(__file__).with_name("results")
+STATE_DIR = Path(os.environ.get("KUBEPOOL_BENCH_REALNODE_STATE_DIR") or "/var/tmp/kubepool-bench-realnodes")
+SLOT = int(os.environ.get("KUBEPOOL_BENCH_REALNODE_SLOT") or 4)
+IMAGES = ("operator", "runtime-lean")
+RUNTIME = "kubepool/runtime:dev-lean"
+MARK = "BENCH_PAYLOAD_START"
+
+
+def _kubectl(lay: Layout, *args: str, input: str | None = None, timeout: float = 120) -> str:
+    return lay.kubectl(*args, stdin=input, timeout=timeout)
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"bench": "pods"}},
+            "spec": {"terminationGracePeriodSeconds": 1, "nodeSelector": {"kubernetes.io/hostname": "real-node-1"},
+                     "containers": [{"name": "main", "image": RUNTIME, "imagePullPolicy": "Never",
+                                     "command": ["sleep", "3600"]}]}}
+
+
+def _pods_ready(lay: Layout, names: list[str], ns: str) -> float:
+    """Create the pods at once; seconds until all are Ready."""
+    t0 = time.monotonic()
+    _kubectl(lay, "apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all([_pod(n) for n in names]))
+    for n in names:
+        _kubectl(lay, "wait", "-n", ns, f"pod/{n}", "--for=condition=Ready", "--timeout=120s", timeout=130)
+    return time.monotonic() - t0
+
+
+def _delete_pods(lay: Layout, ns: str) -> float:
+    t0 = time.monotonic()
+    _kubectl(lay, "delete", "pods", "-n", ns, "-l", "bench=pods", "--wait=true", timeout=120)
+    return time.monotonic() - t0
+
+
+def node_ready_after_kubelet_start(lay: Layout, node: str) -> float:
+    """Stop the node's kubelet, delete its Node, start the kubelet again: seconds until the Node is Ready."""
+    name = f"kubelet-{node}"
+    argv = controlplane.running_argv(lay, name)
+    assert argv, f"{name} is not running"
+    health = next(c for c in _kubelets(lay) if c.name == name).health_url
+    controlplane.stop(lay, name)
+    _kubectl(lay, "delete", "node", node, "--wait=true")
+    t0 = time.monotonic()
+    controlplane.start(lay, Component(name, argv, health))
+    while not controlplane.node_readiness(lay).get(node):
+        if time.monotonic() - t0 > 120:
+            raise RuntimeError(f"{node} not Ready 120 s after its kubelet started; see {lay.log(name)}")
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def _kubelets(lay: Layout) -> list[Component]:
+    doc = yaml.safe_load(lay.nodes_yaml.read_text())
+    return [Component(f"kubelet-{n['name']}", [], configs.kubelet_health_url(n["ip"])) for n in doc["nodes"]]
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def resources(lay: Layout) -> dict[str, Any]:
+    rss = {}
+    for name in ("kubelet-real-node-1", "containerd-real-node-1", "coredns"):
+        pid = controlplane.read_pid(lay, name)
+        rss[name.split("-real")[0]] = round(_rss_mib(pid), 1) if pid else None
+    shim = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _is_shim(p, lay)]
+    # -x: the running containers' overlay rootfs mounts (under containerd's state dir) are not the store.
+    disk = subprocess.run(["du", "-smx", str(lay.state_dir / "realnodes" / "real-node-1" / "containerd" / "root")],
+                          capture_output=True, text=True).stdout.split()
+    return {"rss_mib": rss, "shims": len(shim),
+            "shim_rss_mib": round(statistics.median(_rss_mib(p) for p in shim), 1) if shim else None,
+            "containerd_disk_mib_per_node": int(disk[0]) if disk else None}
+
+
+def _is_shim(p: Path, lay: Layout) -> bool:
+    try:
+        cmd = (p / "cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"containerd-shim" in cmd and str(lay.state_dir).encode() in cmd
+
+
+def p3(lay: Layout, repeats: int) -> list[dict[str, float]]:
+    """The chart's operator from its image; a trivial 2-instance job: submit -> payload start, -> DONE."""
+    helm = [lay.bin("helm"), "--kubeconfig", str(lay.kubeconfig)]
+    chart = controlplane.REPO_ROOT / "charts" / "kubepool"
+    values = {"image": {"tag": "dev", "pullPolicy": "Never"},
+              "operator": {"runtimeImage": RUNTIME, "watchNamespaces": ["bench-jobs"], "warmCapacity": False,
+                           "settings": {"imagePullPolicy": "Never"}},
+              "pools": [{"name": "bench-real", "spec": {"resources": {"cpu": "1", "memory": "2Gi"}, "minNodes": 0,
+                                                         "maxNodes": 2, "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}]}
+    vfile = lay.state_dir / "bench-values.yaml"
+    vfile.write_text(yaml.safe_dump(values))
+    _kubectl(lay, "create", "namespace", "bench-jobs")
+    subprocess.run([*helm, "install", "kp", str(chart), "-n", "kubepool-system", "--create-namespace", "--values",
+                    str(vfile), "--wait", "--timeout", "180s"], check=True, capture_output=True, timeout=240)
+    runs = []
+    for i in range(repeats + 1):  # the first is a warm-up
+        name = f"p3-{i}"
+        job = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": name},
+               "spec": {"computePool": "bench-real", "targetInstances": 2, "entrypoint": {
+                   "command": ["python", "-c", f"import time; print('{MARK}', time.time(), flush=True)"]}}}
+        submit = time.time()
+        _kubectl(lay, "apply", "-n", "bench-jobs", "-f", "-", input=yaml.safe_dump(job))
+        phase = None
+        while phase not in ("DONE", "FAILED", "CANCELLED"):
+            if time.time() - submit > 600:
+                raise RuntimeError(f"job {name} not finished after 600 s ({phase})")
+            time.sleep(0.25)
+            phase = json.loads(_kubectl(lay, "get", "mljob", name, "-n", "bench-jobs", "-o", "json")).get(
+                "status", {}).get("phase")
+        done = time.time()
+        if phase != "DONE":
+            raise RuntimeError(f"job {name} ended {phase}")
+        logs = _kubectl(lay, "logs", "-n", "bench-jobs", "-l", f"kubepool.dev/job={name},kubepool.dev/role=head",
+                        "--tail=-1")
+        start = next(float(line.split()[1]) for line in logs.splitlines() if line.startswith(MARK))
+        if i:
+            runs.append({"payload_start_s": round(start - submit, 2), "done_s": round(done - submit, 2)})
+        _kubectl(lay, "delete", "mljob", name, "-n", "bench-jobs", "--wait=true", timeout=180)
+    return runs
+
+
+def measure(quick: bool) -> dict[str, Any]:
+    def cli(*args: str) -> float:
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "kubepool.local.cli", *args, "--state-dir", str(STATE_DIR)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"kubepool local {args[0]} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        return time.monotonic() - t0
+
+    up_s = cli("up", "--slot", str(SLOT), "--real-nodes", "2", "--real-node-images", ",".join(IMAGES))
+    lay = Layout.load(STATE_DIR)
+    assert lay is not None
+    try:
+        ready = [node_ready_after_kubelet_start(lay, "real-node-2") for _ in range(1 if quick else 3)]
+        ns = f"bench-{uuid.uuid4().hex[:6]}"
+        _kubectl(lay, "create", "namespace", ns)
+        while subprocess.run([lay.bin("kubectl"), f"--kubeconfig={lay.kubeconfig}", "get", "sa", "default", "-n", ns],
+                             capture_output=True).returncode:
+            time.sleep(0.2)
+        first = _pods_ready(lay, ["first"], ns)
+        _delete_pods(lay, ns)
+        warm = []
+        for i in range(3 if quick else 5):
+            warm.append(_pods_ready(lay, [f"warm-{i}"], ns))
+            _delete_pods(lay, ns)
+        five = _pods_ready(lay, [f"five-{i}" for i in range(5)], ns)
+        res = resources(lay)
+        delete5 = _delete_pods(lay, ns)
+        p3_runs = p3(lay, 1 if quick else 3)
+    finally:
+        down_s = cli("down")
+    return {
+        "machine": describe_machine(), "quick": quick,
+        "up_cold_s": round(up_s, 1), "down_s": round(down_s, 1),
+        "node_ready_after_kubelet_start_s": [round(r, 2) for r in ready],
+        "first_pod_ready_s": round(first, 2), "warm_pod_ready_s": [round(w, 2) for w in warm],
+        "five_pods_ready_s": round(five, 2), "delete_five_pods_s": round(delete5, 2),
+        "p3": p3_runs, **res,
+    }
+
+
+def markdown(r: dict[str, Any]) -> str:
+    med = statistics.median
+    rows = [
+        ("`kubepool local up --real-nodes 2` from nothing (images imported)", f"{r['up_cold_s']} s"),
+        ("Node Ready after its kubelet starts (Node re-registered)",
+         f"{med(r['node_ready_after_kubelet_start_s']):.2f} s (median of {len(r['node_ready_after_kubelet_start_s'])})"),
+        ("first pod of the runtime image Ready (create -> Ready)", f"{r['first_pod_ready_s']} s"),
+        ("warm pod Ready", f"{med(r['warm_pod_ready_s']):.2f} s (median of {len(r['warm_pod_ready_s'])})"),
+        ("5 pods at once, all Ready", f"{r['five_pods_ready_s']} s"),
+        ("delete those 5 pods (gone from the API)", f"{r['delete_five_pods_s']} s"),
+        ("2-instance job, submit -> payload start (chart's operator from its image)",
+         f"{med(p['payload_start_s'] for p in r['p3']):.2f} s (median of {len(r['p3'])})"),
+        ("2-instance job, submit -> DONE", f"{med(p['done_s'] for p in r['p3']):.2f} s"),
+        ("RSS: kubelet / containerd / CoreDNS / one pod's shim",
+         f"{r['rss_mib']['kubelet']} / {r['rss_mib']['containerd']} / {r['rss_mib']['coredns']} / {r['shim_rss_mib']} MiB"),
+        ("containerd store per node (pause, operator, runtime-lean)", f"{r['containerd_disk_mib_per_node']} MiB"),
+        ("`kubepool local down`", f"{r['down_s']} s"),
+    ]
+    return "\n".join([
+        "# Real nodes (bench.realnodes)", "", machine_line(r["machine"]), "",
+        "| measure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), "",
+    ])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.realnodes")
+    ap.add_argument("--quick", action="store_true")
+    ns = ap.parse_args(argv)
+    missing = [n for n in IMAGES if images.built_image(n) is None]
+    if missing:
+        print(f"bench.realnodes: skipped, images not built: {', '.join(missing)} "
+              f"(make images; hack/images/build.sh runtime-lean)", flush=True)
+        return 0
+    if os.geteuid() != 0:
+        print("bench.realnodes: needs root (containerd, kubelet, bridge, iptables)", file=sys.stderr)
+        return 1
+    print(f"[bench.realnodes] 2 real nodes in {STATE_DIR} (slot {SLOT}); up imports the images (minutes)", flush=True)
+    report = measure(ns.quick)
+    stem = "realnodes-quick" if ns.quick else "realnodes"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown(report))
+    print(markdown(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
