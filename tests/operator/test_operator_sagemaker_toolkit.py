@@ -50,7 +50,7 @@ def test_toolkit_reads_the_same_answers_on_every_instance(kubectl: Any, namespac
     for name, data in (("payload", {"train.py": SCRIPT}), ("train-data", {"a.csv": "1,2\n", "b.csv": "3,4\n"})):
         cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
         kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
-    groups = [{"name": "data_group", "computePool": cpu, "instanceCount": 2},
+    groups = [{"name": "data_group", "computePool": cpu, "instanceCount": 2, "instanceType": "ml.c5.xlarge"},
               {"name": "dnn_group", "computePool": gpu, "instanceCount": 1}]
     apply(mljob("toolkit", entrypoint={"file": "train.py"}, code={"configMap": "payload"}, mode="sagemaker",
                 instanceGroups=groups, distributionInstanceGroups=["dnn_group"], instancesTimeoutSeconds=240,
@@ -80,6 +80,8 @@ def test_toolkit_reads_the_same_answers_on_every_instance(kubectl: Any, namespac
             assert v["channel_input_dirs"] == {}
         assert v["model_dir"].endswith("/model") and v["output_data_dir"].endswith("/output/data")
         assert v["job_name"] == "toolkit"
+        # The SageMaker type the group declared, where the job names one (else the pool's family).
+        assert v["current_instance_type"] == ("ml.c5.xlarge" if group == "data_group" else "GPU_NV_S")
         # What the toolkit read from the files is what our runtime put in SM_TRAINING_ENV for the same instance.
         ours = v["sm_training_env"]
         for key in ("current_host", "current_instance_group", "is_hetero", "current_instance_group_hosts",

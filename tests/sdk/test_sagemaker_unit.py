@@ -95,9 +95,9 @@ def test_heterogeneous_job(fake_kube: FakeKube, entry: str) -> None:
     spec = fake_kube.jobs[("team", job.name)].wire()["spec"]
     assert spec["mode"] == "sagemaker"
     assert spec["instanceGroups"] == [
-        {"name": "instance_group_1", "computePool": "big-cpu", "instanceCount": 2},
-        {"name": "instance_group_2", "computePool": "a-gpu", "instanceCount": 1},
-    ]
+        {"name": "instance_group_1", "computePool": "big-cpu", "instanceCount": 2, "instanceType": "ml.c5.18xlarge"},
+        {"name": "instance_group_2", "computePool": "a-gpu", "instanceCount": 1, "instanceType": "ml.p3dn.24xlarge"},
+    ]  # the SageMaker types the script will read (SM_CURRENT_INSTANCE_TYPE), each on the pool of its family
     assert spec["distributionInstanceGroups"] == ["instance_group_2"]
     assert [c["instanceGroups"] for c in spec["channels"]] == [["instance_group_1"], ["instance_group_2"]]
     hp = spec["hyperParameters"]

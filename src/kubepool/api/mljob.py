@@ -36,12 +36,16 @@ HP_KEY_RULE: JsonDict = {"rule": "self.all(k, size(k) >= 1 && size(k) <= 256 && 
 NO_DOTDOT_RULE: JsonDict = {"rule": "!self.split('/').exists(p, p == '..')", "message": "must not contain '..'"}
 
 
+SAGEMAKER_TYPE_PATTERN = r"^ml\.[a-z0-9-]+\.[a-z0-9]+$"
+
+
 class InstanceGroup(Model):
     """A SageMaker-style instance group: `count` instances on one compute pool."""
 
     name: str = Field(pattern=GROUP_NAME_PATTERN, max_length=40, description="Group name, unique in the job (e.g. instance_group_1); '_' or '-' only between letters or digits.")
     compute_pool: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool the group's instances run on.")
     instance_count: int = Field(ge=1, le=MAX_INSTANCES, description="Instances in the group.")
+    instance_type: str | None = Field(None, pattern=SAGEMAKER_TYPE_PATTERN, max_length=64, description="SageMaker instance type the group stands for (ml.c5.xlarge), written into resourceconfig.json and SM_CURRENT_INSTANCE_TYPE; default the pool's instance family.")
 
 
 class S3Source(Model):
@@ -171,6 +175,7 @@ class MLJobSpec(Model):
     env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Environment of every instance.")
     code: CodeSource | None = Field(None, description="Where the payload comes from.")
     pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR}}, description="pip requirements every instance installs before anything starts, into a job-private location (never the image's environment); from pipOptions' index or wheelhouse, else the operator's. A failed install FAILS the job with reason PipInstallFailed.")
+    instance_type: str | None = Field(None, pattern=SAGEMAKER_TYPE_PATTERN, max_length=64, description="SageMaker instance type of the computePool form (ml.c5.xlarge), written into resourceconfig.json and SM_CURRENT_INSTANCE_TYPE; default the pool's instance family. With instanceGroups, set it per group.")
     output: OutputLocation | None = Field(None, description="Keep /opt/ml/model and /opt/ml/output/data after the job (SageMaker's OutputDataConfig): uploaded by every instance when its payload ends; status.outputs names them. Without it they vanish with the pods.")
     pip_options: PipOptions | None = Field(None, description="Where pipRequirements come from (default: the operator's configuration, else PyPI).")
     hyper_parameters: dict[str, str] = Field(default_factory=dict, json_schema_extra={"maxProperties": 128, "additionalProperties": {"type": "string", "maxLength": LONG_STR},
@@ -258,6 +263,8 @@ class MLJob(Model):
 _GROUP_KEY = "{v}.lowerAscii().replace('_', '-')"
 MLJOB_SPEC_RULES = [
     {"rule": "has(self.computePool) != has(self.instanceGroups)", "message": "set exactly one of computePool or instanceGroups"},
+    {"rule": "!has(self.instanceGroups) || !has(self.instanceType)", "message": "with instanceGroups, set instanceType per group",
+     "fieldPath": ".instanceType"},
     {"rule": "!has(self.instanceGroups) || !has(self.targetInstances)", "message": "targetInstances is the sum of instanceGroups[].instanceCount; do not set it with instanceGroups"},
     {"rule": "!has(self.minInstances) || (has(self.instanceGroups) ? self.minInstances <= self.instanceGroups.map(g, g.instanceCount).sum() : self.minInstances <= (has(self.targetInstances) ? self.targetInstances : 1))",
      "message": "minInstances must not exceed targetInstances"},
@@ -293,7 +300,7 @@ MLJOB_SPEC_RULES = [
 # already runs: refused at apply instead, naming the field.
 MUTABLE_SPEC = ("suspend", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
 IMMUTABLE_SPEC = ("computePool", "instancesTimeoutSeconds", "channels", "image", "entrypoint", "args", "workingDir", "env",
-                  "code", "pipRequirements", "pipOptions", "output", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
+                  "code", "pipRequirements", "pipOptions", "output", "instanceType", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
                   "backoffLimit")
 _AFTER = "cannot change after the job is created (delete and re-create the job)"
 MLJOB_SPEC_RULES += [

@@ -81,6 +81,7 @@ def build_mljob(
     distribution_instance_groups: Sequence[str] | None = None,
     active_deadline_seconds: int | None = None,
     output: OutputLocation | None = None,
+    instance_type: str | None = None,
 ) -> MLJob:
     """The MLJob object the SDK creates (validated the way the API server will validate it).
 
@@ -104,6 +105,7 @@ def build_mljob(
         distribution_instance_groups: Groups that run distributed training.
         active_deadline_seconds: The job fails after this many seconds running.
         output: Where /opt/ml/model and /opt/ml/output/data are kept after the job.
+        instance_type: The SageMaker instance type scripts read (single-pool form).
 
     Raises:
         ValueError: An argument breaks a rule of the MLJob API; the message names the field.
@@ -133,6 +135,7 @@ def build_mljob(
             distribution_instance_groups=list(distribution_instance_groups) if distribution_instance_groups else None,
             active_deadline_seconds=active_deadline_seconds,
             output=output,
+            instance_type=instance_type,
         )
     except ValidationError as err:
         raise ValueError(f"invalid job {name}: {_readable(err)}") from None

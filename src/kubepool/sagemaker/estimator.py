@@ -20,7 +20,7 @@ from kubepool.jobs.payload import PayloadFile, directory_payload, file_payload
 from kubepool.jobs.spec import build_mljob, check_name, generate_name
 from kubepool.kube.sync import Kube
 from kubepool.sagemaker.inputs import TrainingInput, output_location
-from kubepool.sagemaker.instance_types import resolve_pool
+from kubepool.sagemaker.instance_types import is_sagemaker_type, resolve_pool
 
 # distribution key → the hyperparameter SageMaker's framework estimators set when it is enabled.
 _STRATEGY_FLAGS = {
@@ -224,7 +224,9 @@ class Estimator:
         if self.distribution_instance_groups:
             hp["sagemaker_distribution_instance_groups"] = json.dumps(self.distribution_instance_groups)
         groups = [api.InstanceGroup(name=g.instance_group_name, compute_pool=resolve_pool(kube, g.instance_type),
-                                    instance_count=g.instance_count) for g in self.instance_groups]
+                                    instance_count=g.instance_count,
+                                    instance_type=g.instance_type if is_sagemaker_type(g.instance_type) else None)
+                  for g in self.instance_groups]
         job = build_mljob(
             name=name, namespace=self.namespace or kube.namespace, entrypoint=entrypoint,
             compute_pool=resolve_pool(kube, self.instance_type) if self.instance_type else None,
@@ -233,6 +235,7 @@ class Estimator:
             channels=build_channels(inputs, self.instance_groups), hyper_parameters=hp,
             distribution_instance_groups=self.distribution_instance_groups or None,
             active_deadline_seconds=self.max_run, output=self.output,
+            instance_type=self.instance_type if self.instance_type and is_sagemaker_type(self.instance_type) else None,
         )
         return job, files
 

@@ -271,3 +271,16 @@ def test_pip_requirements_get_a_private_prefix_and_pips_variables() -> None:
     assert env["PIP_INDEX_URL"] == "https://own.example/simple" and "PIP_NO_INDEX" not in env  # the job's index wins
     env = _values(pod_of(cfg, pipRequirements=["tabulate"], env=[{"name": "PIP_INDEX_URL", "value": "https://mine/simple"}]))
     assert env["PIP_INDEX_URL"] == "https://mine/simple"  # the job's own env wins over the operator's default
+
+
+def test_the_sagemaker_instance_type_is_what_scripts_read() -> None:
+    from kubepool.controller.builders import build_job_contract
+    from kubepool.runtime import sagemaker
+
+    groups = [{"name": "a", "computePool": "cpu", "instanceCount": 1, "instanceType": "ml.c5.xlarge"},
+              {"name": "b", "computePool": "gpu", "instanceCount": 1}]
+    doc = build_job_contract(job(instanceGroups=groups), POOLS)
+    assert [g.instance_type for g in doc.groups] == ["ml.c5.xlarge", "GPU_NV_S"]  # default: the pool's family
+    assert sagemaker.resource_config(doc, doc.identity(0))["current_instance_type"] == "ml.c5.xlarge"
+    single = build_job_contract(job(instanceType="ml.m5.large"), POOLS)
+    assert [g.instance_type for g in single.groups] == ["ml.m5.large"]

@@ -46,12 +46,15 @@ def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
     for p in placement_of(job):
         pool, n = counts.get(p.group, (p.pool, 0))
         counts[p.group] = (pool, n + 1)
+    declared = {g.name: g.instance_type for g in job.spec.instance_groups or ()}
     out = []
     for group, (pool_name, count) in counts.items():
         spec = pool_named(pools, pool_name).spec
         size = spec.instance_size()
+        # What SageMaker scripts read as the instance type: the job's SageMaker type, else the pool's family.
+        kind = declared.get(group) or job.spec.instance_type or str(spec.instance_family or "custom")
         out.append(contract.Group(
-            name=group, instance_type=str(spec.instance_family or "custom"), count=count,
+            name=group, instance_type=kind, count=count,
             cpus=float(parse_quantity(size.cpu)), memory_bytes=int(parse_quantity(size.memory)), gpus=size.gpus,
         ))
     return out
