@@ -59,6 +59,7 @@ DEFAULT_BASE_DIR = "/opt/ml"
 # wheelhouse is mounted; pip itself reads PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX.
 PIP_DIR = "/opt/kubepool/pip"
 OUTPUT_MOUNT = "/opt/kubepool/output"  # a PVC output location, mounted read-write
+CHECKPOINT_DIR = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path default
 WHEELHOUSE_DIR = "/opt/kubepool/wheelhouse"
 # Failures the runtime names itself (in its termination message's `reason`); the operator reports them as the
 # job's reason instead of HeadFailed/InstanceFailed.
@@ -230,6 +231,7 @@ class JobContract(BaseModel):
     distribution_instance_groups: list[str] = Field(default_factory=list, alias="distributionInstanceGroups")
     ray: RaySettings = Field(default_factory=RaySettings)
     output: OutputTarget | None = None
+    checkpoint_s3: OutputTarget | None = Field(None, alias="checkpointS3", description="an S3 checkpoint prefix (a PVC is mounted instead)")
     pip_requirements: list[str] = Field(default_factory=list, alias="pipRequirements",
                                         description="installed by every instance into PIP_DIR before anything starts")
 
@@ -316,6 +318,7 @@ def build_contract(
     min_wait_seconds: float = -1,
     pip_requirements: Sequence[str] = (),
     output: OutputTarget | None = None,
+    checkpoint_s3: OutputTarget | None = None,
 ) -> JobContract:
     instances = build_instances(job_name, groups)
     return JobContract(
@@ -333,6 +336,7 @@ def build_contract(
         channels=list(channels),
         pip_requirements=list(pip_requirements),
         output=output,
+        checkpoint_s3=checkpoint_s3,
         hyperparameters=dict(hyperparameters or {}),
         entrypoint=entrypoint or Entrypoint(),
         mode=mode,

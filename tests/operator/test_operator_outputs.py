@@ -66,8 +66,8 @@ def test_estimator_outputs_are_kept_in_sagemakers_layout(kubectl: Any, namespace
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     est = Estimator(str(script), instance_type=pool, instance_count=2, hyperparameters={"epochs": 3},
-                    namespace=namespace, output_path="s3://models/runs", output_endpoint_url=endpoint,
-                    output_credentials_secret=_credentials(kubectl, namespace), max_run=240)
+                    namespace=namespace, output_path="s3://models/runs", s3_endpoint_url=endpoint,
+                    s3_credentials_secret=_credentials(kubectl, namespace), max_run=240)
     job = est.fit(wait=False)
     st = wait_phase(kubectl, namespace, job.name, {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
     assert st["phase"] == "DONE", json.dumps(st, indent=1)
@@ -92,3 +92,36 @@ def test_the_payloads_failure_file_is_the_jobs_message(kubectl: Any, namespace: 
     job = Estimator(str(script), instance_type=pool, instance_count=1, namespace=namespace, max_run=240).fit(wait=False)
     st = wait_phase(kubectl, namespace, job.name, {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
     assert st["phase"] == "FAILED" and st["message"] == "label column 'y' is missing from train.csv", json.dumps(st, indent=1)
+
+
+RESUME = """\
+import pathlib, sys
+state = pathlib.Path("/opt/ml/checkpoints/epoch.txt")
+epoch = int(state.read_text()) if state.exists() else 0
+print("resuming from epoch", epoch, flush=True)
+if epoch == 0:
+    state.write_text("5")  # checkpointed, then the attempt dies
+    sys.exit(1)
+print("finished from epoch", epoch, flush=True)
+"""
+
+
+def test_a_retry_resumes_from_its_checkpoint(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,
+                                             endpoint: str) -> None:
+    pool = compute_pool("cpu", max_nodes=1)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": {"resume.py": RESUME}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
+    job = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": "resume"}, "spec": {
+        "computePool": pool, "mode": "sagemaker", "entrypoint": {"file": "resume.py"}, "code": {"configMap": "payload"},
+        "backoffLimit": 1, "checkpoint": {"s3": {"uri": f"s3://models/ckpt/{namespace}", "endpointUrl": endpoint,
+                                                  "credentialsSecret": _credentials(kubectl, namespace)}}}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job), check=True)
+    st = wait_phase(kubectl, namespace, "resume", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert (st["phase"], st["attempt"]) == ("DONE", 1), json.dumps(st, indent=1)
+    pods = [p["metadata"]["name"] for p in kubectl.json("get", "pods", "-n", namespace, "-l", f"{naming.LABEL_JOB}=resume")["items"]]
+    retry = naming.pod_name("resume", naming.DEFAULT_GROUP, 0, 1)  # instance 0 of attempt 1
+    assert retry in pods, pods
+    log = kubectl("logs", "-n", namespace, retry, "--tail=-1").stdout
+    assert "resuming from epoch 5" in log and "finished from epoch 5" in log, log[-3000:]
+    body = client(endpoint).get_object(Bucket="models", Key=f"ckpt/{namespace}/epoch.txt")["Body"].read()
+    assert body == b"5"

@@ -27,6 +27,7 @@ RULES: dict[str, list[dict[str, str]]] = {
     "CodeSource": mj.CODE_RULES,
     "Wheelhouse": mj.WHEELHOUSE_RULES,
     "OutputLocation": mj.OUTPUT_RULES,
+    "CheckpointLocation": mj.CHECKPOINT_RULES,
     "ComputePoolSpec": cp.POOL_RULES,
     "Toleration": common.TOLERATION_RULES,
 }

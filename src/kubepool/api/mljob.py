@@ -85,6 +85,14 @@ class OutputLocation(Model):
     persistent_volume_claim: PvcSource | None = None
 
 
+class CheckpointLocation(Model):
+    """Where /opt/ml/checkpoints lives beyond one attempt (SageMaker's checkpoint_s3_uri): an S3 prefix it is synced
+    to while the job runs and restored from when an instance starts, or a PVC mounted there. Exactly one."""
+
+    s3: S3Source | None = None
+    persistent_volume_claim: PvcSource | None = None
+
+
 class JobOutputs(Model):
     """Where a finished job's outputs are (status.outputs)."""
 
@@ -176,6 +184,7 @@ class MLJobSpec(Model):
     code: CodeSource | None = Field(None, description="Where the payload comes from.")
     pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR}}, description="pip requirements every instance installs before anything starts, into a job-private location (never the image's environment); from pipOptions' index or wheelhouse, else the operator's. A failed install FAILS the job with reason PipInstallFailed.")
     instance_type: str | None = Field(None, pattern=SAGEMAKER_TYPE_PATTERN, max_length=64, description="SageMaker instance type of the computePool form (ml.c5.xlarge), written into resourceconfig.json and SM_CURRENT_INSTANCE_TYPE; default the pool's instance family. With instanceGroups, set it per group.")
+    checkpoint: CheckpointLocation | None = Field(None, description="Keep /opt/ml/checkpoints across attempts (backoffLimit): restored into every instance before the payload starts, kept while it runs (S3: synced every few seconds and at the end; a PVC: mounted there).")
     output: OutputLocation | None = Field(None, description="Keep /opt/ml/model and /opt/ml/output/data after the job (SageMaker's OutputDataConfig): uploaded by every instance when its payload ends; status.outputs names them. Without it they vanish with the pods.")
     pip_options: PipOptions | None = Field(None, description="Where pipRequirements come from (default: the operator's configuration, else PyPI).")
     hyper_parameters: dict[str, str] = Field(default_factory=dict, json_schema_extra={"maxProperties": 128, "additionalProperties": {"type": "string", "maxLength": LONG_STR},
@@ -300,7 +309,7 @@ MLJOB_SPEC_RULES = [
 # already runs: refused at apply instead, naming the field.
 MUTABLE_SPEC = ("suspend", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
 IMMUTABLE_SPEC = ("computePool", "instancesTimeoutSeconds", "channels", "image", "entrypoint", "args", "workingDir", "env",
-                  "code", "pipRequirements", "pipOptions", "output", "instanceType", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
+                  "code", "pipRequirements", "pipOptions", "output", "checkpoint", "instanceType", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
                   "backoffLimit")
 _AFTER = "cannot change after the job is created (delete and re-create the job)"
 MLJOB_SPEC_RULES += [
@@ -320,6 +329,9 @@ ENTRYPOINT_RULES = [
 CHANNEL_SOURCE_RULES = [
     {"rule": "(has(self.s3) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.configMap) ? 1 : 0) == 1",
      "message": "set exactly one of s3, persistentVolumeClaim or configMap"},
+]
+CHECKPOINT_RULES = [
+    {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},
 ]
 OUTPUT_RULES = [
     {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},

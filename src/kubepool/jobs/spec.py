@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from kubepool import naming
 from kubepool.api import Channel, CodeSource, Entrypoint, InstanceGroup, MLJob, MLJobSpec
-from kubepool.api.mljob import OutputLocation
+from kubepool.api.mljob import CheckpointLocation, OutputLocation
 from kubepool.contract import RunMode
 
 # MLJob names prefix pod and Service names, so the CRD caps them below the 63 of a DNS label.
@@ -82,6 +82,7 @@ def build_mljob(
     active_deadline_seconds: int | None = None,
     output: OutputLocation | None = None,
     instance_type: str | None = None,
+    checkpoint: CheckpointLocation | None = None,
 ) -> MLJob:
     """The MLJob object the SDK creates (validated the way the API server will validate it).
 
@@ -106,6 +107,7 @@ def build_mljob(
         active_deadline_seconds: The job fails after this many seconds running.
         output: Where /opt/ml/model and /opt/ml/output/data are kept after the job.
         instance_type: The SageMaker instance type scripts read (single-pool form).
+        checkpoint: Where /opt/ml/checkpoints is kept across attempts.
 
     Raises:
         ValueError: An argument breaks a rule of the MLJob API; the message names the field.
@@ -136,6 +138,7 @@ def build_mljob(
             active_deadline_seconds=active_deadline_seconds,
             output=output,
             instance_type=instance_type,
+            checkpoint=checkpoint,
         )
     except ValidationError as err:
         raise ValueError(f"invalid job {name}: {_readable(err)}") from None

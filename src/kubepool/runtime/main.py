@@ -42,7 +42,18 @@ from kubepool.contract import (
     load_contract,
     resolve_replica_index,
 )
-from kubepool.runtime import channels, hosts, outputs, pip, ray_node, result, sagemaker, shutdown, snowflake
+from kubepool.runtime import (
+    channels,
+    checkpoints,
+    hosts,
+    outputs,
+    pip,
+    ray_node,
+    result,
+    sagemaker,
+    shutdown,
+    snowflake,
+)
 
 LEAVE_ACK_SECONDS = 15.0  # Snowflake's signal_workers --wait-time
 CHILD_STOP_SECONDS = 10.0
@@ -209,15 +220,38 @@ def run(env: dict[str, str]) -> int:
         log(f"pip: {done}")
     gpus = ray_node.detect_gpus()
     sm_env = prepare(contract, me, env, gpus)
-    if contract.mode is RunMode.HEAD:
-        code = run_ray_mode(contract, me, env, gpus, deadline)
-    else:
-        if contract.mode is RunMode.SAGEMAKER:
-            env.update(sm_env)  # peers are names (algo-N, MASTER_ADDR): the script resolves what it uses
-        else:
-            env.update(snowflake.parallel_env(me, parallel_ips(contract, me, env, deadline)))
-        code = run_launcher(env)
+    syncer = start_checkpoints(contract, env)
+    try:
+        code = run_payload(contract, me, env, sm_env, gpus, deadline)
+    finally:
+        if syncer is not None:
+            log(f"checkpoints: {len(syncer.stop())} file(s) uploaded at the end")
     return finish(contract, me, env, code)
+
+
+def start_checkpoints(contract: JobContract, env: Mapping[str, str]) -> checkpoints.Syncer | None:
+    """An S3 checkpoint location: restore it into the checkpoint dir, then keep it in sync while the payload runs."""
+    if contract.checkpoint_s3 is None:
+        return None
+    local = sagemaker.Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR))).base / "checkpoints"
+    local.mkdir(parents=True, exist_ok=True)
+    restored = checkpoints.restore(contract.checkpoint_s3, local, env)
+    log(f"checkpoints: {len(restored)} file(s) restored from {contract.checkpoint_s3.location}")
+    syncer = checkpoints.Syncer(contract.checkpoint_s3, local, env)
+    syncer.mark_current()
+    syncer.start()
+    return syncer
+
+
+def run_payload(contract: JobContract, me: InstanceIdentity, env: dict[str, str], sm_env: Mapping[str, str], gpus: int,
+                deadline: float) -> int:
+    if contract.mode is RunMode.HEAD:
+        return run_ray_mode(contract, me, env, gpus, deadline)
+    if contract.mode is RunMode.SAGEMAKER:
+        env.update(sm_env)  # peers are names (algo-N, MASTER_ADDR): the script resolves what it uses
+    else:
+        env.update(snowflake.parallel_env(me, parallel_ips(contract, me, env, deadline)))
+    return run_launcher(env)
 
 
 def finish(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], code: int) -> int:

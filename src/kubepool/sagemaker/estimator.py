@@ -13,13 +13,13 @@ from typing import Any
 from kubepool import api
 from kubepool.api import Entrypoint
 from kubepool.api.mljob import MAX_GROUPS
-from kubepool.contract import RunMode
+from kubepool.contract import CHECKPOINT_DIR, RunMode
 from kubepool.jobs.job import MLJob
 from kubepool.jobs.manager import connect, submit, warn_unknown
 from kubepool.jobs.payload import PayloadFile, directory_payload, file_payload
 from kubepool.jobs.spec import build_mljob, check_name, generate_name
 from kubepool.kube.sync import Kube
-from kubepool.sagemaker.inputs import TrainingInput, output_location
+from kubepool.sagemaker.inputs import TrainingInput, checkpoint_location, output_location
 from kubepool.sagemaker.instance_types import is_sagemaker_type, resolve_pool
 
 # distribution key → the hyperparameter SageMaker's framework estimators set when it is enabled.
@@ -149,8 +149,11 @@ class Estimator:
         namespace: Namespace; default the kubeconfig context's.
         output_path: Where model.tar.gz and output.tar.gz are kept (s3://bucket/prefix or pvc://claim[/path]);
             `model_data` names the model's archive after `fit`. Without it the outputs vanish with the pods.
-        output_endpoint_url: S3-compatible endpoint of `output_path` (kubepool's; SageMaker's S3 needs none).
-        output_credentials_secret: Secret with the AWS keys for `output_path` (labelled kubepool.dev/credentials=true).
+        checkpoint_s3_uri: Where /opt/ml/checkpoints is kept (s3://bucket/prefix or pvc://claim[/path]): restored
+            into every instance before the script starts, so a retry resumes (SageMaker's checkpoint_s3_uri).
+        checkpoint_local_path: Only SageMaker's default, /opt/ml/checkpoints.
+        s3_endpoint_url: S3-compatible endpoint of `output_path` and `checkpoint_s3_uri` (SageMaker's S3 needs none).
+        s3_credentials_secret: Secret with the AWS keys for them (labelled kubepool.dev/credentials=true).
         sagemaker_session: The cluster connection (`kubepool.jobs.connect(context=...)`, where SageMaker takes
             its Session); default from the kubeconfig.
         **kwargs: Other SageMaker arguments (framework_version, py_version, ...) are accepted and ignored.
@@ -175,8 +178,10 @@ class Estimator:
         max_run: int | None = None,
         namespace: str | None = None,
         output_path: str | None = None,
-        output_endpoint_url: str | None = None,
-        output_credentials_secret: str | None = None,
+        checkpoint_s3_uri: str | None = None,
+        checkpoint_local_path: str | None = None,
+        s3_endpoint_url: str | None = None,
+        s3_credentials_secret: str | None = None,
         sagemaker_session: Any = None,
         **kwargs: Any,
     ) -> None:
@@ -203,7 +208,11 @@ class Estimator:
         self.max_run = max_run
         self.namespace = namespace
         self.sagemaker_session = sagemaker_session
-        self.output = output_location(output_path, output_endpoint_url, output_credentials_secret) if output_path else None
+        self.output = output_location(output_path, s3_endpoint_url, s3_credentials_secret) if output_path else None
+        if checkpoint_local_path not in (None, CHECKPOINT_DIR):
+            raise ValueError(f"checkpoint_local_path: only {CHECKPOINT_DIR} (SageMaker's default) is supported")
+        self.checkpoint = (checkpoint_location(checkpoint_s3_uri, s3_endpoint_url, s3_credentials_secret)
+                           if checkpoint_s3_uri else None)
         self.latest_training_job: MLJob | None = None
 
     def _payload_and_entrypoint(self) -> tuple[list[PayloadFile], Entrypoint]:
@@ -234,7 +243,7 @@ class Estimator:
             env_vars=self.environment, image=self.image_uri, mode=RunMode.SAGEMAKER,
             channels=build_channels(inputs, self.instance_groups), hyper_parameters=hp,
             distribution_instance_groups=self.distribution_instance_groups or None,
-            active_deadline_seconds=self.max_run, output=self.output,
+            active_deadline_seconds=self.max_run, output=self.output, checkpoint=self.checkpoint,
             instance_type=self.instance_type if self.instance_type and is_sagemaker_type(self.instance_type) else None,
         )
         return job, files

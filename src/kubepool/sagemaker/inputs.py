@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kubepool.api import Channel, ChannelSource
-from kubepool.api.mljob import ConfigMapSource, OutputLocation, PvcSource, S3Source
+from kubepool.api.mljob import CheckpointLocation, ConfigMapSource, OutputLocation, PvcSource, S3Source
 from kubepool.contract import Distribution, InputMode
 
 _INPUT_MODES = {None, "File", "FastFile"}  # FastFile streams on SageMaker; here it is downloaded first
@@ -74,6 +74,12 @@ def output_location(uri: str, endpoint_url: str | None = None, credentials_secre
     if src.config_map is not None:
         raise ValueError(f"output_path {uri!r}: outputs go to s3://bucket/prefix or pvc://claim[/path], not a ConfigMap")
     return OutputLocation(s3=src.s3, persistent_volume_claim=src.persistent_volume_claim)
+
+
+def checkpoint_location(uri: str, endpoint_url: str | None = None, credentials_secret: str | None = None) -> CheckpointLocation:
+    """SageMaker's checkpoint_s3_uri as an MLJob's spec.checkpoint: s3://bucket/prefix or pvc://claim[/path]."""
+    out = output_location(uri, endpoint_url, credentials_secret)
+    return CheckpointLocation(s3=out.s3, persistent_volume_claim=out.persistent_volume_claim)
 
 
 def _source(uri: str, endpoint_url: str | None, credentials_secret: str | None) -> ChannelSource:

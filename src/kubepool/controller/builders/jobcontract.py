@@ -87,6 +87,9 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
         mode=spec.mode,
         pip_requirements=list(spec.pip_requirements),
         output=output_target(spec.output),
+        checkpoint_s3=contract.OutputTarget(location=spec.checkpoint.s3.uri, s3_uri=spec.checkpoint.s3.uri,
+                                            s3_endpoint_url=spec.checkpoint.s3.endpoint_url)
+        if spec.checkpoint is not None and spec.checkpoint.s3 is not None else None,
         distribution_instance_groups=list(spec.distribution_instance_groups or []),
         ray=contract.RaySettings(auth_mode=spec.ray.auth_mode, dashboard=spec.ray.dashboard,
                                  gcs_port=naming.RAY_GCS_PORT + port_shift,

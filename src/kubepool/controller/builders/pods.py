@@ -114,13 +114,19 @@ def _volumes(job: MLJob, inst: Placement, ref: JobRef) -> tuple[list[Obj], list[
     if out is not None:  # instances write their archives into it (read-write); S3 outputs are uploaded
         volumes.append({"name": "output", "persistentVolumeClaim": {"claimName": out.claim_name}})
         mounts.append({"name": "output", "mountPath": contract.OUTPUT_MOUNT, **({"subPath": out.sub_path} if out.sub_path else {})})
+    ckpt = spec.checkpoint.persistent_volume_claim if spec.checkpoint else None
+    if ckpt is not None:  # the checkpoint dir is the volume itself: nothing to sync, it outlives every attempt
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": ckpt.claim_name}})
+        mounts.append({"name": "checkpoints", "mountPath": contract.CHECKPOINT_DIR,
+                       **({"subPath": ckpt.sub_path} if ckpt.sub_path else {})})
     pip_vols, pip_mounts = pip_volumes(job)
     return volumes + pip_vols, mounts + pip_mounts
 
 
 def credentials_secrets(job: MLJob) -> list[str]:
     """The Secrets the job's channels and output take credentials from (each must opt in: naming.LABEL_CREDENTIALS)."""
-    sources = [c.source.s3 for c in job.spec.channels or []] + [job.spec.output.s3 if job.spec.output else None]
+    sources = [c.source.s3 for c in job.spec.channels or []] + [job.spec.output.s3 if job.spec.output else None,
+                                                                job.spec.checkpoint.s3 if job.spec.checkpoint else None]
     return list(dict.fromkeys(s.credentials_secret for s in sources if s is not None and s.credentials_secret))
 
 
