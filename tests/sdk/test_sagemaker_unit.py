@@ -128,3 +128,16 @@ def test_input_mode_reaches_the_channel() -> None:
     assert TrainingInput("s3://bucket-1/p").to_channel("train").input_mode == "File"
     with pytest.raises(ValueError, match="Pipe"):
         TrainingInput("s3://bucket-1/p", input_mode="Pipe")
+
+
+def test_retries_and_checkpoints_reach_the_spec(fake_kube: FakeKube, entry: str) -> None:
+    fake_kube.pools = {"cpu": pool("cpu", 4, "CPU_X64_S")}
+    est = Estimator(entry, instance_type="cpu", instance_count=1, max_retry_attempts=2,
+                    checkpoint_s3_uri="s3://bucket-1/ckpt", s3_credentials_secret="keys")
+    spec = fake_kube.jobs[("team", est.fit(wait=False).name)].wire()["spec"]
+    assert spec["backoffLimit"] == 2
+    assert spec["checkpoint"] == {"s3": {"uri": "s3://bucket-1/ckpt", "credentialsSecret": "keys"}}
+    with pytest.raises(ValueError, match="checkpoint_local_path"):
+        Estimator(entry, instance_type="cpu", instance_count=1, checkpoint_local_path="/data/ckpt")
+    with pytest.raises(ValueError, match="max_retry_attempts must be between 0 and 10"):
+        Estimator(entry, instance_type="cpu", instance_count=1, max_retry_attempts=11)

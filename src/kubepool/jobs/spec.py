@@ -83,6 +83,7 @@ def build_mljob(
     output: OutputLocation | None = None,
     instance_type: str | None = None,
     checkpoint: CheckpointLocation | None = None,
+    backoff_limit: int = 0,
 ) -> MLJob:
     """The MLJob object the SDK creates (validated the way the API server will validate it).
 
@@ -108,6 +109,7 @@ def build_mljob(
         output: Where /opt/ml/model and /opt/ml/output/data are kept after the job.
         instance_type: The SageMaker instance type scripts read (single-pool form).
         checkpoint: Where /opt/ml/checkpoints is kept across attempts.
+        backoff_limit: Times a failed job is retried from scratch.
 
     Raises:
         ValueError: An argument breaks a rule of the MLJob API; the message names the field.
@@ -139,6 +141,7 @@ def build_mljob(
             output=output,
             instance_type=instance_type,
             checkpoint=checkpoint,
+            backoff_limit=backoff_limit,
         )
     except ValidationError as err:
         raise ValueError(f"invalid job {name}: {_readable(err)}") from None

@@ -152,6 +152,8 @@ class Estimator:
         checkpoint_s3_uri: Where /opt/ml/checkpoints is kept (s3://bucket/prefix or pvc://claim[/path]): restored
             into every instance before the script starts, so a retry resumes (SageMaker's checkpoint_s3_uri).
         checkpoint_local_path: Only SageMaker's default, /opt/ml/checkpoints.
+        max_retry_attempts: Times a failed job is retried from scratch (spec.backoffLimit, at most 10); with
+            checkpoint_s3_uri a retry resumes from the checkpoints.
         s3_endpoint_url: S3-compatible endpoint of `output_path` and `checkpoint_s3_uri` (SageMaker's S3 needs none).
         s3_credentials_secret: Secret with the AWS keys for them (labelled kubepool.dev/credentials=true).
         sagemaker_session: The cluster connection (`kubepool.jobs.connect(context=...)`, where SageMaker takes
@@ -180,6 +182,7 @@ class Estimator:
         output_path: str | None = None,
         checkpoint_s3_uri: str | None = None,
         checkpoint_local_path: str | None = None,
+        max_retry_attempts: int | None = None,
         s3_endpoint_url: str | None = None,
         s3_credentials_secret: str | None = None,
         sagemaker_session: Any = None,
@@ -211,6 +214,9 @@ class Estimator:
         self.output = output_location(output_path, s3_endpoint_url, s3_credentials_secret) if output_path else None
         if checkpoint_local_path not in (None, CHECKPOINT_DIR):
             raise ValueError(f"checkpoint_local_path: only {CHECKPOINT_DIR} (SageMaker's default) is supported")
+        if max_retry_attempts is not None and not 0 <= max_retry_attempts <= 10:
+            raise ValueError(f"max_retry_attempts must be between 0 and 10 (the MLJob's backoffLimit), not {max_retry_attempts}")
+        self.max_retry_attempts = max_retry_attempts
         self.checkpoint = (checkpoint_location(checkpoint_s3_uri, s3_endpoint_url, s3_credentials_secret)
                            if checkpoint_s3_uri else None)
         self.latest_training_job: MLJob | None = None
@@ -244,6 +250,7 @@ class Estimator:
             channels=build_channels(inputs, self.instance_groups), hyper_parameters=hp,
             distribution_instance_groups=self.distribution_instance_groups or None,
             active_deadline_seconds=self.max_run, output=self.output, checkpoint=self.checkpoint,
+            backoff_limit=self.max_retry_attempts or 0,
             instance_type=self.instance_type if self.instance_type and is_sagemaker_type(self.instance_type) else None,
         )
         return job, files
