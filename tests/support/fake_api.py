@@ -61,3 +61,10 @@ class FakeApi:
 
     async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
         return self.labels.get((kind, namespace, name))
+
+    async def metadata_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self.objects.get((kind, name))
+        if obj is not None:
+            return dict(obj["metadata"])
+        labels = self.labels.get((kind, namespace, name))
+        return None if labels is None else {"name": name, "namespace": namespace, "labels": labels}

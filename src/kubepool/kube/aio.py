@@ -183,15 +183,22 @@ class Api:
         await self._send("PATCH", path, f"patch status of ComputePool {name}", body={"status": status},
                          content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
 
-    async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
-        """The labels of one object, or None when it does not exist. Read as metadata only: a Secret's data never
-        reaches the operator."""
+    async def metadata_of(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | None:
+        """The metadata of one object (labels, ownerReferences, uid, deletionTimestamp, ...), or None when it does
+        not exist. Read as metadata only: a Secret's data never reaches the operator."""
         path = f"{collection_path(api_version, kind, namespace)}/{name}"
         resp = await self._request("GET", path, f"get {kind} {namespace}/{name}", ok=(404,), accept=_METADATA)
         if int(resp.status_code) == 404:
             return None
-        labels = (json.loads(resp.content).get("metadata") or {}).get("labels") or {}
-        return {str(k): str(v) for k, v in labels.items()}
+        meta: Obj = json.loads(resp.content).get("metadata") or {}
+        return meta
+
+    async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+        """The labels of one object, or None when it does not exist (metadata only)."""
+        meta = await self.metadata_of(api_version, kind, namespace, name)
+        if meta is None:
+            return None
+        return {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
 
     async def crd_exists(self, name: str) -> bool:
         try:
