@@ -55,6 +55,10 @@ class OperatorConfig(BaseModel):
     # Namespace of the placeholder pods; empty: the operator's own (in a pod), else the first watched namespace,
     # else `default`. It must be watched (the operator follows its placeholders through its pod watch).
     placeholder_namespace: str = ""
+    # Each watch stream is ended by the API server after this long and opened again (kopf resumes it; after a
+    # gap the server cannot resume, kopf lists again and kopf_fence.relist_deletions reports what went meanwhile).
+    # The client gives up on a silent stream a fifth later. Tests shorten it.
+    watch_timeout_seconds: int = Field(300, ge=1)
     liveness_port: int = 8080
     metrics_port: int = 9090
     # Address the liveness and metrics endpoints listen on: all by default; the pod's IP where pods share the

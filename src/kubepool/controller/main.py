@@ -17,7 +17,7 @@ import kopf
 from kubepool import naming
 from kubepool.controller import handlers, metrics
 from kubepool.controller.config import OperatorConfig, resolve_placeholder_namespace
-from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json
+from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json, install_relist_deletions
 from kubepool.controller.state import OperatorState
 from kubepool.controller.view import INDEXES
 from kubepool.controller.wiring import new_operator
@@ -47,8 +47,9 @@ def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo
     return kopf.login_with_kubeconfig(settings=settings, **kwargs)
 
 
-def apply_settings(settings: kopf.OperatorSettings) -> None:
+def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None = None) -> None:
     """kopf's settings for kubepool (also applied by the fence test, which runs kopf's processing with them)."""
+    cfg = cfg or OperatorConfig()
     # kopf's own bookkeeping stays in annotations under our prefix: the strict status schema would prune it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = LeanDiffBaseStorage(
@@ -65,8 +66,8 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     # Watch streams that die silently (no TCP reset: a NAT or proxy dropped them; kopf #787/#957, dask-kubernetes
     # #620) would leave the operator blind: the server ends each watch within 5 min and the client gives up on
     # one after 6, so every stream is re-established (kopf lists again and resumes) at least that often.
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 360
+    settings.watching.server_timeout = cfg.watch_timeout_seconds
+    settings.watching.client_timeout = cfg.watch_timeout_seconds + max(cfg.watch_timeout_seconds // 5, 2)
     settings.watching.connect_timeout = 10
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
@@ -75,9 +76,12 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
     cfg: OperatorConfig = getattr(memo, "cfg", None) or OperatorConfig.from_env()
-    apply_settings(settings)
+    apply_settings(settings, cfg)
     if not install_fast_json():
         logger.warning("kopf's watch decoding is not where kubepool expects it: watching with the standard json")
+    if not install_relist_deletions():
+        logger.warning("kopf's watch streams are not where kubepool expects them: deletions during a watch gap "
+                       "(a re-list) are not seen until the operator restarts")
     own = (SA_DIR / "namespace").read_text().strip() if (SA_DIR / "namespace").is_file() else None
     # kopf's indexes are live views, created before the startup handlers run: captured once, here.
     op = new_operator(cfg, Api(), indexes={name: kwargs[name] for name in INDEXES},
