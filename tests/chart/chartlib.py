@@ -42,6 +42,9 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("", "namespaces"): {"list", "watch"},  # kopf follows the watched namespaces
 }
 
+# With operator.leaderElection, in the release namespace only: the Lease (controller/leader.py).
+LEASE_RIGHTS: dict[tuple[str, str], set[str]] = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
 
 def run_helm(helm: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([helm, *args], capture_output=True, text=True, timeout=timeout)

@@ -108,7 +108,7 @@ def test_listen_on_pod_ip(render: Any) -> None:
 
 # OperatorConfig fields the chart sets from dedicated values; every other field is an `operator.settings` key.
 DEDICATED = {"default_image", "default_backend", "namespaces", "liveness_port", "metrics_port", "warm_capacity",
-             "placeholder_namespace", "bind_address"}
+             "placeholder_namespace", "bind_address", "leader_election", "lease_name", "lease_namespace"}
 
 
 def test_every_operator_setting_is_reachable_from_values() -> None:

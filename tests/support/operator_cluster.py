@@ -45,7 +45,8 @@ class Operator:
     proc: subprocess.Popen[bytes] | None = None
     starts: int = field(default=0)
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
+        """Start the operator; with `wait`, until it is configured (a standby of leader election never is)."""
         assert self.proc is None, "the operator is already running"
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator_env(), **self.env}
         if self.metrics_port:
@@ -57,6 +58,8 @@ class Operator:
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         self.starts += 1
+        if not wait:
+            return
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         # Objects created before the watches start are handled when they do: "configured" is enough.
         while self.logs().count("kubepool operator configured") < self.starts:

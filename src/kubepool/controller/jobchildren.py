@@ -80,6 +80,8 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
     expected = memo.created_pods.setdefault(uid, {})
     now = time.monotonic()
     todo = [p for p in plan.create_pods if expected.get(p["metadata"]["name"], 0.0) <= now]
+    if todo and not op.leading():  # the lease ran out during the pass: the new leader creates them
+        return
     try:
         await _all([op.api.create_if_absent(p) for p in todo])
     except Exception:

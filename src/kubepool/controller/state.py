@@ -36,6 +36,8 @@ class OperatorState:
     pool_memo: PoolMemo = field(default_factory=PoolMemo)
     placeholder_namespace: str = "default"  # where the warm capacity's placeholders live
     post_event: Callable[..., None] = field(default=kopf.event)  # kopf's Event poster; tests record instead
+    # Whether this process may write now (leader.LeaderElector.leading with leader election; always without).
+    leading: Callable[[], bool] = field(default=lambda: True)
 
     def forget(self, key: JobKey, uid: str) -> None:
         """Job `uid` was deleted: nothing of it stays (a new job of the same name starts afresh). When a newer job

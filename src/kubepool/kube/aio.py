@@ -42,7 +42,9 @@ PLURALS = {
     "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
     "NetworkPolicy": "networkpolicies", "EndpointSlice": "endpointslices", "RayCluster": "rayclusters",
     "PriorityClass": "priorityclasses", naming.MLJOB_KIND: naming.MLJOB_PLURAL, naming.POOL_KIND: naming.POOL_PLURAL,
+    "Lease": "leases",
 }  # fmt: skip
+LEASE_API = "coordination.k8s.io/v1"
 _MERGE = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
 _METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"  # an object's metadata, nothing else
@@ -199,6 +201,28 @@ class Api:
         if meta is None:
             return None
         return {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+
+    async def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """A coordination.k8s.io Lease (leader election), or None when it does not exist."""
+        path = f"{collection_path(LEASE_API, 'Lease', namespace)}/{name}"
+        resp = await self._request("GET", path, f"get Lease {namespace}/{name}", ok=(404,))
+        if int(resp.status_code) == 404:
+            return None
+        lease: Obj = json.loads(resp.content)
+        return lease
+
+    async def write_lease(self, namespace: str, name: str, spec: Obj, resource_version: str | None) -> None:
+        """Create the Lease (resource_version None) or replace it if it is still at `resource_version`: a
+        concurrent writer makes this raise Conflict (409), so two replicas never both take it."""
+        meta: Obj = {"name": name, "namespace": namespace, "labels": {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}}
+        if resource_version is None:
+            await self._send("POST", collection_path(LEASE_API, "Lease", namespace), f"create Lease {namespace}/{name}",
+                             body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec})
+            return
+        meta["resourceVersion"] = resource_version
+        await self._send("PUT", f"{collection_path(LEASE_API, 'Lease', namespace)}/{name}",
+                         f"update Lease {namespace}/{name}",
+                         body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec})
 
     async def crd_exists(self, name: str) -> bool:
         try:
