@@ -7,11 +7,14 @@ Before #18 item 10 there was no leader election: both replicas reconciled at onc
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from faultkit import Recorder, duplicates, job, orphans, record, sleep_cmd, wait_terminal
 from test_faults_watch_gap import admitted_instances, live_instances
@@ -51,9 +54,12 @@ class Sampler:
         self._thread.join(timeout=30)
 
 
-def test_leader_killed_mid_burst_fails_over_fast(cluster: Any, kubectl: Any, namespace: str, tmp_path: Path,
-                                                 operator_kubeconfig: Path, small_pool: Any,
-                                                 recorder: Recorder) -> None:
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_leader_lost_mid_burst_fails_over_fast(cluster: Any, kubectl: Any, namespace: str, tmp_path: Path,
+                                               operator_kubeconfig: Path, small_pool: Any, recorder: Recorder,
+                                               fault: str) -> None:
+    """kill: the leader is kill -9'd. pause: the leader is SIGSTOPped until the standby has taken over, then
+    resumed: it finds its lease gone, writes nothing more and stops."""
     env = {"KUBEPOOL_OPERATOR_LEADER_ELECTION": "true", "KUBEPOOL_OPERATOR_LEASE_NAMESPACE": ACCOUNT_NAMESPACE,
            "KUBEPOOL_OPERATOR_LEASE_NAME": f"kp-{namespace}"[:63].rstrip("-")}
     replicas = [Operator(operator_kubeconfig, namespace, tmp_path / f"replica-{i}.log", env=env) for i in range(2)]
@@ -79,7 +85,11 @@ def test_leader_killed_mid_burst_fails_over_fast(cluster: Any, kubectl: Any, nam
             kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(manifests), check=True)
             wait_for(lambda: len(recorder.pod_uids) >= 2, 60, "the first pods of the burst")
             killed = time.monotonic()
-            leader.stop(kill=True)
+            assert leader.proc is not None
+            if fault == "kill":
+                leader.stop(kill=True)
+            else:
+                os.kill(leader.proc.pid, signal.SIGSTOP)
 
             def took(line: str) -> float | None:
                 return time.monotonic() - killed if line in standby.logs() else None
@@ -92,7 +102,13 @@ def test_leader_killed_mid_burst_fails_over_fast(cluster: Any, kubectl: Any, nam
                 return min(moves) - killed if moves else None
 
             moved = wait_for(first_move, 60, "a job's status moving under the new leader", interval=0.2)
-            print(f"failover: lease taken {acquired:.1f}s after the leader's kill -9, operator configured at "
+            if fault == "pause":
+                time.sleep(2)  # the new leader admits and creates meanwhile
+                os.kill(leader.proc.pid, signal.SIGCONT)
+                wait_for(lambda: leader.proc is not None and leader.proc.poll() is not None, 60,
+                         "the resumed old leader stopping (its lease is gone)")
+                assert "lost the lease" in leader.logs(), leader.logs()[-3000:]
+            print(f"failover ({fault}): lease taken {acquired:.1f}s after the leader's {fault}, operator configured at "
                   f"{ready:.1f}s, first job transition at {moved:.1f}s (limit {FAILOVER_LIMIT_S:.0f}s)")
             final = wait_terminal(kubectl, namespace, names, 180)
         assert moved < FAILOVER_LIMIT_S, f"failover took {moved:.1f}s\n{standby.logs()[-3000:]}"
@@ -105,8 +121,10 @@ def test_leader_killed_mid_burst_fails_over_fast(cluster: Any, kubectl: Any, nam
         assert not recorder.recreated_pods(), f"pods recreated under the same name: {recorder.recreated_pods()}"
         assert not recorder.backwards(), recorder.backwards()
         wait_for(lambda: not orphans(kubectl, namespace), 60, "no orphaned pods")
-        record(cluster, "leader-failover", faults=1, jobs=len(names), lost=0, orphaned=0, converge_s=moved,
+        record(cluster, f"leader-failover-{fault}", faults=1, jobs=len(names), lost=0, orphaned=0, converge_s=moved,
                lease_taken_s=round(acquired, 1))
     finally:
         for r in replicas:
+            if r.proc is not None and r.proc.poll() is None:
+                os.kill(r.proc.pid, signal.SIGCONT)
             r.stop()
