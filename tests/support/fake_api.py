@@ -45,10 +45,10 @@ class FakeApi:
     async def remove_pod_finalizer(self, namespace: str, name: str, finalizers: tuple[str, ...], finalizer: str) -> None:
         self.calls.append(("release", f"{namespace}/{name}"))
 
-    async def delete_job(self, namespace: str, name: str) -> None:
+    async def delete_job(self, namespace: str, name: str, uid: str = "") -> None:
         self.calls.append(("delete-job", name))
 
-    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any], uid: str = "") -> None:
         self.calls.append(("status", name))
         self.statuses[name] = status
 

@@ -103,7 +103,7 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
         await op.api.delete_pod(key[0], name, op.cfg.pod_termination_grace_seconds)
     if plan.delete_job:
         log.info("MLJob %s/%s: ttlSecondsAfterFinished passed; deleting it", *key)
-        await op.api.delete_job(*key)
+        await op.api.delete_job(key[0], key[1], job.metadata.get("uid", ""))
 
 
 async def release_pods(op: OperatorState, key: JobKey, pods: list[PodView]) -> None:
