@@ -95,7 +95,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
         elector: LeaderElector | None = getattr(memo, "elector", None)
         if elector is None:
             elector = memo.elector = new_elector(cfg, own)
-            await elector.acquire(op.api)
+        # Renewed (or taken) now, before kopf's watches start: kopf's own start-up may have outlasted the renew
+        # deadline since `__main__` took the lease, and a pass skipped for not leading is not run again.
+        await elector.acquire(op.api)
         op.leading = elector.leading
         memo.keeper = asyncio.get_running_loop().create_task(elector.keep(op.api, _stop_process))
     if cfg.namespaces and op.placeholder_namespace not in cfg.namespaces:
