@@ -64,7 +64,8 @@ def install_fast_json() -> bool:
 # --- watch gaps -----------------------------------------------------------------------------------------------
 log = logging.getLogger(__name__)
 # What each watch stream has seen and not seen deleted, by (resource, namespace) → uid → a slim body (what the
-# handlers of a DELETED event read: identity, labels, the spec of jobs and pools; never a pod's spec or status).
+# handlers of a DELETED event read: identity, labels, the spec; never a pod's spec or status, and of a CRD only its
+# group, which kopf's resource observer re-scans on any CRD event).
 _SEEN: dict[tuple[Any, Any], dict[str, dict[str, Any]]] = {}
 _KEEP_META = ("name", "namespace", "uid", "labels", "resourceVersion", "creationTimestamp", "ownerReferences")
 
@@ -73,8 +74,11 @@ def _slim(body: dict[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     out: dict[str, Any] = {k: body[k] for k in ("apiVersion", "kind") if k in body}
     out["metadata"] = {k: meta[k] for k in _KEEP_META if k in meta}
-    if body.get("kind") in (naming.MLJOB_KIND, naming.POOL_KIND):
-        out["spec"] = body.get("spec") or {}
+    kind, spec = body.get("kind"), body.get("spec")
+    if kind == "CustomResourceDefinition":
+        out["spec"] = {"group": (spec or {}).get("group", "")}
+    elif kind != "Pod" and spec is not None:
+        out["spec"] = spec
     return out
 
 

@@ -85,6 +85,16 @@ async def test_a_relist_reports_what_was_deleted_in_the_gap(monkeypatch: pytest.
     assert deleted["metadata"]["name"] == "a" and deleted["spec"] == {"computePool": "cpu"} and "status" not in deleted
 
 
+def test_a_deleted_bodys_slim_copy_keeps_what_kopf_and_the_handlers_read() -> None:
+    """kopf's resource observer reads a CRD event's spec.group (even of a DELETED one); pods keep no spec."""
+    crd = {"kind": "CustomResourceDefinition", "metadata": {"name": "x.g", "uid": "c"},
+           "spec": {"group": "g", "versions": [{"schema": {"openAPIV3Schema": {}}}]}}
+    assert kopf_fence._slim(crd)["spec"] == {"group": "g"}
+    pod = {"kind": "Pod", "metadata": {"name": "p", "uid": "p", "labels": {"a": "b"}, "managedFields": [{}]},
+           "spec": {"containers": []}, "status": {"phase": "Running"}}
+    assert kopf_fence._slim(pod) == {"kind": "Pod", "metadata": {"name": "p", "uid": "p", "labels": {"a": "b"}}}
+
+
 # --- diff base ------------------------------------------------------------------------------------------------
 def _body(kind: str) -> dict[str, Any]:
     return {"apiVersion": "kubepool.dev/v1alpha1", "kind": kind,
