@@ -26,20 +26,24 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("kubepool.dev", "computepools"): {"list", "watch", "patch"},  # kopf: watch, progress annotations
     ("kubepool.dev", "computepools/status"): {"patch"},
     ("", "pods"): {"list", "watch", "create", "delete"},  # instances and placeholders, one by one
-    ("", "services"): {"create"},  # the headless Service, created if absent
+    # the headless Service, created if absent; watched (a deleted one comes back) and read after a 409 (owner)
+    ("", "services"): {"get", "list", "watch", "create"},
     ("", "configmaps"): {"create", "patch"},  # the contract, server-side applied
     ("", "serviceaccounts"): {"create", "patch"},  # the runtime's account, server-side applied
     ("", "secrets"): {"get", "create"},  # Ray token (created if absent); a credentialsSecret's labels (metadata only)
     ("rbac.authorization.k8s.io", "roles"): {"create", "patch"},  # the runtime's, server-side applied
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},
     ("discovery.k8s.io", "endpointslices"): {"create", "patch"},  # applied; never read, deleted by GC
-    ("networking.k8s.io", "networkpolicies"): {"create"},  # created if absent
+    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create"},  # as the Service
     ("", "events"): {"create"},  # kopf posts Events
     ("", "nodes"): {"list", "watch"},  # kopf index: the pools' ready nodes
     ("scheduling.k8s.io", "priorityclasses"): {"create"},  # the placeholders' (warm capacity), if absent
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},  # kopf scans; crd_exists
     ("", "namespaces"): {"list", "watch"},  # kopf follows the watched namespaces
 }
+
+# With operator.leaderElection, in the release namespace only: the Lease (controller/leader.py).
+LEASE_RIGHTS: dict[tuple[str, str], set[str]] = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 
 
 def run_helm(helm: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

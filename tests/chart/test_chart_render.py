@@ -108,7 +108,7 @@ def test_listen_on_pod_ip(render: Any) -> None:
 
 # OperatorConfig fields the chart sets from dedicated values; every other field is an `operator.settings` key.
 DEDICATED = {"default_image", "default_backend", "namespaces", "liveness_port", "metrics_port", "warm_capacity",
-             "placeholder_namespace", "bind_address"}
+             "placeholder_namespace", "bind_address", "leader_election", "lease_name", "lease_namespace"}
 
 
 def test_every_operator_setting_is_reachable_from_values() -> None:
@@ -203,6 +203,24 @@ def test_user_roles_aggregate(render: Any) -> None:
     assert grants(roles["mljob-viewer"]["rules"])[("kubepool.dev", "mljobs")] == {"get", "list", "watch"}
 
 
+def test_replicas_with_leader_election(render: Any) -> None:
+    """replicas > 1 with leader election: rolling updates (the lease keeps replicas from overlapping), the Lease
+    named after the release in its namespace, and a Role there for Leases only."""
+    objs = render("--set", "replicas=2", "--set", "operator.leaderElection=true")
+    [deploy] = by_kind(objs, "Deployment")
+    assert deploy["spec"]["replicas"] == 2 and deploy["spec"]["strategy"]["type"] == "RollingUpdate"
+    [c] = deploy["spec"]["template"]["spec"]["containers"]
+    cfg = operator_config(c)
+    assert cfg.leader_election and cfg.lease_name == deploy["metadata"]["name"] and cfg.lease_namespace == NAMESPACE
+    [role] = [r for r in by_kind(objs, "Role") if r["metadata"]["name"].endswith("-leader")]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "create", "update"]}]
+    [default] = by_kind(render(), "Deployment")
+    assert default["spec"]["replicas"] == 1 and default["spec"]["strategy"]["type"] == "Recreate"
+    assert not operator_config(default["spec"]["template"]["spec"]["containers"][0]).leader_election
+
+
 def test_pools_from_values(render: Any) -> None:
     pools = by_kind(render("-f", str(CHART / "ci" / "ci-values.yaml")), "ComputePool")
     assert [p["metadata"]["name"] for p in pools] == ["cpu-pool"]
@@ -218,6 +236,7 @@ def test_pools_from_values(render: Any) -> None:
       "--set", "pools[0].spec.instanceFamily=CPU_X64_S"], "spec.minNodes must not exceed spec.maxNodes"),
     (["--set", "pools[0].name=p", "--set", "pools[0].spec.maxNodes=2"], "set spec.instanceFamily or spec.resources"),
     (["--set", "serviceAccount.create=false"], "serviceAccount.name is required"),
+    (["--set", "replicas=2"], "replicas: 2 needs operator.leaderElection: true"),
 ])
 def test_validate_values_fails_with_a_clear_message(helm: str, args: list[str], message: str) -> None:
     proc = run_helm(helm, "template", "kp", str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import CHART, KUBE_VERSION, OPERATOR_RIGHTS, run_helm
+from chartlib import CHART, KUBE_VERSION, LEASE_RIGHTS, OPERATOR_RIGHTS, run_helm
 
 # What every authenticated account may do (system:basic-user and friends), whatever the chart grants.
 _BUILT_IN = {("authorization.k8s.io", "selfsubjectaccessreviews"), ("authorization.k8s.io", "selfsubjectrulesreviews"),
@@ -31,11 +31,13 @@ def _rights(kubectl: Any, who: str, namespace: str) -> dict[tuple[str, str], set
     return rights
 
 
-@pytest.mark.parametrize("namespaced", [False, True], ids=["cluster-wide", "namespaced"])
+@pytest.mark.parametrize(("namespaced", "leader"), [(False, False), (True, False), (False, True)],
+                         ids=["cluster-wide", "namespaced", "leader-election"])
 def test_the_charts_account_holds_exactly_the_rights_the_code_uses(kubectl: Any, helm: str, namespace: str,
-                                                                    namespaced: bool) -> None:
+                                                                    namespaced: bool, leader: bool) -> None:
     release = f"rights-{uuid.uuid4().hex[:6]}"
     args = ["--set", f"operator.watchNamespaces={{{namespace}}}"] + (["--set", "rbac.namespaced=true"] if namespaced else [])
+    args += ["--set", "replicas=2", "--set", "operator.leaderElection=true"] if leader else []
     proc = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION,
                     "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml", *args)
     assert proc.returncode == 0, proc.stderr
@@ -45,7 +47,7 @@ def test_the_charts_account_holds_exactly_the_rights_the_code_uses(kubectl: Any,
     try:
         for o in objs:
             kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(o), check=True)
-        assert _rights(kubectl, who, namespace) == OPERATOR_RIGHTS
+        assert _rights(kubectl, who, namespace) == (OPERATOR_RIGHTS | LEASE_RIGHTS if leader else OPERATOR_RIGHTS)
     finally:
         for o in cluster_wide:
             kubectl("delete", o["kind"], o["metadata"]["name"], "--ignore-not-found")

@@ -23,9 +23,10 @@ from support.operator_fixtures import apply, crds  # noqa: F401 - shared fixture
 
 @pytest.fixture(scope="session")
 def operator_kubeconfig(cluster: Any, kubectl: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
-    """A kubeconfig of the chart's operator ServiceAccount (kopf peering granted: one test runs two replicas)."""
+    """A kubeconfig of the chart's operator ServiceAccount (kopf peering and the leader-election Lease granted:
+    tests run two replicas)."""
     return chart_account_kubeconfig(cluster, kubectl, tmp_path_factory.mktemp("account") / "kubeconfig",
-                                    "--set", "operator.peering=true")
+                                    "--set", "operator.peering=true", "--set", "operator.leaderElection=true")
 
 
 @pytest.fixture

@@ -45,10 +45,10 @@ class FakeApi:
     async def remove_pod_finalizer(self, namespace: str, name: str, finalizers: tuple[str, ...], finalizer: str) -> None:
         self.calls.append(("release", f"{namespace}/{name}"))
 
-    async def delete_job(self, namespace: str, name: str) -> None:
+    async def delete_job(self, namespace: str, name: str, uid: str = "") -> None:
         self.calls.append(("delete-job", name))
 
-    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any], uid: str = "") -> None:
         self.calls.append(("status", name))
         self.statuses[name] = status
 
@@ -61,3 +61,10 @@ class FakeApi:
 
     async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
         return self.labels.get((kind, namespace, name))
+
+    async def metadata_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self.objects.get((kind, name))
+        if obj is not None:
+            return dict(obj["metadata"])
+        labels = self.labels.get((kind, namespace, name))
+        return None if labels is None else {"name": name, "namespace": namespace, "labels": labels}

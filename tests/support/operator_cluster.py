@@ -40,21 +40,26 @@ class Operator:
     log_path: Path
     standalone: bool = True  # False: coordinate with other replicas through kopf peering
     metrics_port: int = 0  # serve /metrics on 127.0.0.1 at this port (0: off)
+    env: dict[str, str] = field(default_factory=dict)  # more KUBEPOOL_OPERATOR_* settings for this operator
+    args: tuple[str, ...] = ()  # more command-line arguments
     proc: subprocess.Popen[bytes] | None = None
     starts: int = field(default=0)
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
+        """Start the operator; with `wait`, until it is configured (a standby of leader election never is)."""
         assert self.proc is None, "the operator is already running"
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator_env()}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator_env(), **self.env}
         if self.metrics_port:
             env.update(KUBEPOOL_OPERATOR_METRICS_PORT=str(self.metrics_port), KUBEPOOL_OPERATOR_BIND_ADDRESS="127.0.0.1")
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kubepool.controller", "--namespace", self.namespace, "--verbose",
-             *(["--standalone"] if self.standalone else [])],
+             *(["--standalone"] if self.standalone else []), *self.args],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         self.starts += 1
+        if not wait:
+            return
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         # Objects created before the watches start are handled when they do: "configured" is enough.
         while self.logs().count("kubepool operator configured") < self.starts:

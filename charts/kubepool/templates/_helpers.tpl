@@ -103,6 +103,9 @@ them in one round.
 {{- if and (eq .Values.operator.defaultBackend "kuberay") (not .Values.rbac.kuberay) }}
 {{- $messages = append $messages "operator.defaultBackend: kuberay needs rbac.kuberay: true (the operator creates RayClusters)" }}
 {{- end }}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.operator.leaderElection) }}
+{{- $messages = append $messages (printf "replicas: %v needs operator.leaderElection: true (replicas without it would race on the same MLJobs)" .Values.replicas) }}
+{{- end }}
 {{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.health.port)) }}
 {{- $messages = append $messages (printf "metrics.port and health.port must differ (both are %v)" .Values.metrics.port) }}
 {{- end }}

@@ -24,10 +24,11 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
-# Application: the per-job headless Service (created if absent).
+# Application: the per-job headless Service (created if absent; watched, so a deleted one is created again; read
+# after a create's conflict: an earlier same-name job's Service is waited for, never taken as the job's own).
 - apiGroups: [""]
   resources: [services]
-  verbs: [create]
+  verbs: [get, list, watch, create]
 # Application: the contract ConfigMap and the runtime's ServiceAccount (server-side applied).
 - apiGroups: [""]
   resources: [configmaps, serviceaccounts]
@@ -46,10 +47,11 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [create, patch]
-# Application: the per-job NetworkPolicy that keeps Ray's ports inside the job (created if absent).
+# Application: the per-job NetworkPolicy that keeps Ray's ports inside the job (created if absent; watched and
+# read like the Service).
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create]
+  verbs: [get, list, watch, create]
 {{- if $v.rbac.kuberay }}
 # Application: RayClusters of jobs with backend kuberay (server-side applied; deleted when the job ends).
 - apiGroups: [ray.io]

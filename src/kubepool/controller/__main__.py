@@ -4,13 +4,20 @@ endpoint by default. Argument parsing only."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import http.server
 import sys
+import threading
+from collections.abc import Iterator
 
 import kopf
 
-from kubepool.controller import main as _registers_handlers  # noqa: F401  (import = registration)
+from kubepool.controller import main as _main  # import = registration of the handlers
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.kopf_fence import quiet_routine_logs
+from kubepool.controller.leader import LeaderElector
+from kubepool.kube.aio import Api
 
 LOG_FORMATS = {"full": kopf.LogFormat.FULL, "plain": kopf.LogFormat.PLAIN, "json": kopf.LogFormat.JSON}
 
@@ -40,9 +47,50 @@ def main(argv: list[str] | None = None) -> int:
     debug = ns.verbose or ns.log_level == "debug"
     kopf.configure(verbose=debug, quiet=ns.log_level == "warning", log_format=LOG_FORMATS[ns.log_format])
     quiet_routine_logs()
+    memo = kopf.Memo(cfg=cfg)
+    if cfg.leader_election:
+        # Stand by until this replica holds the lease: kopf (its watches, handlers and writes) starts only then.
+        memo.elector = _main.new_elector(cfg, _main.own_namespace())
+        with _standby_liveness(cfg):
+            asyncio.run(_acquire(memo.elector))
+    # With leader election the lease decides who works: kopf's peering would only add its own pause.
     kopf.run(clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=liveness,
-             standalone=ns.standalone, memo=kopf.Memo(cfg=cfg))
+             standalone=ns.standalone or cfg.leader_election, memo=memo)
     return 0
+
+
+async def _acquire(elector: LeaderElector) -> None:
+    api = Api()
+    try:
+        await elector.acquire(api)
+    finally:
+        await api.close()
+
+
+@contextlib.contextmanager
+def _standby_liveness(cfg: OperatorConfig) -> Iterator[None]:
+    """While standing by, answer the liveness endpoint (kopf serves it once it runs): a standby is alive."""
+    if not cfg.liveness_port:
+        yield
+        return
+
+    class Alive(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"standing by for the lease\n")
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((cfg.bind_address, cfg.liveness_port), Alive)
+    thread = threading.Thread(target=server.serve_forever, name="standby-liveness", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 if __name__ == "__main__":

@@ -57,6 +57,19 @@ class OperatorConfig(BaseModel):
     # Namespace of the placeholder pods; empty: the operator's own (in a pod), else the first watched namespace,
     # else `default`. It must be watched (the operator follows its placeholders through its pod watch).
     placeholder_namespace: str = ""
+    # Each watch stream is ended by the API server after this long and opened again (kopf resumes it; after a
+    # gap the server cannot resume, kopf lists again and kopf_fence.relist_deletions reports what went meanwhile).
+    # The client gives up on a silent stream a fifth later. Tests shorten it.
+    watch_timeout_seconds: int = Field(300, ge=1)
+    # Leader election (a coordination.k8s.io Lease): only the replica holding the lease reconciles; the others
+    # stand by. Off: this process assumes it is the only operator (the chart's single Recreate replica).
+    leader_election: bool = False
+    lease_name: str = "kubepool-operator"
+    lease_namespace: str = Field("", description="Namespace of the Lease; empty: the operator's own (in a pod), else "
+                                 "the first watched namespace, else `default`.")
+    lease_seconds: float = Field(8.0, gt=0)  # a leader silent this long is replaced
+    lease_renew_deadline_seconds: float = Field(5.0, gt=0)  # a leader that could not renew this long stops
+    lease_retry_seconds: float = Field(1.0, gt=0)  # renewals and stand-by looks
     liveness_port: int = 8080
     metrics_port: int = 9090
     # Address the liveness and metrics endpoints listen on: all by default; the pod's IP where pods share the
@@ -90,3 +103,9 @@ def resolve_placeholder_namespace(cfg: OperatorConfig, own_namespace: str | None
     if own_namespace and (not cfg.namespaces or own_namespace in cfg.namespaces):
         return own_namespace
     return cfg.namespaces[0] if cfg.namespaces else "default"
+
+
+def resolve_lease_namespace(cfg: OperatorConfig, own_namespace: str | None) -> str:
+    """Where the leader-election Lease lives: the configured namespace; else the operator's own; else the first
+    watched namespace; else `default`."""
+    return cfg.lease_namespace or own_namespace or (cfg.namespaces[0] if cfg.namespaces else "default")

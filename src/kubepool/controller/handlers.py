@@ -9,6 +9,7 @@ import kopf
 
 from kubepool import naming
 from kubepool.controller import view
+from kubepool.controller.jobchildren import child_deleted
 from kubepool.controller.jobreconcile import job_key
 from kubepool.controller.observed import FAILED, SUCCEEDED, NodeView, PlaceholderView, PodView
 from kubepool.controller.poolstatus import pools_affected_by_node
@@ -90,6 +91,17 @@ async def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     # that ended or is being deleted decides the job's outcome: no wait.
     ended = body.get("status", {}).get("phase") in (SUCCEEDED, FAILED) or body.get("metadata", {}).get("deletionTimestamp")
     _op(memo).queue.spawn(key, delay=0.0 if ended else POD_EVENT_DELAY_SECONDS)
+
+
+@kopf.on.event("services", labels=MANAGED)
+@kopf.on.event("networking.k8s.io", "networkpolicies", labels=MANAGED)
+async def child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A job's Service or NetworkPolicy deleted (by hand, or the garbage collector removing an earlier job's of
+    the same name): the job writes it again."""
+    key = pod_job_key(body)
+    uid = (body.get("metadata", {}).get("labels") or {}).get(naming.LABEL_JOB_UID)
+    if event["type"] == "DELETED" and key is not None and uid:
+        child_deleted(_op(memo), key, uid)
 
 
 @kopf.on.event("pods", labels=PLACEHOLDERS)

@@ -29,8 +29,9 @@ from kubepool.controller.builders.common import local_port_shift
 from kubepool.controller.builders.raycluster import raycluster_name
 from kubepool.controller.config import RuntimeAccountPolicy
 from kubepool.controller.observed import PodView
-from kubepool.controller.plan import Plan
+from kubepool.controller.plan import FOREIGN, OWNED, Plan, existing_child
 from kubepool.controller.view import JobKey
+from kubepool.kube.errors import Foreign, Going
 
 if TYPE_CHECKING:
     from kubepool.controller.state import OperatorState
@@ -79,6 +80,8 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
     expected = memo.created_pods.setdefault(uid, {})
     now = time.monotonic()
     todo = [p for p in plan.create_pods if expected.get(p["metadata"]["name"], 0.0) <= now]
+    if todo and not op.leading():  # the lease ran out during the pass: the new leader creates them
+        return
     try:
         await _all([op.api.create_if_absent(p) for p in todo])
     except Exception:
@@ -100,7 +103,7 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
         await op.api.delete_pod(key[0], name, op.cfg.pod_termination_grace_seconds)
     if plan.delete_job:
         log.info("MLJob %s/%s: ttlSecondsAfterFinished passed; deleting it", *key)
-        await op.api.delete_job(*key)
+        await op.api.delete_job(key[0], key[1], job.metadata.get("uid", ""))
 
 
 async def release_pods(op: OperatorState, key: JobKey, pods: list[PodView]) -> None:
@@ -122,13 +125,44 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
     if op.cfg.runtime_account is RuntimeAccountPolicy.PER_JOB:
         writes += [op.api.apply(obj) for obj in build_runtime_rbac(ref)]
     if job.spec.ray.auth_mode == "token":
-        writes.append(op.api.create_if_absent(build_ray_token_secret(ref, secrets.token_urlsafe(32))))
+        writes.append(_create_owned(op, ref, build_ray_token_secret(ref, secrets.token_urlsafe(32))))
     shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
     doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift)
-    writes += [op.api.apply(build_contract_configmap(ref, doc)), op.api.create_if_absent(build_headless_service(ref)),
-               op.api.create_if_absent(build_network_policy(ref))]
+    writes += [op.api.apply(build_contract_configmap(ref, doc)), _create_owned(op, ref, build_headless_service(ref)),
+               _create_owned(op, ref, build_network_policy(ref))]
     await _all(writes)
     op.children.ready.setdefault(ref.uid, set()).add((st.attempt, generation))
+
+
+async def _create_owned(op: OperatorState, ref: JobRef, obj: dict[str, Any]) -> None:
+    """Create a child that never changes, if absent; an object already there must be the job's own. One of an
+    earlier job of the same name (deleted and created again within a second: the garbage collector has not
+    removed its children yet) is waited for: the pass fails and is retried until it is gone, then creates the
+    job's own (the Service and NetworkPolicy watches also wake the job when it goes). One that no MLJob owns is
+    refused: the job's status names it."""
+    if await op.api.create_if_absent(obj):
+        return
+    meta = obj["metadata"]
+    what = f"{obj['kind']} {meta['namespace']}/{meta['name']}"
+    found = await op.api.metadata_of(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+    verdict = existing_child(found, ref)
+    if verdict == OWNED:
+        return
+    if verdict == FOREIGN:
+        raise Foreign(f"{what} exists and is not MLJob {ref.name}'s (uid {ref.uid}); delete or rename it", 409)
+    if found is None and await op.api.create_if_absent(obj):  # gone between the create and the read
+        return
+    owners = [o.get("uid") for o in (found or {}).get("ownerReferences") or []]
+    raise Going(f"{what} still belongs to an earlier MLJob {ref.name} (owner uid {', '.join(owners) or '?'}, this "
+                   f"job's {ref.uid}); waiting for the garbage collector to remove it", 409)
+
+
+def child_deleted(op: OperatorState, key: JobKey, uid: str) -> None:
+    """A Service or NetworkPolicy of a job (uid: the job it belonged to) was deleted: the job's next pass writes
+    its shared children again, and runs now (a child of an earlier job of the same name going is what a new
+    job may be waiting for)."""
+    op.children.ready.pop(uid, None)
+    op.queue.spawn(key)
 
 
 async def _ensure_runtime_account(op: OperatorState, namespace: str) -> None:

@@ -19,6 +19,7 @@ from kubepool.controller.builders.common import placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets
 from kubepool.controller.jobchildren import apply_plan, release_pods
 from kubepool.controller.jobstatus import API_REFUSED, Observed, compute_job_status
+from kubepool.controller.leader import LeadershipLost
 from kubepool.controller.observed import PodView
 from kubepool.controller.plan import plan_job
 from kubepool.controller.view import JobKey, claim_of
@@ -104,6 +105,8 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
         else:
             decision = admission.Decision(True, admission.regrant(claim, op.view.claims(), capacity))
         new = status(decision)
+        if not op.leading():  # the lease ran out since the pass began: another replica may be admitting now
+            raise LeadershipLost(f"MLJob {key[0]}/{key[1]}: not the leader any more; admission left to the new one")
         reserved = op.status.reserve(job, new)
     await op.status.write_reserved(key, job, new, reserved)
     return new

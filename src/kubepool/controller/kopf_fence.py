@@ -8,14 +8,19 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
 - `LeanDiffBaseStorage`: kopf deep-copies every watched body to build a diff base; kinds without change
   handlers get none (`build` returns None, which kopf's annotated contract does not allow but its
   processing treats as "no essence").
-- `DemoteRoutine`: kopf's routine success lines are recognised by their text and demoted to DEBUG."""
+- `DemoteRoutine`: kopf's routine success lines are recognised by their text and demoted to DEBUG.
+- `install_relist_deletions`: after a watch gap long enough for the API server to answer 410 Gone (its watch
+  cache or etcd compacted past the stream's resourceVersion; an API server restart), kopf lists again and
+  resumes, but an object deleted in the gap is simply absent from the list: no DELETED event, and kopf's
+  indexes keep it forever. Each stream remembers what it has seen; when a re-list ends, what it lacks is
+  delivered as a DELETED event (before kopf's end-of-listing mark), so the indexes and every handler resync."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, cast
 
 import kopf
@@ -53,6 +58,78 @@ def install_fast_json() -> bool:
     if current is not json:
         return False
     api.json = _Json  # type: ignore[assignment]  # kopf's module, swapped for one with the same three names
+    return True
+
+
+# --- watch gaps -----------------------------------------------------------------------------------------------
+log = logging.getLogger(__name__)
+# What each watch stream has seen and not seen deleted, by (resource, namespace) → uid → a slim body (what the
+# handlers of a DELETED event read: identity, labels, the spec; never a pod's spec or status, and of a CRD only its
+# group, which kopf's resource observer re-scans on any CRD event).
+_SEEN: dict[tuple[Any, Any], dict[str, dict[str, Any]]] = {}
+_KEEP_META = ("name", "namespace", "uid", "labels", "resourceVersion", "creationTimestamp", "ownerReferences")
+
+
+def _slim(body: dict[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    out: dict[str, Any] = {k: body[k] for k in ("apiVersion", "kind") if k in body}
+    out["metadata"] = {k: meta[k] for k in _KEEP_META if k in meta}
+    kind, spec = body.get("kind"), body.get("spec")
+    if kind == "CustomResourceDefinition":
+        out["spec"] = {"group": (spec or {}).get("group", "")}
+    elif kind != "Pod" and spec is not None:
+        out["spec"] = spec
+    return out
+
+
+def relist_deletions(stream: Callable[..., AsyncIterator[Any]], listed_mark: object) -> Callable[..., AsyncIterator[Any]]:
+    """Wraps kopf's `continuous_watch` (one listing, then watching until the stream ends): objects an earlier
+    stream of the same resource and namespace saw, and this stream's listing lacks, come as DELETED events right
+    before `listed_mark`. The first listing of a process has nothing to compare with."""
+
+    async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
+        seen = _SEEN.setdefault((kwargs.get("resource"), kwargs.get("namespace")), {})
+        listed: set[str] | None = set()  # uids of this stream's listing; None once it ended
+        async for event in stream(**kwargs):
+            if event is listed_mark:
+                if listed is not None:
+                    gone = [uid for uid in seen if uid not in listed]
+                    if gone:
+                        log.warning("%s re-listed after a watch gap: %d object(s) deleted meanwhile, handled as "
+                                    "deleted now", kwargs.get("resource"), len(gone))
+                    for uid in gone:
+                        yield {"type": "DELETED", "object": seen.pop(uid)}
+                listed = None
+                yield event
+                continue
+            if isinstance(event, dict) and isinstance(event.get("object"), dict):
+                obj = event["object"]
+                obj_uid: str = (obj.get("metadata") or {}).get("uid") or ""
+                kind = event.get("type")
+                if obj_uid and kind == "DELETED":
+                    seen.pop(obj_uid, None)
+                elif obj_uid and kind in (None, "ADDED", "MODIFIED"):
+                    seen[obj_uid] = _slim(obj)
+                    if listed is not None and kind is None:
+                        listed.add(obj_uid)
+            yield event
+
+    continuous_watch.__wrapped__ = stream  # type: ignore[attr-defined]
+    return continuous_watch
+
+
+def install_relist_deletions() -> bool:
+    """Make kopf's watch streams report deletions missed in a watch gap (`relist_deletions`). False (and nothing
+    changed) if kopf no longer streams through kopf._cogs.clients.watching.continuous_watch."""
+    from kopf._cogs.clients import watching
+
+    current = getattr(watching, "continuous_watch", None)
+    mark = getattr(getattr(watching, "Bookmark", None), "LISTED", None)
+    if current is None or mark is None:
+        return False
+    if hasattr(current, "__wrapped__"):
+        return True
+    watching.continuous_watch = relist_deletions(current, mark)
     return True
 
 

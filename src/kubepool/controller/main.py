@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import random
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ import kopf
 
 from kubepool import naming
 from kubepool.controller import handlers, metrics
-from kubepool.controller.config import OperatorConfig, resolve_placeholder_namespace
-from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json
+from kubepool.controller.config import OperatorConfig, resolve_lease_namespace, resolve_placeholder_namespace
+from kubepool.controller.election import Timing
+from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json, install_relist_deletions
+from kubepool.controller.leader import LeaderElector
 from kubepool.controller.state import OperatorState
 from kubepool.controller.view import INDEXES
 from kubepool.controller.wiring import new_operator
@@ -47,8 +50,9 @@ def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo
     return kopf.login_with_kubeconfig(settings=settings, **kwargs)
 
 
-def apply_settings(settings: kopf.OperatorSettings) -> None:
+def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None = None) -> None:
     """kopf's settings for kubepool (also applied by the fence test, which runs kopf's processing with them)."""
+    cfg = cfg or OperatorConfig()
     # kopf's own bookkeeping stays in annotations under our prefix: the strict status schema would prune it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = LeanDiffBaseStorage(
@@ -65,8 +69,8 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     # Watch streams that die silently (no TCP reset: a NAT or proxy dropped them; kopf #787/#957, dask-kubernetes
     # #620) would leave the operator blind: the server ends each watch within 5 min and the client gives up on
     # one after 6, so every stream is re-established (kopf lists again and resumes) at least that often.
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 360
+    settings.watching.server_timeout = cfg.watch_timeout_seconds
+    settings.watching.client_timeout = cfg.watch_timeout_seconds + max(cfg.watch_timeout_seconds // 5, 2)
     settings.watching.connect_timeout = 10
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
@@ -75,14 +79,27 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
     cfg: OperatorConfig = getattr(memo, "cfg", None) or OperatorConfig.from_env()
-    apply_settings(settings)
+    apply_settings(settings, cfg)
     if not install_fast_json():
         logger.warning("kopf's watch decoding is not where kubepool expects it: watching with the standard json")
-    own = (SA_DIR / "namespace").read_text().strip() if (SA_DIR / "namespace").is_file() else None
+    if not install_relist_deletions():
+        logger.warning("kopf's watch streams are not where kubepool expects them: deletions during a watch gap "
+                       "(a re-list) are not seen until the operator restarts")
+    own = own_namespace()
     # kopf's indexes are live views, created before the startup handlers run: captured once, here.
     op = new_operator(cfg, Api(), indexes={name: kwargs[name] for name in INDEXES},
                       placeholder_namespace=resolve_placeholder_namespace(cfg, own))
     memo.op = op
+    if cfg.leader_election:
+        # `python -m kubepool.controller` waited for the lease before kopf started; `kopf run` waits here.
+        elector: LeaderElector | None = getattr(memo, "elector", None)
+        if elector is None:
+            elector = memo.elector = new_elector(cfg, own)
+        # Renewed (or taken) now, before kopf's watches start: kopf's own start-up may have outlasted the renew
+        # deadline since `__main__` took the lease, and a pass skipped for not leading is not run again.
+        await elector.acquire(op.api)
+        op.leading = elector.leading
+        memo.keeper = asyncio.get_running_loop().create_task(elector.keep(op.api, _stop_process))
     if cfg.namespaces and op.placeholder_namespace not in cfg.namespaces:
         logger.warning("placeholder namespace %r is not watched: warm capacity cannot follow its placeholders",
                        op.placeholder_namespace)
@@ -104,6 +121,26 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     op: OperatorState | None = getattr(memo, "op", None)
+    keeper: asyncio.Task[None] | None = getattr(memo, "keeper", None)
+    if keeper is not None:
+        keeper.cancel()
     if op is not None:
         op.close()
+        elector: LeaderElector | None = getattr(memo, "elector", None)
+        if elector is not None:
+            await elector.release(op.api)  # the next replica takes over at once
         await op.api.close()
+
+
+def new_elector(cfg: OperatorConfig, own_namespace: str | None) -> LeaderElector:
+    timing = Timing(cfg.lease_seconds, cfg.lease_renew_deadline_seconds, cfg.lease_retry_seconds)
+    return LeaderElector(resolve_lease_namespace(cfg, own_namespace), cfg.lease_name, timing)
+
+
+def own_namespace() -> str | None:
+    return (SA_DIR / "namespace").read_text().strip() if (SA_DIR / "namespace").is_file() else None
+
+
+def _stop_process() -> None:
+    """The lease is lost: stop as on SIGTERM (kopf's graceful shutdown); the pod restarts as a standby."""
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -159,3 +159,25 @@ def _ttl(c: _Context, plan: Plan) -> None:
 _UNFINISHED: tuple[Callable[[_Context, Plan], None], ...] = (
     _shared_children, _instances, _earlier_attempts, _endpoints, _deadlines)
 _FINISHED: tuple[Callable[[_Context, Plan], None], ...] = (_cleanup, _ttl)
+
+
+# What an existing object of a child's name is to the job (`existing_child`), after its create answered 409.
+OWNED = "owned"  # the job's own: nothing to do
+GOING = "going"  # gone since, being deleted, or an earlier job's of the same name (deleted: the garbage collector
+#                  removes it): create again once it is gone
+FOREIGN = "foreign"  # nobody's the operator knows (e.g. the user's own Service of that name): refused
+
+
+def existing_child(meta: Obj | None, ref: JobRef) -> str:
+    """PURE: whether the object found under a child's name (its metadata; None: gone) is the job's own. Same-name
+    re-creates make this matter: a job deleted and created again within a second finds its predecessor's
+    children still there, owned by the old uid, and about to be garbage-collected."""
+    if meta is None or meta.get("deletionTimestamp"):
+        return GOING
+    owners = meta.get("ownerReferences") or []
+    if any(o.get("uid") == ref.uid for o in owners):
+        return OWNED
+    if any(o.get("kind") == naming.MLJOB_KIND and str(o.get("apiVersion", "")).split("/")[0] == naming.GROUP
+           and o.get("name") == ref.name for o in owners):
+        return GOING
+    return FOREIGN

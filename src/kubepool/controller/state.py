@@ -36,11 +36,17 @@ class OperatorState:
     pool_memo: PoolMemo = field(default_factory=PoolMemo)
     placeholder_namespace: str = "default"  # where the warm capacity's placeholders live
     post_event: Callable[..., None] = field(default=kopf.event)  # kopf's Event poster; tests record instead
+    # Whether this process may write now (leader.LeaderElector.leading with leader election; always without).
+    leading: Callable[[], bool] = field(default=lambda: True)
 
     def forget(self, key: JobKey, uid: str) -> None:
-        """A job was deleted: nothing of it stays (a new job of the same name starts afresh)."""
-        self.view.forget(key)
-        self.queue.forget(key)
+        """Job `uid` was deleted: nothing of it stays (a new job of the same name starts afresh). When a newer job
+        of the name is already watched (a deletion seen late, after a watch gap), what is kept by name is the
+        newer job's and stays."""
+        superseded = self.view.superseded(key, uid)
+        self.view.forget(key, uid)
+        if not superseded:
+            self.queue.forget(key)
         self.status.forget(uid)
         self.children.forget(uid)
 

@@ -43,7 +43,7 @@ class StatusWriter:
                 self.unflushed[uid] = False
                 asyncio.get_running_loop().call_later(STATUS_FLUSH_SECONDS, self._flush_due, key, uid)
             return
-        await self.api.patch_job_status(key[0], key[1], new.merge_patch())
+        await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid)
         self.written[uid] = new
         self.unflushed.pop(uid, None)
 
@@ -72,7 +72,7 @@ class StatusWriter:
             return
         uid = job.metadata.get("uid", "")
         try:
-            await self.api.patch_job_status(key[0], key[1], new.merge_patch())
+            await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid)
             self.unflushed.pop(uid, None)
         except BaseException:
             if self.written.get(uid) is new:

@@ -48,28 +48,36 @@ class ClusterView:
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
     parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
     claim_cache: dict[JobKey, tuple[MLJob, MLJobStatus | None, Claim]] = field(default_factory=dict)
-    # Jobs seen finished (a finished phase is final): claims() skips them without a look, so a decision costs
-    # O(unfinished jobs), not O(all jobs).
-    finished: set[JobKey] = field(default_factory=set)
+    # Jobs seen finished, by uid (a finished phase is final): claims() skips them without a look, so a decision
+    # costs O(unfinished jobs), not O(all jobs). By uid: a job created under a finished one's name (a delete seen
+    # late, after a watch gap) is a new claim.
+    finished: set[str] = field(default_factory=set)
     # What the event handlers last acted on: a job's (uid, generation, deleting), a node as the pools read it.
     seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)
     node_views: dict[str, NodeView] = field(default_factory=dict)
 
-    def forget(self, key: JobKey) -> None:
+    def forget(self, key: JobKey, uid: str) -> None:
+        """Job `uid` was deleted. What is kept by name goes too, unless a newer job of that name is already
+        watched (a deletion seen after the re-create: a watch gap resynced, `kopf_fence.relist_deletions`)."""
+        self.finished.discard(uid)
+        if self.superseded(key, uid):
+            return
         self.seen_jobs.pop(key, None)
         self.parsed_jobs.pop(key, None)
         self.claim_cache.pop(key, None)
-        self.finished.discard(key)  # a new job of the same name starts unfinished
+
+    def superseded(self, key: JobKey, uid: str) -> bool:
+        """Whether a job named `key` other than `uid` is watched."""
+        return any((b.get("metadata") or {}).get("uid") != uid for b in _values(self._index(JOB_INDEX), key))
 
     def _index(self, name: str) -> Any:
         return self.indexes.get(name, {})
 
     def job(self, key: JobKey) -> tuple[MLJob, dict[str, Any]] | None:
         """The job as watched, with the status this process last wrote (if newer than the watch's)."""
-        bodies = _values(self._index(JOB_INDEX), key)
-        if not bodies:
+        body = _newest(_values(self._index(JOB_INDEX), key))
+        if body is None:
             return None
-        body = bodies[0]
         job = self._parsed_job(key, body)
         if job is None:
             return None
@@ -138,16 +146,17 @@ class ClusterView:
         out = []
         index = self._index(JOB_INDEX)
         for key in list(index):
-            if key in self.finished:
+            body = _newest(_values(index, key))
+            if body is None or (body.get("metadata") or {}).get("uid", "") in self.finished:
                 continue
-            bodies = _values(index, key)
-            parsed = self._parsed_job(key, bodies[0]) if bodies else None
+            parsed = self._parsed_job(key, body)
             if parsed is None:
                 continue
-            mine = self.written.get(parsed.metadata.get("uid", ""))
+            uid = parsed.metadata.get("uid", "")
+            mine = self.written.get(uid)
             st = mine if mine is not None else parsed.status
             if st is not None and st.phase is not None and st.phase.finished:
-                self.finished.add(key)
+                self.finished.add(uid)
                 self.claim_cache.pop(key, None)
                 continue
             # A claim depends only on the parsed job and its status: reuse it while both are the same objects
@@ -159,6 +168,15 @@ class ClusterView:
                 self.claim_cache[key] = hit
             out.append(hit[2])
         return out
+
+
+def _newest(bodies: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Of the bodies watched under one job's name, the latest job's: there are two only between a re-create and
+    the deletion of the earlier job being seen (after a watch gap, a re-list shows the new job first)."""
+    if len(bodies) <= 1:
+        return bodies[0] if bodies else None
+    return max(bodies, key=lambda b: (str((b.get("metadata") or {}).get("creationTimestamp", "")),
+                                      int((b.get("metadata") or {}).get("resourceVersion") or 0)))
 
 
 def claim_of(job: MLJob, namespace: str, name: str) -> Claim:

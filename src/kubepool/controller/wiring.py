@@ -3,7 +3,7 @@ piece, so none of them imports another's caller."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -27,6 +27,13 @@ def new_operator(cfg: OperatorConfig, api: Api, *, indexes: Mapping[str, Any] | 
     view = ClusterView(written=status.written, indexes=indexes if indexes is not None else {})
     op = OperatorState(cfg=cfg, api=api, view=view, queue=queue, status=status,
                        placeholder_namespace=placeholder_namespace, post_event=post_event)
-    queue.bind(run_job=partial(reconcile_job, op), run_pool=partial(reconcile_pool, op),
+    queue.bind(run_job=partial(_if_leading, op, reconcile_job), run_pool=partial(_if_leading, op, reconcile_pool),
                export=partial(export_job_gauges, op), claims=view.claims)
     return op
+
+
+async def _if_leading(op: OperatorState, run: Callable[[OperatorState, Any], Awaitable[None]], key: Any) -> None:
+    """A pass runs only while this process leads (leader election): a replica that lost its lease writes nothing
+    while it stops."""
+    if op.leading():
+        await run(op, key)

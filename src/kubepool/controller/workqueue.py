@@ -15,7 +15,7 @@ from kubepool.controller import admission, metrics
 from kubepool.controller.admission import Claim
 from kubepool.controller.backoff import retry_delay
 from kubepool.controller.view import JobKey
-from kubepool.kube.errors import KubeError
+from kubepool.kube.errors import Going, KubeError
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 5.0  # a pool's status pass that hit an API error runs again after this (a job's backs off)
@@ -23,6 +23,7 @@ POOL_REFRESH_SECONDS = 1.0  # pool status passes are coalesced over this window
 EXPORT_DUE = ""  # the job-phase gauges' entry in pools_due (no pool has an empty name)
 POD_EVENT_DELAY_SECONDS = 0.1  # a pod event's pass waits this long, so the rest of the job's burst joins it
 QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
+GOING_RETRY_MAX_SECONDS = 2.0  # a pass waiting for an object on its way out (errors.Going) retries at least this often
 
 
 async def _unbound(_: object) -> None:
@@ -96,6 +97,8 @@ class WorkQueue:
             metrics.RECONCILE_ERRORS.labels(kind="job", reason=str(e.status)).inc()
             n = self.failures[key] = self.failures.get(key, 0) + 1
             delay = retry_delay(n, e.retry_after)
+            if isinstance(e, Going):  # the garbage collector is about to finish: no long backoff
+                delay = min(delay, GOING_RETRY_MAX_SECONDS)
             log.warning("MLJob %s/%s: %s; retry %d in %.1fs", key[0], key[1], e, n, delay)
         except Exception as e:
             metrics.RECONCILE_ERRORS.labels(kind="job", reason=type(e).__name__).inc()

@@ -42,11 +42,14 @@ PLURALS = {
     "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
     "NetworkPolicy": "networkpolicies", "EndpointSlice": "endpointslices", "RayCluster": "rayclusters",
     "PriorityClass": "priorityclasses", naming.MLJOB_KIND: naming.MLJOB_PLURAL, naming.POOL_KIND: naming.POOL_PLURAL,
+    "Lease": "leases",
 }  # fmt: skip
+LEASE_API = "coordination.k8s.io/v1"
 _MERGE = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
 _METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"  # an object's metadata, nothing else
 _APPLY = "application/apply-patch+yaml"  # JSON is YAML
+_PATCH_TEST_FAILED = "the server rejected our request due to an error in our request"  # a JSON patch's test op
 
 
 class Http(Protocol):
@@ -163,35 +166,88 @@ class Api:
         except NotFound:
             pass
 
-    async def delete_job(self, namespace: str, name: str) -> None:
-        """Delete an MLJob; the garbage collector removes its children in the background."""
-        await self._delete(_job_path(namespace, name), f"MLJob {namespace}/{name}", None)
+    async def delete_job(self, namespace: str, name: str, uid: str = "") -> None:
+        """Delete an MLJob (with `uid`: only that one; another job of the name, created since, stays); the
+        garbage collector removes its children in the background."""
+        await self._delete(_job_path(namespace, name), f"MLJob {namespace}/{name}", None, uid)
 
-    async def _delete(self, path: str, what: str, grace: int | None) -> None:
+    async def _delete(self, path: str, what: str, grace: int | None, uid: str = "") -> None:
         options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         if grace is not None:
             options["gracePeriodSeconds"] = grace
-        await self._send("DELETE", path, f"delete {what}", body=options, bulk=True, ok=(404,))
+        if uid:
+            options["preconditions"] = {"uid": uid}  # 409 when another object has the name now: it stays
+        await self._send("DELETE", path, f"delete {what}", body=options, bulk=True, ok=(404, 409) if uid else (404,))
 
-    async def patch_job_status(self, namespace: str, name: str, status: Obj) -> None:
-        """JSON merge patch of an MLJob's status subresource (None values remove fields)."""
-        await self._send("PATCH", f"{_job_path(namespace, name)}/status", f"patch status of MLJob {namespace}/{name}",
-                         body={"status": status}, content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
+    async def patch_job_status(self, namespace: str, name: str, status: Obj, uid: str = "") -> None:
+        """Write an MLJob's status subresource: `status` as a JSON merge patch (None values remove fields); with
+        `uid`, only if the job of that name is still that one (a JSON patch that tests metadata.uid, then sets
+        the whole status to `status` less its None values): a job deleted and created again under its name never
+        gets its predecessor's status (a merge patch's metadata.uid is ignored on the status subresource). Raises
+        NotFound when the job is gone or another one has its name."""
+        what = f"patch status of MLJob {namespace}/{name}"
+        params = {"fieldManager": naming.FIELD_MANAGER}
+        path = f"{_job_path(namespace, name)}/status"
+        if not uid:
+            await self._send("PATCH", path, what, body={"status": status}, content_type=_MERGE, params=params)
+            return
+        body = [{"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "add", "path": "/status", "value": {k: v for k, v in status.items() if v is not None}}]
+        resp = await self._request("PATCH", path, what, body=body, content_type=_JSON_PATCH, params=params, ok=(422,))
+        if int(resp.status_code) != 422:
+            return
+        try:
+            status = json.loads(resp.content)
+        except ValueError:
+            status = {}
+        message = str(status.get("message") or "")
+        if _PATCH_TEST_FAILED in message:  # what the API server says of a failed test op, and nothing more
+            raise NotFound(f"{what}: it is no longer uid {uid} (deleted; a new job may have its name)", 404)
+        raise status_error(422, message or resp.text, str(status.get("reason") or ""), what)
 
     async def patch_pool_status(self, name: str, status: Obj) -> None:
         path = f"{collection_path(naming.API_VERSION, naming.POOL_KIND, None)}/{name}/status"
         await self._send("PATCH", path, f"patch status of ComputePool {name}", body={"status": status},
                          content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
 
-    async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
-        """The labels of one object, or None when it does not exist. Read as metadata only: a Secret's data never
-        reaches the operator."""
+    async def metadata_of(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | None:
+        """The metadata of one object (labels, ownerReferences, uid, deletionTimestamp, ...), or None when it does
+        not exist. Read as metadata only: a Secret's data never reaches the operator."""
         path = f"{collection_path(api_version, kind, namespace)}/{name}"
         resp = await self._request("GET", path, f"get {kind} {namespace}/{name}", ok=(404,), accept=_METADATA)
         if int(resp.status_code) == 404:
             return None
-        labels = (json.loads(resp.content).get("metadata") or {}).get("labels") or {}
-        return {str(k): str(v) for k, v in labels.items()}
+        meta: Obj = json.loads(resp.content).get("metadata") or {}
+        return meta
+
+    async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+        """The labels of one object, or None when it does not exist (metadata only)."""
+        meta = await self.metadata_of(api_version, kind, namespace, name)
+        if meta is None:
+            return None
+        return {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+
+    async def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """A coordination.k8s.io Lease (leader election), or None when it does not exist."""
+        path = f"{collection_path(LEASE_API, 'Lease', namespace)}/{name}"
+        resp = await self._request("GET", path, f"get Lease {namespace}/{name}", ok=(404,))
+        if int(resp.status_code) == 404:
+            return None
+        lease: Obj = json.loads(resp.content)
+        return lease
+
+    async def write_lease(self, namespace: str, name: str, spec: Obj, resource_version: str | None) -> None:
+        """Create the Lease (resource_version None) or replace it if it is still at `resource_version`: a
+        concurrent writer makes this raise Conflict (409), so two replicas never both take it."""
+        meta: Obj = {"name": name, "namespace": namespace, "labels": {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}}
+        if resource_version is None:
+            await self._send("POST", collection_path(LEASE_API, "Lease", namespace), f"create Lease {namespace}/{name}",
+                             body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec})
+            return
+        meta["resourceVersion"] = resource_version
+        await self._send("PUT", f"{collection_path(LEASE_API, 'Lease', namespace)}/{name}",
+                         f"update Lease {namespace}/{name}",
+                         body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec})
 
     async def crd_exists(self, name: str) -> bool:
         try:

@@ -33,6 +33,20 @@ class Conflict(KubeError):
     pass
 
 
+class Going(Conflict):
+    """An object the operator would create is still there and on its way out (an earlier same-name job's child,
+    which the garbage collector is removing): the write is tried again within seconds, not backed off for long."""
+
+
+class Foreign(Conflict):
+    """An object the operator would create exists and is not its to take (no owner it knows): someone must
+    delete or rename it, so it is a refusal the user hears of at once."""
+
+    @property
+    def refused(self) -> bool:
+        return True
+
+
 class Forbidden(KubeError):
     pass
 

@@ -16,7 +16,7 @@ from lightkube import AsyncClient
 
 from kubepool import naming
 from kubepool.kube import aio
-from kubepool.kube.errors import Conflict, Invalid, Unreachable
+from kubepool.kube.errors import Conflict, Invalid, NotFound, Unreachable
 
 
 @dataclass
@@ -129,3 +129,20 @@ async def test_answers_become_kubepool_errors() -> None:
         await api.patch_job_status("ns", "j", {})
     with pytest.raises(Unreachable, match="cannot reach the Kubernetes API"):
         await api.delete_job("ns", "j")
+
+
+async def test_a_status_write_names_the_job_by_uid() -> None:
+    """With the job's uid, a status write tests it first (a JSON patch): a job deleted and created again under
+    its name never gets its predecessor's status; the failed test reads as NotFound, a schema refusal stays."""
+    path = "/apis/kubepool.dev/v1alpha1/namespaces/ns/mljobs/train/status"
+    http = StandInHttp()
+    await _api(http).patch_job_status("ns", "train", {"phase": "RUNNING", "reason": None}, "u1")
+    assert http.sent == [("PATCH", path, {"fieldManager": naming.FIELD_MANAGER}, "application/json-patch+json",
+                          [{"op": "test", "path": "/metadata/uid", "value": "u1"},
+                           {"op": "add", "path": "/status", "value": {"phase": "RUNNING"}}])]
+    failed = {"message": "the server rejected our request due to an error in our request", "reason": "Invalid"}
+    with pytest.raises(NotFound, match="no longer uid u1"):
+        await _api(StandInHttp({("PATCH", path): Reply(422, failed)})).patch_job_status("ns", "train", {}, "u1")
+    schema = {"message": 'MLJob.kubepool.dev "train" is invalid: status.phase: Unsupported value', "reason": "Invalid"}
+    with pytest.raises(Invalid, match="status.phase"):
+        await _api(StandInHttp({("PATCH", path): Reply(422, schema)})).patch_job_status("ns", "train", {}, "u1")

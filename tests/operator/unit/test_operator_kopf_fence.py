@@ -48,6 +48,53 @@ def test_decodes_like_the_standard_library() -> None:
     assert kopf_fence.loads(b'{"a": [1, 2]}') == {"a": [1, 2]}
 
 
+# --- watch gaps -----------------------------------------------------------------------------------------------
+def _job(name: str, uid: str, rv: str) -> dict[str, Any]:
+    return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob",
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
+            "spec": {"computePool": "cpu"}, "status": {"phase": "RUNNING"}}
+
+
+async def test_a_relist_reports_what_was_deleted_in_the_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own infinite_watch: a listing, a watch cut by 410 Gone, a second listing without one job and with
+    a job re-created under another's name. The second listing ends with DELETED events for both earlier jobs
+    (before kopf's end-of-listing mark); the first listing has nothing to compare with."""
+    from kopf._cogs.clients import fetching, watching
+
+    assert kopf_fence.install_relist_deletions() is True
+    assert kopf_fence.install_relist_deletions() is True  # idempotent
+    listings = [[_job("a", "ua", "1"), _job("b", "ub", "2")], [_job("b", "ub2", "9")]]
+
+    async def fetch_objs(**_: Any) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        yield listings.pop(0), "9"
+
+    async def watch_objs(**_: Any) -> AsyncIterator[dict[str, Any]]:
+        yield {"type": "ERROR", "object": {"code": 410}}
+
+    monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
+    monkeypatch.setattr(watching, "watch_objs", watch_objs)
+    monkeypatch.setattr(kopf_fence, "_SEEN", {})
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0
+    resource = references.Resource("kubepool.dev", "v1alpha1", "mljobs-gap-test")
+    seen = [e async for e in watching.infinite_watch(settings=settings, resource=resource, namespace="ns",
+                                                    _iterations=2)]
+    shown = [e.name if isinstance(e, watching.Bookmark) else (e["type"], e["object"]["metadata"]["uid"]) for e in seen]
+    assert shown == [(None, "ua"), (None, "ub"), "LISTED", (None, "ub2"), ("DELETED", "ua"), ("DELETED", "ub"), "LISTED"]
+    deleted = seen[4]["object"]
+    assert deleted["metadata"]["name"] == "a" and deleted["spec"] == {"computePool": "cpu"} and "status" not in deleted
+
+
+def test_a_deleted_bodys_slim_copy_keeps_what_kopf_and_the_handlers_read() -> None:
+    """kopf's resource observer reads a CRD event's spec.group (even of a DELETED one); pods keep no spec."""
+    crd = {"kind": "CustomResourceDefinition", "metadata": {"name": "x.g", "uid": "c"},
+           "spec": {"group": "g", "versions": [{"schema": {"openAPIV3Schema": {}}}]}}
+    assert kopf_fence._slim(crd)["spec"] == {"group": "g"}
+    pod = {"kind": "Pod", "metadata": {"name": "p", "uid": "p", "labels": {"a": "b"}, "managedFields": [{}]},
+           "spec": {"containers": []}, "status": {"phase": "Running"}}
+    assert kopf_fence._slim(pod) == {"kind": "Pod", "metadata": {"name": "p", "uid": "p", "labels": {"a": "b"}}}
+
+
 # --- diff base ------------------------------------------------------------------------------------------------
 def _body(kind: str) -> dict[str, Any]:
     return {"apiVersion": "kubepool.dev/v1alpha1", "kind": kind,

@@ -101,3 +101,23 @@ def test_ttl_deletes_the_job() -> None:
     st = compute_job_status(j, Observed(pods=[pod(0, "Succeeded", False)], now=at(5)))
     assert plan_job(j, st, [], POOLS, cfg=CFG, now=at(6)).wake_at == at(65)
     assert plan_job(j, st, [], POOLS, cfg=CFG, now=T0 + timedelta(seconds=65)).delete_job
+
+
+def test_an_existing_child_is_the_jobs_only_when_it_owns_it() -> None:
+    """A 409 on a child's create: the object there is the job's own, an earlier same-name job's (deleted; the
+    garbage collector removes it: wait), gone or going (create again), or somebody else's (refused)."""
+    from kubepool.controller.builders import JobRef
+    from kubepool.controller.plan import FOREIGN, GOING, OWNED, existing_child
+
+    ref = JobRef(name="train", namespace="ns", uid="u2")
+
+    def owned_by(uid: str, name: str = "train", kind: str = "MLJob") -> dict[str, object]:
+        return {"ownerReferences": [{"apiVersion": "kubepool.dev/v1alpha1", "kind": kind, "name": name, "uid": uid}]}
+
+    assert existing_child(owned_by("u2"), ref) == OWNED
+    assert existing_child(owned_by("u1"), ref) == GOING  # the earlier job of the name
+    assert existing_child(None, ref) == GOING
+    assert existing_child({**owned_by("u2"), "deletionTimestamp": "2026-01-01T00:00:00Z"}, ref) == GOING
+    assert existing_child(owned_by("u1", name="other"), ref) == FOREIGN
+    assert existing_child(owned_by("u1", kind="Deployment"), ref) == FOREIGN
+    assert existing_child({}, ref) == FOREIGN  # e.g. the user's own Service of that name

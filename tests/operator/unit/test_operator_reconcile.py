@@ -115,10 +115,10 @@ async def test_admissions_in_flight_never_share_capacity() -> None:
     release = asyncio.Event()
     written = api.patch_job_status
 
-    async def slow(namespace: str, name: str, status: dict[str, Any]) -> None:
+    async def slow(namespace: str, name: str, status: dict[str, Any], uid: str = "") -> None:
         if name == "first":
             await release.wait()
-        await written(namespace, name, status)
+        await written(namespace, name, status, uid)
     api.patch_job_status = slow  # type: ignore[method-assign]
     pending = asyncio.ensure_future(reconcile_job(op, ("ns", "first")))
     await asyncio.sleep(0.01)
@@ -129,7 +129,7 @@ async def test_admissions_in_flight_never_share_capacity() -> None:
     await pending
     assert "admittedAt" in api.statuses["first"]
 
-    async def refuse(namespace: str, name: str, status: dict[str, Any]) -> None:
+    async def refuse(namespace: str, name: str, status: dict[str, Any], uid: str = "") -> None:
         raise RuntimeError("status write refused")
     third = job("third", targetInstances=1, created="2026-01-01T12:00:10Z")
     op, api, _ = state([third], max_nodes=1)

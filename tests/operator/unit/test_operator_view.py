@@ -54,15 +54,49 @@ def test_finished_jobs_leave_the_claims_for_good_until_forgotten(monkeypatch: py
     view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")], ("ns", "other"): [body(job(name="other"), "1")]}}
     assert {c.name for c in view.claims()} == {"train", "other"}
     written["uid-train"] = MLJobStatus(phase="DONE", reason="Completed")
-    assert {c.name for c in view.claims()} == {"other"} and view.finished == {("ns", "train")}
+    assert {c.name for c in view.claims()} == {"other"} and view.finished == {"uid-train"}
     looked: list[object] = []
     original = ClusterView._parsed_job
     monkeypatch.setattr(ClusterView, "_parsed_job", lambda self, k, b: looked.append(k) or original(self, k, b))
     assert {c.name for c in view.claims()} == {"other"} and looked == [("ns", "other")]  # no look at the finished job
-    view.forget(("ns", "train"))  # deleted (the status writer forgets its uid): a new job of the name is unfinished
+    view.indexes[JOB_INDEX][("ns", "train")] = []  # deleted: kopf's index drops it before the handler runs
+    view.forget(("ns", "train"), "uid-train")  # (the status writer forgets its uid): a new job of the name is unfinished
     written.pop("uid-train")
     view.indexes[JOB_INDEX][("ns", "train")] = [body(job(), "5")]
     assert {c.name for c in view.claims()} == {"train", "other"}
+
+
+def _renamed_uid(b: dict[str, Any], uid: str, created: str) -> dict[str, Any]:
+    b["metadata"].update(uid=uid, creationTimestamp=created)
+    return b
+
+
+def test_a_job_created_under_a_finished_jobs_name_claims_before_the_deletion_is_seen() -> None:
+    """After a watch gap, the re-list shows the new job of a name before the old one's deletion: the old one was
+    finished (keyed by name, the new one was skipped: its capacity was given twice)."""
+    written: dict[str, MLJobStatus] = {}
+    view = ClusterView(written=written)
+    view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")]}}
+    written["uid-train"] = MLJobStatus(phase="DONE", reason="Completed")
+    assert view.claims() == []
+    newer = _renamed_uid(body(job(targetInstances=2), "7"), "uid-train-2", "2026-01-01T12:05:00Z")
+    view.indexes[JOB_INDEX][("ns", "train")] = [body(job(), "1"), newer]  # both watched until the deletion is seen
+    claims = view.claims()
+    assert [(c.name, c.min_instances) for c in claims] == [("train", 2)]
+    found = view.job(("ns", "train"))
+    assert found is not None and found[0].metadata["uid"] == "uid-train-2"
+
+
+async def test_a_late_deletion_keeps_the_newer_jobs_state() -> None:
+    """The deletion of an earlier job of the name seen after the newer job (a watch gap resynced): what is kept by
+    name (locks, deadlines, what the handlers acted on) stays the newer job's; the old uid's state goes."""
+    op, _, _ = operator_state([job(targetInstances=1)], [pool()])
+    await reconcile_job(op, ("ns", "train"))
+    op.view.seen_jobs[("ns", "train")] = ("uid-train", 1, False)
+    lock = op.queue.lock(("ns", "train"))
+    op.forget(("ns", "train"), "uid-old")
+    assert op.view.seen_jobs[("ns", "train")] == ("uid-train", 1, False)
+    assert op.queue.lock(("ns", "train")) is lock and "uid-train" in op.status.written
 
 
 async def test_forgetting_a_job_leaves_nothing_of_it() -> None:
