@@ -106,7 +106,7 @@ def test_status_reports_a_crashed_component_and_up_repairs_it(spare: Path) -> No
     repaired = local("up", "--state-dir", str(spare))
     assert repaired.returncode == 0, repaired.stderr
     assert "kube-scheduler: started" in repaired.stdout
-    assert "node agents: none configured" in repaired.stdout  # the cluster keeps its own node config
+    assert "nodes: none configured" in repaired.stdout  # the cluster keeps its own node config
     assert local("status", "--state-dir", str(spare)).returncode == 0
 
 

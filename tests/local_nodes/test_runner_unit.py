@@ -98,7 +98,7 @@ async def test_a_checkout_under_the_pods_own_tmp_stays_visible(tmp_path: Path) -
     the container still runs from there, and the supervisor still writes its exit file and log index."""
     image = tmp_path / "checkout" / "src"
     image.mkdir(parents=True)
-    (image / "hello.py").write_text("import os; print('hello from', os.getcwd(), sorted(os.listdir('/tmp'))[:1])")
+    (image / "hello.py").write_text("import os; print('hello from', os.getcwd(), os.path.exists('/tmp/mine'))")
     pod_tmp = tmp_path / "pod-tmp"
     pod_tmp.mkdir()
     (pod_tmp / "mine").write_text("")
@@ -110,7 +110,9 @@ async def test_a_checkout_under_the_pods_own_tmp_stays_visible(tmp_path: Path) -
     info = await run.wait()
     log = (run.dir / runner.LOG).read_text()
     assert info["exitCode"] == 0, log
-    assert log.strip() == f"hello from {image} ['mine']"  # the pod's own /tmp, and the checkout inside it
+    # The pod's own /tmp (its file), and the checkout inside it. (When this test's own venv lives under /tmp too,
+    # the pod's /tmp also shows the mount point that re-binds it: docs/local-nodes.md.)
+    assert log.strip() == f"hello from {image} True"
     assert (run.dir / runner.LOG_INDEX).read_text().split()[0] == "0"
 
 

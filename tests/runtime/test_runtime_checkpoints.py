@@ -16,7 +16,7 @@ from support.s3 import CREDENTIALS, client, s3_server
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
     with s3_server("127.0.5.23") as url:
-        client(url).create_bucket(Bucket="ckpt")
+        client(url).create_bucket(Bucket="ckpt-unit")
         yield url
 
 
@@ -27,7 +27,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def target(endpoint: str, prefix: str) -> OutputTarget:
-    uri = f"s3://ckpt/{prefix}"
+    uri = f"s3://ckpt-unit/{prefix}"
     return OutputTarget(location=uri, s3_uri=uri, s3_endpoint_url=endpoint)
 
 
@@ -53,7 +53,7 @@ def test_sync_then_restore_resumes(endpoint: str, tmp_path: Path) -> None:
 
 
 def test_a_key_escaping_the_dir_is_refused(endpoint: str, tmp_path: Path) -> None:
-    client(endpoint).put_object(Bucket="ckpt", Key="run-2/../../code/train.py", Body=b"evil")
+    client(endpoint).put_object(Bucket="ckpt-unit", Key="run-2/../../code/train.py", Body=b"evil")
     with pytest.raises(ValueError, match="outside"):
         checkpoints.restore(target(endpoint, "run-2"), tmp_path, {})
     assert not list(tmp_path.rglob("*"))

@@ -16,10 +16,13 @@ from kubepool.runtime import outputs
 from kubepool.runtime.sagemaker import Layout
 from support.s3 import CREDENTIALS, client, s3_server
 
+BUCKET = "outputs-unit"  # moto keeps one store per process: every test module has its own bucket
+
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
     with s3_server("127.0.5.21") as url:
+        client(url).create_bucket(Bucket=BUCKET)
         yield url
 
 
@@ -37,8 +40,7 @@ def test_s3_layout_per_instance(endpoint: str, tmp_path: Path, monkeypatch: pyte
     for k, v in CREDENTIALS.items():  # in a pod: the credentials Secret's keys, through envFrom
         monkeypatch.setenv(k, v)
     s3 = client(endpoint)
-    s3.create_bucket(Bucket="models")
-    c = contract(OutputTarget(location="s3://models/runs", s3_uri="s3://models/runs", s3_endpoint_url=endpoint))
+    c = contract(OutputTarget(location=f"s3://{BUCKET}/runs", s3_uri=f"s3://{BUCKET}/runs", s3_endpoint_url=endpoint))
     head, worker, idle = Layout(tmp_path / "0"), Layout(tmp_path / "1"), Layout(tmp_path / "2")
     for layout in (head, worker, idle):
         layout.create()
@@ -48,14 +50,14 @@ def test_s3_layout_per_instance(endpoint: str, tmp_path: Path, monkeypatch: pyte
     (worker.output_data_dir / "metrics.csv").write_text("loss,1\n")
     env = dict(CREDENTIALS)
     assert outputs.keep(c, c.identity(0), head, env) == [
-        "s3://models/runs/train/output/model.tar.gz", "s3://models/runs/train/output/output.tar.gz"]
-    assert outputs.keep(c, c.identity(1), worker, env) == ["s3://models/runs/train/output/algo-2/output.tar.gz"]
-    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="models")["Contents"])
+        f"s3://{BUCKET}/runs/train/output/model.tar.gz", f"s3://{BUCKET}/runs/train/output/output.tar.gz"]
+    assert outputs.keep(c, c.identity(1), worker, env) == [f"s3://{BUCKET}/runs/train/output/algo-2/output.tar.gz"]
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
     assert keys == ["runs/train/output/algo-2/output.tar.gz", "runs/train/output/model.tar.gz", "runs/train/output/output.tar.gz"]
-    got = members(s3.get_object(Bucket="models", Key="runs/train/output/model.tar.gz")["Body"].read())
+    got = members(s3.get_object(Bucket=BUCKET, Key="runs/train/output/model.tar.gz")["Body"].read())
     assert got == {"weights.bin": b"w0", "sub/cfg.json": b"{}"}
-    assert members(s3.get_object(Bucket="models", Key="runs/train/output/output.tar.gz")["Body"].read()) == {}
-    assert members(s3.get_object(Bucket="models", Key="runs/train/output/algo-2/output.tar.gz")["Body"].read()) == {
+    assert members(s3.get_object(Bucket=BUCKET, Key="runs/train/output/output.tar.gz")["Body"].read()) == {}
+    assert members(s3.get_object(Bucket=BUCKET, Key="runs/train/output/algo-2/output.tar.gz")["Body"].read()) == {
         "metrics.csv": b"loss,1\n"}
 
 
