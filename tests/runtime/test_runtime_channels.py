@@ -4,7 +4,6 @@ against a real S3-compatible server on loopback (moto's ThreadedMotoServer)."""
 from __future__ import annotations
 
 import random
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from kubepool.contract import Channel, ChannelSource, Distribution, Group, JobContract, build_contract, shard
 from kubepool.runtime import channels
+from support.s3 import s3_server
 
 S3_HOST = "127.0.5.20"
 
@@ -81,23 +81,10 @@ def test_configmap_mount_layout_is_read_once(tmp_path: Path) -> None:
     assert (tmp_path / "data/cm/f.csv").read_text() == "x"
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port(S3_HOST)
-    server = ThreadedMotoServer(ip_address=S3_HOST, port=port)
-    server.start()
-    try:
-        yield f"http://{S3_HOST}:{port}"
-    finally:
-        server.stop()
+    with s3_server(S3_HOST) as url:
+        yield url
 
 
 @pytest.fixture()
