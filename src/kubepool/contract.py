@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -384,24 +385,24 @@ def shard(keys: Sequence[str], num_shards: int, index: int) -> list[str]:
     return sorted(keys)[index::num_shards]
 
 
+def _termination_doc(termination_message: str | None) -> dict[str, Any]:
+    """A runtime termination message (JSON) as a dict; empty for anything else."""
+    if not termination_message or not termination_message.startswith("{"):
+        return {}
+    try:
+        doc = json.loads(termination_message)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def runtime_failure_reason(termination_message: str | None) -> str | None:
     """The reason a failed instance's termination message names, if it is one the runtime gives."""
-    if not termination_message or not termination_message.startswith("{"):
-        return None
-    try:
-        reason = json.loads(termination_message).get("reason")
-    except (ValueError, AttributeError):
-        return None
+    reason = _termination_doc(termination_message).get("reason")
     return reason if reason in RUNTIME_FAILURE_REASONS else None
 
 
 def runtime_failure_error(termination_message: str | None) -> str | None:
     """The `error` of a runtime termination message (JSON), if it is one."""
-    if not termination_message or not termination_message.startswith("{"):
-        return None
-    try:
-        error = json.loads(termination_message).get("error")
-    except (ValueError, AttributeError):
-        return None
+    error = _termination_doc(termination_message).get("error")
     return error if isinstance(error, str) and error else None
-

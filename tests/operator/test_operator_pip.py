@@ -5,7 +5,11 @@ image does not have; a requirement pip cannot satisfy FAILS the job with reason 
 from __future__ import annotations
 
 import base64
+import functools
+import http.server
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +77,35 @@ def test_an_unsatisfiable_requirement_fails_the_job_saying_so(kubectl: Any, name
     st = wait_phase(kubectl, namespace, "pip-bad", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
     assert (st["phase"], st["reason"]) == ("FAILED", "PipInstallFailed"), json.dumps(st, indent=1)
     assert "No matching distribution found for kubepool-not-a-package==9" in st["message"], st["message"]
+
+
+@pytest.fixture
+def package_index(tmp_path: Path) -> Iterator[str]:
+    """A PEP 503 simple index on loopback (the local nodes' pods share the host's network) holding only
+    kubepool-wheel-probe 0.2, which exists nowhere else."""
+    root = tmp_path / "index"
+    wheel = build_probe_wheel(root / "wheels", version="0.2", answer="7")
+    page = root / "simple" / PROBE
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(f'<a href="../../wheels/{wheel.name}">{wheel.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
+
+
+def test_requirements_come_from_the_jobs_own_index(kubectl: Any, namespace: str, operator: Operator,
+                                                   compute_pool: Any, apply: Any, package_index: str) -> None:
+    pool = compute_pool("cpu", max_nodes=1)
+    script = f"import {PROBE_MODULE}\nprint('PROBE', {PROBE_MODULE}.ANSWER, flush=True)\n"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": {"probe.py": script}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
+    apply(mljob("pip-index", computePool=pool, entrypoint={"file": "probe.py"}, code={"configMap": "payload"},
+                mode="parallel", pipRequirements=[f"{PROBE}==0.2"], pipOptions={"indexUrl": package_index}))
+    st = wait_phase(kubectl, namespace, "pip-index", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    log = kubectl("logs", "-n", namespace, "pip-index-homogeneouscluster-0", "--tail=-1").stdout
+    assert "PROBE 7" in log, log[-3000:]

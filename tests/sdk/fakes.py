@@ -6,7 +6,14 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from lightkube.models.core_v1 import Container, PodSpec
+from lightkube.models.core_v1 import (
+    Container,
+    ContainerState,
+    ContainerStateTerminated,
+    ContainerStatus,
+    PodSpec,
+    PodStatus,
+)
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
@@ -100,8 +107,10 @@ class FakeKube:
         iid = int(labels[naming.LABEL_INSTANCE])
         if iid not in self.logs:
             return []
+        done = ContainerStatus(name="main", image="runtime", imageID="", ready=False, restartCount=0,
+                               state=ContainerState(terminated=ContainerStateTerminated(exitCode=0)))
         return [Pod(metadata=ObjectMeta(name=f"{labels[naming.LABEL_JOB]}-pod-{iid}", creationTimestamp=None),
-                    spec=PodSpec(containers=[Container(name="main")]))]
+                    spec=PodSpec(containers=[Container(name="main")]), status=PodStatus(containerStatuses=[done]))]
 
     def pod_log(self, name: str, *, container: str | None = None, tail_lines: int | None = None,
                 follow: bool = False, namespace: str | None = None) -> Iterator[str]:

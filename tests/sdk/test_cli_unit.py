@@ -199,3 +199,19 @@ def test_bash_completion(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert _complete(text, ["kubepool", "logs", "-n", "team", "tr"], path=str(tmp_path)) == ["train-1"]
     assert cli.main(["completion", "zsh"]) == 0
     assert capsys.readouterr().out.startswith("autoload -U +X bashcompinit && bashcompinit\n")
+
+
+def test_follow_every_instance_and_wait_without_logs(fake_kube: FakeKube, script: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    cli.main(["submit", str(script), "--pool", "cpu", "--instances", "2", "--name", "j3"])
+    fake_kube.logs = {0: ["kubepool[0]: a", "kubepool[0]: b"], 1: ["kubepool[1]: c"]}
+    fake_kube.set_phase("j3", "DONE")
+    capsys.readouterr()
+    assert cli.main(["logs", "j3", "--all", "-f"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(lines) == ["[algo-1] kubepool[0]: a", "[algo-1] kubepool[0]: b", "[algo-2] kubepool[1]: c"]
+    assert lines.index("[algo-1] kubepool[0]: a") < lines.index("[algo-1] kubepool[0]: b")  # each stream in order
+    # --no-logs: progress and the outcome only, none of the head's lines.
+    assert cli.main(["submit", str(script), "--pool", "cpu", "--name", "j4", "--wait", "--no-logs", "--timeout", "0.2"]) == 124
+    out = capsys.readouterr().out
+    assert out.strip() == "team/j4" and "kubepool[0]" not in out

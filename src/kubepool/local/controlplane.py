@@ -40,6 +40,7 @@ import httpx
 import yaml
 
 from kubepool.local import kwok
+from kubepool.local.buildscript import run_build_script
 from kubepool.local.pki import Pki, ensure_pki
 from kubepool.local.realnode import nodes as realnodes
 from kubepool.local.realnode.dns import DnsError
@@ -529,15 +530,7 @@ def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
 def ensure_binaries(say: Log) -> Path:
     """Build (or find cached) the pinned binaries, relaying the build's progress; return their bin dir."""
     say("binaries: hack/k8s-bin/build.sh (a no-op when cached; a cold build takes 10+ minutes)")
-    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        say(f"  {lines[-1]}")
-    if proc.wait() != 0 or not lines:
-        raise ClusterError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}")
-    return Path(lines[-1])
+    return run_build_script(BUILD_SCRIPT, say, ClusterError)
 
 
 def agent_available() -> bool:

@@ -38,11 +38,12 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.lstrip("/")
 
 
-def s3_client(channel: Channel, env: Mapping[str, str]) -> Any:
+def s3_client(endpoint_url: str | None, env: Mapping[str, str]) -> Any:
+    """An S3 client for a channel, the output or the checkpoints: their own endpoint, else AWS_ENDPOINT_URL (MinIO
+    and friends), else AWS's; credentials from the environment (a credentials Secret's keys)."""
     import boto3  # the runtime image has it; the operator never imports this module
 
-    endpoint = channel.source.s3_endpoint_url or env.get(ENV_S3_ENDPOINT) or None
-    return boto3.client("s3", endpoint_url=endpoint)
+    return boto3.client("s3", endpoint_url=endpoint_url or env.get(ENV_S3_ENDPOINT) or None)
 
 
 def list_s3(client: Any, bucket: str, prefix: str) -> list[str]:
@@ -65,7 +66,7 @@ def relative_name(key: str, prefix: str) -> str:
 
 def fetch_s3(channel: Channel, dest: Path, contract: JobContract, me: InstanceIdentity, env: Mapping[str, str]) -> list[str]:
     bucket, prefix = parse_s3_uri(channel.source.s3_uri or "")
-    client = s3_client(channel, env)
+    client = s3_client(channel.source.s3_endpoint_url, env)
     chosen = select(list_s3(client, bucket, prefix), contract, channel, me)
     targets = [(key, dest / relative_name(key, prefix)) for key in chosen]  # every key checked before any fetch
     for key, target in targets:

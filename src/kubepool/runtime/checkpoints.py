@@ -9,18 +9,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from kubepool.contract import OutputTarget
-from kubepool.runtime.channels import list_s3, parse_s3_uri, relative_name
+from kubepool.runtime.channels import list_s3, parse_s3_uri, relative_name, s3_client
 
 SYNC_SECONDS = 10.0
-
-
-def _client(target: OutputTarget, env: Mapping[str, str]) -> Any:
-    import boto3  # the runtime image has it; only jobs with S3 checkpoints need it
-
-    return boto3.client("s3", endpoint_url=target.s3_endpoint_url or env.get("AWS_ENDPOINT_URL") or None)
 
 
 def _key(prefix: str, rel: str) -> str:
@@ -30,7 +23,7 @@ def _key(prefix: str, rel: str) -> str:
 def restore(target: OutputTarget, local: Path, env: Mapping[str, str]) -> list[str]:
     """Download the prefix's objects into `local`; returns their paths relative to it."""
     bucket, prefix = parse_s3_uri(target.s3_uri or "")
-    client = _client(target, env)
+    client = s3_client(target.s3_endpoint_url, env)
     base = prefix.rstrip("/") + "/" if prefix else ""
     rels = [(key, relative_name(key, base)) for key in list_s3(client, bucket, base)]  # all checked before any write
     for key, rel in rels:
@@ -45,7 +38,7 @@ class Syncer:
 
     def __init__(self, target: OutputTarget, local: Path, env: Mapping[str, str]) -> None:
         self.bucket, self.prefix = parse_s3_uri(target.s3_uri or "")
-        self.client = _client(target, env)
+        self.client = s3_client(target.s3_endpoint_url, env)
         self.local = local
         self.seen: dict[str, tuple[int, int]] = {}
         self._stop = threading.Event()

@@ -11,10 +11,9 @@ import tarfile
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from kubepool.contract import InstanceIdentity, JobContract, OutputTarget, output_artifacts
-from kubepool.runtime.channels import parse_s3_uri
+from kubepool.runtime.channels import parse_s3_uri, s3_client
 from kubepool.runtime.sagemaker import Layout
 
 FAILURE_MAX_CHARS = 1024  # SageMaker's FailureReason: the first 1024 characters of the file
@@ -37,16 +36,10 @@ def archive(src: Path, dest: Path) -> None:
             tar.add(path, arcname=path.relative_to(src).as_posix(), recursive=False)
 
 
-def _s3_client(target: OutputTarget, env: Mapping[str, str]) -> Any:
-    import boto3  # the runtime image has it; only jobs with an S3 output need it
-
-    return boto3.client("s3", endpoint_url=target.s3_endpoint_url or env.get("AWS_ENDPOINT_URL") or None)
-
-
 def _store(target: OutputTarget, local: Path, uri: str, env: Mapping[str, str]) -> None:
     if target.s3_uri:
         bucket, key = parse_s3_uri(uri)
-        _s3_client(target, env).upload_file(str(local), bucket, key)
+        s3_client(target.s3_endpoint_url, env).upload_file(str(local), bucket, key)
         return
     dest = Path(target.local_path or "") / uri[len(target.location.rstrip("/")) + 1:]
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ def site_dir(prefix: Path) -> Path:
 
 def command(requirements: Sequence[str], prefix: Path) -> list[str]:
     return [sys.executable, "-m", "pip", "install", "--prefix", str(prefix), "--no-input",
-            "--disable-pip-version-check", "--no-warn-script-location", *requirements]
+            "--disable-pip-version-check", "--no-warn-script-location", "--", *requirements]  # never options
 
 
 def env_with(prefix: Path, env: Mapping[str, str]) -> dict[str, str]:

@@ -22,8 +22,12 @@ def st(**fields: object) -> MLJobStatus:
     return MLJobStatus.model_validate(fields)
 
 
+NAMES = {metrics.QUEUED_SECONDS: "kubepool_mljob_queued_seconds", metrics.START_SECONDS: "kubepool_mljob_start_seconds",
+         metrics.DURATION_SECONDS: "kubepool_mljob_duration_seconds"}
+
+
 def observed(prev: MLJobStatus | None, new: MLJobStatus) -> list[tuple[str, dict[str, str], float]]:
-    return [(h._name, labels, v) for h, labels, v in metrics.job_transitions(CREATED, "cpu", prev, new)]
+    return [(NAMES[h], labels, v) for h, labels, v in metrics.job_transitions(CREATED, "cpu", prev, new)]
 
 
 def test_each_transition_is_observed_once() -> None:

@@ -9,10 +9,10 @@ pods get names through /etc/hosts).
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from kubepool.local.buildscript import run_build_script
 from kubepool.local.realnode.network import RealNet
 
 COREDNS_SCRIPT = Path(__file__).resolve().parents[4] / "hack" / "realnode" / "coredns.sh"
@@ -47,12 +47,4 @@ def args(coredns: Path, corefile_path: Path) -> list[str]:
 
 def ensure_binary(say: Callable[[str], None]) -> Path:
     """Build (or find cached) CoreDNS, relaying the build's progress; return the binary."""
-    proc = subprocess.Popen(["bash", str(COREDNS_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        say(f"  {lines[-1]}")
-    if proc.wait() != 0 or not lines:
-        raise DnsError(f"{COREDNS_SCRIPT} failed with exit code {proc.returncode}")
-    return Path(lines[-1])
+    return run_build_script(COREDNS_SCRIPT, say, DnsError)
