@@ -21,6 +21,7 @@ from faultkit import (
     wait_terminal,
 )
 
+from kubepool.controller import backoff
 from support.operator_cluster import Operator, wait_for, wait_phase
 
 
@@ -124,6 +125,7 @@ def test_refused_writes_then_recovery(cluster: Any, kubectl: Any, namespace: str
         wait_for(lambda: "write refused" in kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
                                                     input=yaml.safe_dump(probe)).stderr, 30, "the policy in force")
         kubectl("apply", "-n", namespace, "-f", "-", check=True, input=yaml.safe_dump(job("refused", pool, sleep_cmd(1))))
+        refused_from = time.monotonic()
         time.sleep(12)  # the operator's status and pod writes fail meanwhile
         assert operator.proc is not None and operator.proc.poll() is None, "the operator died"
         assert not kubectl.json("get", "pods", "-n", namespace)["items"]
@@ -134,5 +136,9 @@ def test_refused_writes_then_recovery(cluster: Any, kubectl: Any, namespace: str
     st = wait_terminal(kubectl, namespace, ["refused"], 120)["refused"]
     assert st["phase"] == "DONE", st
     converged = (recorder.first_time("refused", {"DONE"}) or time.monotonic()) - healed
-    assert converged < 30, f"DONE {converged:.0f}s after writes were allowed again"
+    # Backoff doubles its ceiling per failure, so a pass refused for R seconds waits at most about 2R + BASE before
+    # its next try; the bound follows the backoff's contract plus time to start and run the pod.
+    refused_for = healed - refused_from
+    bound = min(2 * refused_for + backoff.BASE_SECONDS, backoff.CAP_SECONDS) + 20
+    assert converged < bound, f"DONE {converged:.0f}s after writes were allowed again (refused {refused_for:.0f}s)"
     record(cluster, "refused-writes", faults=1, jobs=1, lost=0, orphaned=0, converge_s=converged)

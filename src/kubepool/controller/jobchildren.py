@@ -118,12 +118,11 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
     generation = int(job.metadata.get("generation") or 0)
     if (st.attempt, generation) in op.children.ready.get(ref.uid, ()):
         return
-    # Independent writes, sent together (a RoleBinding may name its Role before the Role exists); the pods come
-    # after them (their ServiceAccount must exist). Objects that never change are created, not applied (a
+    # Independent writes, sent together; the pods come after them (their ServiceAccount must exist). Objects that never change are created, not applied (a
     # create costs the API server less than a server-side apply); the contract follows resizes, so it is applied.
     writes: list[Awaitable[Any]] = []
     if op.cfg.runtime_account is RuntimeAccountPolicy.PER_JOB:
-        writes += [op.api.apply(obj) for obj in build_runtime_rbac(ref)]
+        writes.append(_apply_rbac(op, build_runtime_rbac(ref)))
     if job.spec.ray.auth_mode == "token":
         writes.append(_create_owned(op, ref, build_ray_token_secret(ref, secrets.token_urlsafe(32))))
     shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
@@ -173,7 +172,7 @@ async def _ensure_runtime_account(op: OperatorState, namespace: str) -> None:
     accounts = op.children.runtime_accounts
     pending = accounts.get(namespace)
     if pending is None:
-        pending = asyncio.ensure_future(_all([op.api.apply(obj) for obj in build_namespace_runtime_rbac(namespace)]))
+        pending = asyncio.ensure_future(_apply_rbac(op, build_namespace_runtime_rbac(namespace)))
         accounts[namespace] = pending
     try:
         await asyncio.shield(pending)
@@ -181,6 +180,14 @@ async def _ensure_runtime_account(op: OperatorState, namespace: str) -> None:
         if accounts.get(namespace) is pending:
             del accounts[namespace]
         raise
+
+
+async def _apply_rbac(op: OperatorState, objs: list[dict[str, Any]]) -> None:
+    """The ServiceAccount and Role together, then the RoleBinding: the API server checks a binding against its
+    Role's rules (the operator holds them, it has no `bind` right), so a binding sent before its Role exists is
+    refused and the whole pass would wait out a backoff."""
+    await _all([op.api.apply(o) for o in objs if o["kind"] != "RoleBinding"])
+    await _all([op.api.apply(o) for o in objs if o["kind"] == "RoleBinding"])
 
 
 async def _all(writes: list[Awaitable[Any]]) -> None:
