@@ -67,10 +67,14 @@ WHEELHOUSE_DIR = "/opt/kubepool/wheelhouse"
 PIP_INSTALL_FAILED = "PipInstallFailed"
 RUNTIME_FAILURE_REASONS = frozenset({PIP_INSTALL_FAILED})
 RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"error", "traceback"}
-# The head prints the payload's outcome as one line `KUBEPOOL_RESULT <base64 cloudpickle of ExecutionResult>`
-# so the SDK's `job.result()` works from the head's log alone, and writes a short JSON summary to the
-# termination log (4 KiB max) so the operator can put the failure message in the job's status.
-RESULT_LOG_MARKER = "KUBEPOOL_RESULT "
+# The payload's outcome is kept where only the job's own pods can write it: an annotation of its MLJob
+# (naming.result_annotation; the runtime admission policy lets a pod's token change only its own job), never a
+# log line any process of the payload could print. The head keeps its return value or failure; another instance
+# only its failure (distributed_result() names the failing instance's exception). Annotations of one object share
+# 256 KiB: a larger value is not kept, and the SDK says why.
+RESULT_MAX_BYTES = 160 * 1024
+RESULT_WORKER_MAX_BYTES = 8 * 1024
+RESULT_ENCODING = "cloudpickle+base64"
 # The runtime's own log lines start with these; the payload's output sits between the two banners (Snowflake's).
 RUNTIME_LOG_PREFIXES = ("kubepool[", "kubepool:")
 LOG_START_MSG = "--------------------------------\nML job started\n--------------------------------"
@@ -208,6 +212,19 @@ class InstanceIdentity(BaseModel):
     hosts: list[str]
     group_hosts: list[str]
     world_size: int
+
+
+class StoredResult(BaseModel):
+    """One instance's outcome as kept on its MLJob. `data` is the base64 of a cloudpickle of
+    {"success", "value", "error", "traceback"}; absent when it did not fit, and `dropped` says why."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+    pod: str = Field(description="the pod that wrote it: a result of an earlier attempt names an earlier pod")
+    instance: int
+    success: bool
+    encoding: str = RESULT_ENCODING
+    data: str | None = None
+    dropped: str | None = None
 
 
 class JobContract(BaseModel):

@@ -43,6 +43,13 @@ LABEL_CREDENTIALS = f"{GROUP}/credentials"
 CREDENTIALS_OPT_IN = "true"
 
 ANNOTATION_PREFIX = GROUP  # kopf progress/diffbase storage lives under this prefix, never in status
+# Where an instance keeps its payload's outcome on its own MLJob (contract.StoredResult): a prefix of its own, so
+# no kopf storage key can ever collide with it.
+RESULT_ANNOTATION_PREFIX = f"results.{GROUP}"
+
+
+def result_annotation(instance_id: int) -> str:
+    return f"{RESULT_ANNOTATION_PREFIX}/{instance_id}"
 
 # MLJob spec.instancesTimeoutSeconds when unset (the CRD, contract, SDK and CLI share it): 12 minutes, as Snowflake.
 DEFAULT_INSTANCES_TIMEOUT_SECONDS = 720

@@ -81,8 +81,11 @@ def test_three_instances_on_three_nodes_done(kubectl: Any, namespace: str, opera
     assert len({p["spec"]["nodeName"] for p in pods}) == 3, "one instance per node"
     head = next(p for p in pods if p["metadata"]["labels"][naming.LABEL_ROLE] == "head")
     assert head["status"]["phase"] == "Succeeded"
-    logs = kubectl("logs", "-n", namespace, head["metadata"]["name"]).stdout
-    assert contract.RESULT_LOG_MARKER.strip() in logs
+    # The head kept its outcome on its own job (what job.result() reads), as the pod that wrote it.
+    job_obj = get_json(kubectl, namespace, "mljob", "three")
+    kept = contract.StoredResult.model_validate_json(job_obj["metadata"]["annotations"][naming.result_annotation(0)])
+    assert (kept.pod, kept.success, kept.data is not None) == (head["metadata"]["name"], True, True), kept
+    assert not any(naming.result_annotation(i) in job_obj["metadata"]["annotations"] for i in (1, 2))  # workers: only failures
     assert {"WaitingForInstances", "InstancesReady", "Completed"} <= set(events_of(kubectl, namespace, "three"))
     # The job's children exist and are owned by it (GC removes them with the job).
     for kind, name in [("service", "three-svc"), ("configmap", "three-contract"), ("secret", "three-ray-token"),

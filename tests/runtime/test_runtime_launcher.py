@@ -1,4 +1,4 @@
-"""The launcher's entrypoint kinds and the payload's outcome (log line, termination log)."""
+"""The launcher's entrypoint kinds and the payload's outcome (termination log, result file)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from kubepool.contract import RESULT_LOG_MARKER, TERMINATION_MESSAGE_MAX_BYTES, Entrypoint
-from kubepool.jobs.results import decode_result_line, find_result
+from kubepool.contract import TERMINATION_MESSAGE_MAX_BYTES, Entrypoint
 from kubepool.runtime import result
 from kubepool.runtime.launcher import run_entrypoint
 from kubepool.runtime.result import ExecutionResult
@@ -59,20 +58,6 @@ def test_function_from_file_and_from_pickle(payload: Path) -> None:
     assert run_entrypoint(Entrypoint(path="job.py", function="train", args=["7"]), payload, []) == (0, {"a": "7", "b": "x"})
     (payload / "fn.pkl").write_bytes(cloudpickle.dumps((lambda a, b: a * b, (6,), {"b": 7})))
     assert run_entrypoint(Entrypoint(path="fn.pkl", function="f"), payload, []) == (0, 42)
-
-
-def test_log_line_roundtrip() -> None:
-    line = result.encode_log_line(ExecutionResult(True, 0, value={"acc": 0.9}))
-    assert line.startswith(RESULT_LOG_MARKER) and "\n" not in line
-    got = find_result(["noise", line, "more"])  # the SDK's reader
-    assert got is not None and (got.success, got.value, got.error) == (True, {"acc": 0.9}, "")
-
-
-def test_unpicklable_value_becomes_its_repr() -> None:
-    import threading
-
-    got = decode_result_line(result.encode_log_line(ExecutionResult(True, 0, value=threading.Lock())))
-    assert "lock" in got.value
 
 
 def test_termination_message_is_short_and_starts_with_the_error() -> None:

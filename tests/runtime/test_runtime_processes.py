@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,9 @@ from kubepool.contract import (
     ENV_POD_IP,
     ENV_RAY_PORT_OFFSET,
     ENV_RAY_TEMP_DIR,
+    ENV_RESULT_DIR,
     ENV_TERMINATION_LOG,
+    RESULT_FILENAME,
     Entrypoint,
     Group,
     JobContract,
@@ -40,7 +43,6 @@ from kubepool.contract import (
     RunMode,
     build_contract,
 )
-from kubepool.jobs.results import ExecutionResult, find_result
 
 IPS = ["127.0.5.2", "127.0.5.3", "127.0.5.4"]
 # Raylets bind their ports on all interfaces, and other suites on this machine run Ray too: every fixed port
@@ -108,6 +110,7 @@ class Instances:
             ENV_BASE_DIR: str(self.root / f"opt-ml-{iid}"),
             ENV_PAYLOAD_DIR: str(self.root / "payload"),
             ENV_TERMINATION_LOG: str(self.root / f"termination-{iid}"),
+            ENV_RESULT_DIR: str(self.root / f"result-{iid}"),
             ENV_RAY_TEMP_DIR: str(self.ray_root / f"n{iid}"),  # short: Ray's socket paths are length-limited
             ENV_RAY_PORT_OFFSET: str(PORT_OFFSETS[iid]),
             ENV_HEAD_LOST_TIMEOUT: "8",
@@ -120,6 +123,7 @@ class Instances:
     def start(self, *ids: int) -> None:
         (self.root / "contract.json").write_text(self.contract.dumps())
         for iid in ids:
+            (self.root / f"result-{iid}").mkdir(exist_ok=True)
             out = open(self.root / f"log-{iid}", "wb")  # noqa: SIM115 - closed with the process
             self.procs[iid] = subprocess.Popen(
                 [sys.executable, "-m", "kubepool.runtime"], env=self.env(iid), stdout=out, stderr=subprocess.STDOUT
@@ -134,6 +138,13 @@ class Instances:
 
     def log(self, iid: int) -> str:
         return (self.root / f"log-{iid}").read_text(errors="replace")
+
+    def result(self, iid: int) -> dict[str, Any]:
+        """The payload's outcome as the runtime recorded it (its result file: the API is not here to keep it)."""
+        path = self.root / f"result-{iid}" / RESULT_FILENAME
+        assert path.is_file(), self.log(iid)[-3000:]
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
 
     def termination(self, iid: int) -> dict[str, object]:
         doc: dict[str, object] = json.loads((self.root / f"termination-{iid}").read_text())
@@ -150,13 +161,6 @@ class Instances:
                 p.kill()
                 p.wait()
         kill_leftovers(self.ray_root)
-
-
-def result_of(log: str) -> ExecutionResult:
-    """The result line as the SDK's `job.result()` reads it."""
-    res = find_result(log.splitlines())
-    assert res is not None, log[-3000:]
-    return res
 
 
 def kill_leftovers(marker: Path) -> None:
@@ -210,8 +214,9 @@ def test_three_instances_form_one_cluster(instances: Instances) -> None:
     assert "DASHBOARD 401" in out  # token auth guards the Jobs API
     assert "JOBS_API list" in out
     assert out.index("ML job started") < out.index("NODES") < out.index("ML job finished")
-    res = result_of(out)
-    assert res.success is False and "code 7" in res.error
+    res = instances.result(0)
+    assert res["success"] is False and "code 7" in res["error"]
+    assert "KUBEPOOL_RESULT" not in out  # the outcome is never a log line a payload could print
     assert instances.termination(0)["exitCode"] == 7
     for w in (1, 2):
         assert instances.wait(w, 60) == 0, instances.log(w)[-3000:]
@@ -231,7 +236,7 @@ def test_min_instances_runs_on_two_of_three_after_min_wait(instances: Instances)
     assert "Minimum instance requirement met: 2 instances available" in out
     assert "NODES 2" in out and "WORKER_IPS ['127.0.5.3']" in out
     assert instances.wait(1, 60) == 0
-    assert result_of(out).success is True
+    assert instances.result(0)["success"] is True
 
 
 @pytest.mark.ray
@@ -291,7 +296,7 @@ def test_parallel_mode_runs_everywhere_and_reports_a_killed_payload(instances: I
     for i in range(2):
         assert instances.wait(i, 60) == 0, instances.log(i)[-2000:]
         assert f"PAR {i} 3 127.0.5.2 127.0.5.2,127.0.5.3,127.0.5.4 29500" in instances.log(i)
-        assert result_of(instances.log(i)).value == i * 10
+        assert instances.result(i)["value"] == i * 10
     assert instances.wait(2, 60) == 137
     assert instances.termination(2)["error"] == "the payload was killed by signal 9"
 

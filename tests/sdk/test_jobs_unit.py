@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from fakes import FakeKube, pool
 
-from kubepool import contract, jobs
+from kubepool import contract, jobs, naming
 from kubepool.api.mljob import RaySpec
-from kubepool.contract import RESULT_LOG_MARKER
+from kubepool.contract import StoredResult
 from kubepool.jobs.payload import MANIFEST_KEY
 from kubepool.kube.errors import Forbidden, NotFound
 
@@ -25,8 +25,12 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-def result_line(doc: object) -> str:
-    return RESULT_LOG_MARKER + base64.b64encode(cloudpickle.dumps(doc)).decode()
+def keep(fake_kube: FakeKube, name: str, doc: dict[str, object], instance: int = 0, pod: str = "") -> None:
+    """What an instance's runtime keeps on its job (runtime.result_store)."""
+    data = base64.b64encode(cloudpickle.dumps(doc)).decode()
+    kept = StoredResult(pod=pod or f"p-{instance}", instance=instance, success=bool(doc["success"]), data=data)
+    meta = fake_kube.jobs[(fake_kube.namespace, name)].metadata
+    meta.setdefault("annotations", {})[naming.result_annotation(instance)] = kept.model_dump_json(exclude_none=True)
 
 
 def test_submit_file_creates_job_then_owned_configmap(fake_kube: FakeKube, script: Path) -> None:
@@ -108,10 +112,12 @@ def test_status_wait_and_result(fake_kube: FakeKube, script: Path) -> None:
     seen: list[str] = []
     assert job.wait(30, on_update=lambda o: seen.append(str(o.status.phase if o.status else None))) == "DONE"
     assert seen == ["PENDING", "RUNNING", "DONE"]
-    fake_kube.logs[0] = ["ML job started", result_line({"success": True, "value": 42})]
-    assert job.result() == 42
-    assert job.get_logs() == "ML job started"
-    assert RESULT_LOG_MARKER in job.get_logs(verbose=True)
+    keep(fake_kube, "j", {"success": True, "value": 42})
+    job._obj = None  # read the job again (the fake's watch events carried none of it)
+    forged = "KUBEPOOL_RESULT gASVCgAAAAAAAAB9lC4="  # a line a payload printed: it decides nothing
+    fake_kube.logs[0] = ["ML job started", forged]
+    assert job.result() == 42  # from what the head kept, whatever the log says
+    assert job.get_logs() == f"ML job started\n{forged}"
 
 
 def test_wait_times_out(fake_kube: FakeKube, script: Path) -> None:
@@ -138,7 +144,7 @@ def test_default_logs_are_the_payloads_output_and_kubepools_lines(fake_kube: Fak
     payload's output (a traceback included) and the runtime's own lines kept; `verbose=True` is the log."""
     job = jobs.submit_file(script, "cpu", name="v", target_instances=2)
     head = [*RAY_BANNER, "kubepool[0]: 2/2 instances", *START, "epoch 1", "(raylet) task log", "Traceback (most recent call last):",
-            '  File "train.py"', *END, result_line({"success": True, "value": 1}), "2026-12-01 INFO ray shutdown"]  # fmt: skip
+            '  File "train.py"', *END, "2026-12-01 INFO ray shutdown"]  # fmt: skip
     fake_kube.logs = {0: head, 1: [*RAY_BANNER, "kubepool[1]: worker joined"]}
     assert job.get_logs(as_list=True) == ["kubepool[0]: 2/2 instances", *START, "epoch 1", "(raylet) task log",
                                           "Traceback (most recent call last):", '  File "train.py"', *END]  # fmt: skip
@@ -206,7 +212,7 @@ def _instances(codes: dict[int, int | None]) -> list[dict[str, object]]:
 
 def test_distributed_result_of_a_parallel_job(fake_kube: FakeKube, script: Path) -> None:
     job = jobs.submit_file(script, "cpu", target_instances=3, parallel=True, name="par")
-    fake_kube.logs = {0: [result_line({"success": True, "value": {"loss": 0.1}})], 1: [], 2: []}
+    keep(fake_kube, "par", {"success": True, "value": {"loss": 0.1}})
     fake_kube.set_phase("par", "DONE", instances=_instances({0: 0, 1: 0, 2: 0}))
     res = job.distributed_result()
     assert res == jobs.DistributedResult(success=True, exit_codes={0: 0, 1: 0, 2: 0}, return_value={"loss": 0.1})
@@ -215,7 +221,7 @@ def test_distributed_result_of_a_parallel_job(fake_kube: FakeKube, script: Path)
 def test_distributed_result_raises_with_the_summary_and_the_remote_cause(fake_kube: FakeKube, script: Path) -> None:
     job = jobs.submit_file(script, "cpu", target_instances=3, parallel=True, name="par")
     boom = ValueError("shard 2 is empty")
-    fake_kube.logs = {0: [], 1: [result_line({"success": False, "error": boom, "traceback": "Traceback..."})], 2: []}
+    keep(fake_kube, "par", {"success": False, "error": boom, "traceback": "Traceback..."}, instance=1)
     fake_kube.set_phase("par", "FAILED", instances=_instances({0: 0, 1: 1, 2: None}))  # 2 never ran
     with pytest.raises(jobs.DistributedJobError, match="2/3 instances did not exit 0") as err:
         job.distributed_result()

@@ -1,17 +1,14 @@
-"""The result line, @remote's payload and runner (no cluster)."""
+"""The kept result as the SDK reads it, @remote's payload and runner (no cluster)."""
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
-import cloudpickle
 import pytest
 
-from kubepool.contract import RESULT_LOG_MARKER
 from kubepool.jobs.decorators import (
     FUNCTION_FILE,
     RUNNER_FILE,
@@ -19,38 +16,38 @@ from kubepool.jobs.decorators import (
     remote_payload,
     runner_source,
 )
-from kubepool.jobs.results import RemoteError, decode_result_line, find_result
+from kubepool.jobs.results import RemoteError, ResultUnavailable, decode
+from kubepool.runtime.result import ExecutionResult, stored_result
 
 
-def line(doc: object) -> str:
-    return RESULT_LOG_MARKER + base64.b64encode(cloudpickle.dumps(doc)).decode()
-
-
-def test_last_result_line_wins() -> None:
-    log = ["hello", line({"success": False, "error": "x"}), "retry", line({"success": True, "value": {"a": 1}})]
-    assert find_result(log).value == {"a": 1}  # type: ignore[union-attr]
-    assert find_result(["no result here"]) is None
+def kept(res: ExecutionResult) -> object:
+    return decode(stored_result(res, 0, "p", 1 << 20))
 
 
 def test_failure_raises_chained_to_the_remote_traceback() -> None:
-    res = decode_result_line(line({"success": False, "value": None, "error": "ZeroDivisionError: division by zero",
-                                   "traceback": "Traceback ...\nZeroDivisionError: division by zero"}))
+    res = kept(ExecutionResult(False, 1, error="ZeroDivisionError: division by zero",
+                               traceback="Traceback ...\nZeroDivisionError: division by zero"))
     with pytest.raises(RuntimeError, match="execution failed with error: ZeroDivisionError") as err:
-        res.unwrap("team/j")
+        res.unwrap("team/j")  # type: ignore[attr-defined]
     assert isinstance(err.value.__cause__, RemoteError) and "Traceback" in str(err.value.__cause__)
 
 
-def test_malformed_lines() -> None:
-    with pytest.raises(ValueError, match="malformed"):
-        decode_result_line(RESULT_LOG_MARKER + "%%%")
-    with pytest.raises(ValueError, match="not a result document"):
-        decode_result_line(line([1, 2]))
-
-
 def test_compatible_with_the_runtime_encoder() -> None:
-    result = pytest.importorskip("kubepool.runtime.result")
-    encoded = result.encode_log_line(result.ExecutionResult(True, 0, value=[1, 2, 3]))
-    assert decode_result_line(encoded).unwrap("j") == [1, 2, 3]
+    assert kept(ExecutionResult(True, 0, value=[1, 2, 3])).unwrap("j") == [1, 2, 3]  # type: ignore[attr-defined]
+
+
+def test_not_a_result_document() -> None:
+    import base64
+
+    import cloudpickle
+
+    from kubepool.contract import StoredResult
+
+    doc = StoredResult(pod="p", instance=0, success=True, data=base64.b64encode(cloudpickle.dumps([1, 2])).decode())
+    with pytest.raises(ResultUnavailable, match="not a result document"):
+        decode(doc)
+    with pytest.raises(ResultUnavailable, match="malformed"):
+        decode(doc.model_copy(update={"data": "%%%"}))
 
 
 def square_plus(x: int, *, plus: int = 0) -> int:

@@ -58,8 +58,8 @@ def build() -> argparse.ArgumentParser:
     which.add_argument("--all", action="store_true", help="every instance, each line prefixed with [algo-N]")
     lg.add_argument("--tail", type=int, default=-1, help="last N lines (per instance)")
     lg.add_argument("-f", "--follow", action="store_true", help="stream until the instance (every one with --all) exits")
-    lg.add_argument("--verbose", action="store_true", help="the whole log: Ray's start-up output and the runtime's "
-                    "result line too (default: the payload's output and kubepool's lines)")
+    lg.add_argument("--verbose", action="store_true", help="the whole log: Ray's start-up output too "
+                    "(default: the payload's output and kubepool's lines)")
 
     w = sub.add_parser("wait", parents=[common], help="wait for a job, showing progress")
     w.add_argument("job", metavar="JOB")

@@ -3,8 +3,8 @@
 Calling the decorated function submits a job whose payload is two files: the function and its arguments
 cloudpickled (`kubepool_function.pkl`) and a small generated runner (`kubepool_remote.py`) whose `main()`
 unpickles and calls it. The job's entrypoint is `{file: kubepool_remote.py, function: main}`: the runtime
-calls `main()` on the head and reports its return value (or exception) in the result line that
-`MLJob.result()` reads. The image must have cloudpickle and the same Python minor version as the caller.
+calls `main()` on the head and keeps its return value (or exception) on the job's MLJob, where
+`MLJob.result()` reads it. The image must have cloudpickle and the same Python minor version as the caller.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`MLJob`: the client-side handle of one submitted job (Snowflake's `snowflake.ml.jobs.MLJob`), backed by
 the MLJob resource: status from `.status.phase`, waiting through a watch, logs through the pod log
-endpoint, the result from the head's log."""
+endpoint, the result from what the head kept on the job."""
 
 from __future__ import annotations
 
@@ -17,7 +17,14 @@ from kubepool.api.kuberay import kuberay_instance_id
 from kubepool.contract import RunMode
 from kubepool.jobs import distributed
 from kubepool.jobs.distributed import DistributedJobError, DistributedResult
-from kubepool.jobs.results import RemoteError, find_result, user_lines
+from kubepool.jobs.results import (
+    ExecutionResult,
+    RemoteError,
+    ResultUnavailable,
+    decode,
+    stored_result,
+    user_lines,
+)
 from kubepool.kube.errors import KubeError, NotFound
 from kubepool.kube.sync import Kube
 
@@ -174,17 +181,30 @@ class MLJob:
             TimeoutError: The job did not finish within `timeout`.
         """
         status = self.wait(timeout)
-        try:
-            outcome = find_result(self._log_lines(0, limit=-1))
-        except NotFound:
-            if status == "DONE":
-                raise
-            outcome = None  # the head never ran, or is gone: the job's own message says why
-        if outcome is not None:
-            return outcome.unwrap(self.id)
+        doc = self._stored(0)
+        if doc is not None:
+            try:
+                outcome = decode(doc)
+            except ResultUnavailable as err:
+                raise RuntimeError(f"Job {self.id} ended {status}; its result is not readable: {err}") from None
+            if not outcome.success or status == "DONE":
+                return outcome.unwrap(self.id)
         if status != "DONE":
             raise RuntimeError(f"Job {self.id} ended {status}: {self.message or 'no result was reported'}")
+        if self.refresh().spec.entrypoint.function:
+            raise RuntimeError(f"Job {self.id} is DONE but its head kept no result (see its log: "
+                               f"job.get_logs(verbose=True))")
         return None
+
+    def _stored(self, instance_id: int) -> Any:
+        """The result `instance_id` kept on the job for the current attempt, if any."""
+        obj = self.refresh()
+        pods = {i.instance_id: i.pod for i in (obj.status.instances if obj.status else [])}
+        return stored_result(obj.metadata.get("annotations"), instance_id, pods.get(instance_id))
+
+    def _outcome(self, instance_id: int) -> ExecutionResult | None:
+        doc = self._stored(instance_id)
+        return decode(doc) if doc is not None and doc.data is not None else None
 
     def distributed_result(self, timeout: float = -1) -> DistributedResult:
         """Wait for a job whose every instance ran the payload (parallel or sagemaker mode) and return its
@@ -208,15 +228,15 @@ class MLJob:
         self.wait(timeout)
         summary = distributed.reduce(self.target_instances, {i.instance_id: i.exit_code for i in self.instances})
         if summary.success:
-            outcome = find_result(self._log_lines(0, limit=-1))
+            outcome = self._outcome(0)
             return replace(summary, return_value=outcome.value if outcome is not None else None)
         cause: BaseException | None = None
         try:
-            failed = find_result(self._log_lines(summary.failed_instance or 0, limit=-1))
+            failed = self._outcome(summary.failed_instance or 0)
             if failed is not None and not failed.success:
                 cause = failed.error if isinstance(failed.error, BaseException) else RemoteError(failed.traceback or str(failed.error))
-        except (NotFound, ValueError):
-            pass  # lost before it reported: the exit codes say what is known
+        except ResultUnavailable:
+            pass  # lost or unreadable: the exit codes say what is known
         raise DistributedJobError.from_result(summary) from cause
 
     def _head_or(self, instance_id: int | None) -> int:
@@ -257,7 +277,7 @@ class MLJob:
             limit: Last lines to return; negative returns all.
             instance_id: Instance whose logs to read; default the head (instance 0).
             as_list: Return a list of lines instead of one string.
-            verbose: The whole log (Ray's start-up output and the runtime's result line too); by default only
+            verbose: The whole log (Ray's start-up output too); by default only
                 the payload's output and the runtime's own lines.
 
         Returns:

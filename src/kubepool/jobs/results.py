@@ -1,16 +1,19 @@
-"""Reading a job's result from its head's log: the `contract.RESULT_LOG_MARKER` line that the runtime
-prints, `KUBEPOOL_RESULT <base64 cloudpickle of {"success", "value", "error", "traceback"}>`."""
+"""Reading a job's result: the `contract.StoredResult` an instance keeps on its MLJob (annotation
+`naming.result_annotation(instance)`), a base64 cloudpickle of {"success", "value", "error", "traceback"}; and
+the user's part of a log."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubepool.contract import LOG_END_MSG, LOG_START_MSG, RESULT_LOG_MARKER, RUNTIME_LOG_PREFIXES
+from kubepool import naming
+from kubepool.contract import LOG_END_MSG, LOG_START_MSG, RUNTIME_LOG_PREFIXES, StoredResult
 
 
 class RemoteError(Exception):
@@ -36,18 +39,14 @@ class ExecutionResult:
         raise RuntimeError(f"Job {job_id} execution failed with error: {self.error!s}") from cause
 
 
-def is_result_line(line: str) -> bool:
-    return line.startswith(RESULT_LOG_MARKER)
-
-
 _BANNER, _STARTED = LOG_START_MSG.splitlines()[:2]
 _FINISHED = LOG_END_MSG.splitlines()[1]
 
 
 def user_lines(lines: Iterable[str]) -> Iterator[str]:
     """The log a user reads by default (`verbose=False`, as Snowflake's): the payload's output between the
-    runtime's banners, the banners, and the runtime's own `kubepool[...]` lines; not Ray's start-up output
-    nor the result line. Streams: it keeps only whether it is inside the banners."""
+    runtime's banners, the banners, and the runtime's own `kubepool[...]` lines; not Ray's start-up output.
+    Streams: it keeps only whether it is inside the banners."""
     inside = False
     for line in lines:
         if line == _STARTED:
@@ -56,39 +55,48 @@ def user_lines(lines: Iterable[str]) -> Iterator[str]:
             inside = False
             yield line
             continue
-        if is_result_line(line):
-            continue
         if inside or line == _BANNER or line.startswith(RUNTIME_LOG_PREFIXES):
             yield line
 
 
-def decode_result_line(line: str) -> ExecutionResult:
-    """Decode one marker line.
+class ResultUnavailable(ValueError):
+    """The job kept no readable result; the message says why."""
+
+
+def stored_result(annotations: Mapping[str, str] | None, instance_id: int, pod: str | None) -> StoredResult | None:
+    """The result instance `instance_id` kept on its job, if it is the current attempt's (written by `pod`, the
+    pod the job's status lists for that instance; None: any)."""
+    raw = (annotations or {}).get(naming.result_annotation(instance_id))
+    if raw is None:
+        return None
+    try:
+        doc = StoredResult.model_validate(json.loads(raw))
+    except ValueError as err:
+        raise ResultUnavailable(f"malformed result of instance {instance_id}: {err}") from None
+    if pod is not None and doc.pod != pod:
+        return None  # an earlier attempt's: this attempt has not reported
+    return doc
+
+
+def decode(doc: StoredResult) -> ExecutionResult:
+    """Unpickle a kept result.
 
     Raises:
-        ValueError: The line is not a well-formed marker line, or its value cannot be unpickled here
-            (e.g. it is an instance of a class this Python cannot import).
+        ResultUnavailable: It was too large to keep, or cannot be unpickled here (e.g. an instance of a class
+            this Python cannot import).
     """
-    encoded = line[len(RESULT_LOG_MARKER):].strip()
+    if doc.data is None:
+        raise ResultUnavailable(f"instance {doc.instance} kept no result: {doc.dropped or 'no data'}")
     try:
-        raw = base64.b64decode(encoded, validate=True)
+        raw = base64.b64decode(doc.data, validate=True)
     except binascii.Error as err:
-        raise ValueError(f"malformed result line: {err}") from None
+        raise ResultUnavailable(f"malformed result of instance {doc.instance}: {err}") from None
     try:
-        # cloudpickle output is read by the standard unpickler; the log is the job's own, written by its head.
-        doc = pickle.loads(raw)
+        # cloudpickle output is read by the standard unpickler; only the job's own pods can write it.
+        value = pickle.loads(raw)
     except Exception as err:  # unpickling runs arbitrary constructors; any failure means "not readable here"
-        raise ValueError(f"the job's result cannot be unpickled here ({type(err).__name__}: {err}); "
-                         "use the same Python and packages as the job's image") from None
-    if not isinstance(doc, dict) or "success" not in doc:
-        raise ValueError("malformed result line: not a result document")
-    return ExecutionResult(bool(doc["success"]), doc.get("value"), doc.get("error"), doc.get("traceback"))
-
-
-def find_result(lines: Iterable[str]) -> ExecutionResult | None:
-    """The last result in a log (a retried job prints one per attempt), or None when there is none."""
-    last: str | None = None
-    for line in lines:
-        if is_result_line(line):
-            last = line
-    return decode_result_line(last) if last is not None else None
+        raise ResultUnavailable(f"the job's result cannot be unpickled here ({type(err).__name__}: {err}); "
+                                "use the same Python and packages as the job's image") from None
+    if not isinstance(value, dict) or "success" not in value:
+        raise ResultUnavailable(f"malformed result of instance {doc.instance}: not a result document")
+    return ExecutionResult(bool(value["success"]), value.get("value"), value.get("error"), value.get("traceback"))

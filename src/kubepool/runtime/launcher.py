@@ -37,7 +37,7 @@ from kubepool.contract import (
     RunMode,
     load_contract,
 )
-from kubepool.runtime import gate, result, snowflake
+from kubepool.runtime import gate, result, result_store, snowflake
 from kubepool.runtime.sagemaker import Layout
 
 ENV_CHECK_INTERVAL = "MLRS_INSTANCES_CHECK_INTERVAL"  # Snowflake's knob, seconds
@@ -161,8 +161,11 @@ def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionRe
     return result.ExecutionResult(True, 0, value=value)
 
 
-def report(res: result.ExecutionResult, contract: JobContract, instance_id: int, env: Mapping[str, str]) -> None:
-    print(result.encode_log_line(res), flush=True)
+def report(res: result.ExecutionResult, contract: JobContract, instance_id: int, env: Mapping[str, str],
+           patch: result_store.Patch | None = None) -> None:
+    why_not = result_store.store(contract, instance_id, res, env, patch)
+    if why_not:
+        log(why_not)
     result.write_termination_log(Path(env.get(ENV_TERMINATION_LOG, TERMINATION_MESSAGE_PATH)), res, instance_id)
     if ENV_RESULT_DIR in env:
         result.write_result_file(Path(env[ENV_RESULT_DIR]), res)

@@ -1,8 +1,8 @@
-"""The payload's outcome and where it goes: the result log line, the termination log, the result file.
+"""The payload's outcome and where it goes: the stored result, the termination log, the result file.
 
-`ExecutionResult` is what the SDK's `job.result()` decodes from the head's log line
-(`RESULT_LOG_MARKER` + base64 cloudpickle of its dict; `kubepool.jobs.results` reads it). The termination log is a short JSON summary,
-failure message first, cut to Kubernetes' 4 KiB limit.
+`stored_result` is what the SDK's `job.result()` decodes (`contract.StoredResult`, kept on the job's MLJob by
+`result_store`); the termination log is a short JSON summary, failure message first, cut to Kubernetes' 4 KiB
+limit.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import cloudpickle
 
-from kubepool.contract import RESULT_FILENAME, RESULT_LOG_MARKER, TERMINATION_MESSAGE_MAX_BYTES
+from kubepool.contract import RESULT_FILENAME, TERMINATION_MESSAGE_MAX_BYTES, StoredResult
 
 
 @dataclass(frozen=True)
@@ -31,15 +31,34 @@ class ExecutionResult:
         return {"success": self.success, "value": self.value, "error": self.error, "traceback": self.traceback}
 
 
-def encode_log_line(result: ExecutionResult) -> str:
-    """One log line; a value cloudpickle cannot serialize is replaced by its repr rather than lost."""
-    doc = result.as_dict()
+def _pickled(result: ExecutionResult, traceback: str) -> bytes:
+    """cloudpickle of the result's dict; a value cloudpickle cannot serialize is replaced by its repr rather than lost."""
+    doc = {**result.as_dict(), "traceback": traceback}
     try:
-        blob = cloudpickle.dumps(doc)
+        return cloudpickle.dumps(doc)
     except Exception:  # noqa: BLE001 - any pickling failure: fall back to the repr
         doc["value"] = repr(result.value)
-        blob = cloudpickle.dumps(doc)
-    return RESULT_LOG_MARKER + base64.b64encode(blob).decode("ascii")
+        return cloudpickle.dumps(doc)
+
+
+def stored_result(result: ExecutionResult, instance_id: int, pod: str, limit: int) -> StoredResult:
+    """The result as kept on the job (at most `limit` bytes of data). A failure keeps the end of its traceback
+    (where the error is) when the whole does not fit; a value that does not fit is dropped, and `dropped` says
+    how large it was."""
+    tb = result.traceback
+    while True:
+        data = base64.b64encode(_pickled(result, tb)).decode("ascii")
+        if len(data) <= limit:
+            return StoredResult(pod=pod, instance=instance_id, success=result.success, data=data)
+        if result.success or not tb:
+            break
+        cut = (len(data) - limit) * 3 // 4 + 64  # pickled bytes to lose: base64 takes 4 characters per 3 bytes
+        tb = "...\n" + tb[cut:] if cut < len(tb) else ""
+    what = "return value" if result.success else "error"
+    return StoredResult(pod=pod, instance=instance_id, success=result.success,
+                        dropped=f"the {what} takes {len(data)} bytes encoded, over the {limit} bytes a job keeps on its "
+                                "MLJob: return something smaller (write large artifacts under /opt/ml/model and set "
+                                "spec.output to keep them)")
 
 
 def termination_message(result: ExecutionResult, instance_id: int) -> str:

@@ -1,0 +1,118 @@
+"""The payload's outcome kept on the job's MLJob (runtime.result_store) and read back by the SDK
+(jobs.results): what is kept, by which instance, how large, and that a log line decides nothing."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from kubepool import naming
+from kubepool.contract import (
+    ENV_NAMESPACE,
+    ENV_POD_NAME,
+    ENV_TERMINATION_LOG,
+    RESULT_MAX_BYTES,
+    RESULT_WORKER_MAX_BYTES,
+    Entrypoint,
+    Group,
+    JobContract,
+    RunMode,
+    build_contract,
+)
+from kubepool.jobs.results import RemoteError, ResultUnavailable, decode, stored_result
+from kubepool.runtime import result_store
+from kubepool.runtime.launcher import report
+from kubepool.runtime.result import ExecutionResult
+from kubepool.runtime.result import stored_result as encode
+
+ENV = {ENV_POD_NAME: "j-0-0", ENV_NAMESPACE: "team"}
+
+
+def contract(mode: RunMode = RunMode.HEAD) -> JobContract:
+    return build_contract(job_name="j", namespace="team", job_uid="u", target_instances=3, min_instances=3,
+                          groups=[Group(name="g", instance_type="cpu", count=3)], entrypoint=Entrypoint(path="m.py"),
+                          mode=mode)
+
+
+class Recorder:
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.fail = fail
+
+    def __call__(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        if self.fail:
+            raise self.fail
+        self.calls.append((namespace, name, body))
+
+    def annotations(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for _, _, body in self.calls:
+            out.update(body["metadata"]["annotations"])
+        return out
+
+
+def test_the_head_keeps_its_value_on_its_own_job_and_the_sdk_reads_it() -> None:
+    patch = Recorder()
+    assert result_store.store(contract(), 0, ExecutionResult(True, 0, value={"acc": 0.9}), ENV, patch) is None
+    assert [(ns, name) for ns, name, _ in patch.calls] == [("team", "j")]
+    doc = stored_result(patch.annotations(), 0, "j-0-0")
+    assert doc is not None and decode(doc).unwrap("team/j") == {"acc": 0.9}
+    # A result written by another pod (an earlier attempt's) is not this attempt's.
+    assert stored_result(patch.annotations(), 0, "j-0-1") is None
+
+
+def test_report_prints_no_result_line(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    patch = Recorder()
+    env = {**ENV, ENV_TERMINATION_LOG: str(tmp_path / "t")}
+    report(ExecutionResult(True, 0, value=42), contract(), 0, env, patch)
+    assert "KUBEPOOL_RESULT" not in capsys.readouterr().out
+    assert naming.result_annotation(0) in patch.annotations()
+
+
+def test_workers_keep_only_failures_and_only_when_they_run_the_payload() -> None:
+    ok, bad = ExecutionResult(True, 0, value=1), ExecutionResult(False, 1, error="ValueError: x", traceback="tb")
+    for mode, res, kept in [(RunMode.HEAD, ok, False), (RunMode.HEAD, bad, False), (RunMode.PARALLEL, ok, False),
+                            (RunMode.PARALLEL, bad, True), (RunMode.SAGEMAKER, bad, True)]:
+        patch = Recorder()
+        result_store.store(contract(mode), 2, res, ENV, patch)
+        assert bool(patch.calls) is kept, (mode, res)
+    patch = Recorder()
+    result_store.store(contract(RunMode.PARALLEL), 2, bad, ENV, patch)
+    failed = decode(stored_result(patch.annotations(), 2, None))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="ValueError: x") as err:
+        failed.unwrap("team/j")
+    assert isinstance(err.value.__cause__, RemoteError)
+
+
+def test_a_value_too_large_is_dropped_and_says_why() -> None:
+    big = ExecutionResult(True, 0, value=b"x" * RESULT_MAX_BYTES)
+    doc = encode(big, 0, "p", RESULT_MAX_BYTES)
+    assert doc.data is None and doc.success and "over the" in (doc.dropped or "")
+    with pytest.raises(ResultUnavailable, match="kept no result: the return value takes"):
+        decode(doc)
+
+
+def test_a_long_failure_keeps_the_end_of_its_traceback() -> None:
+    tb = "Traceback (most recent call last):\n" + "  frame\n" * 5000 + "ZeroDivisionError: division by zero"
+    doc = encode(ExecutionResult(False, 1, error="ZeroDivisionError: division by zero", traceback=tb), 3, "p",
+                 RESULT_WORKER_MAX_BYTES)
+    assert doc.data is not None and len(doc.data) <= RESULT_WORKER_MAX_BYTES
+    got = decode(doc)
+    assert got.traceback.endswith("ZeroDivisionError: division by zero") and got.traceback.startswith("...")
+
+
+def test_an_unpicklable_value_becomes_its_repr() -> None:
+    doc = encode(ExecutionResult(True, 0, value=threading.Lock()), 0, "p", RESULT_MAX_BYTES)
+    assert "lock" in decode(doc).value
+
+
+def test_a_refused_write_is_reported_not_raised() -> None:
+    why = result_store.store(contract(), 0, ExecutionResult(True, 0), ENV, Recorder(fail=PermissionError("403")))
+    assert why is not None and "cannot keep the result on MLJob team/j" in why and "403" in why
+
+
+def test_malformed_annotations_are_refused_clearly() -> None:
+    with pytest.raises(ResultUnavailable, match="malformed result of instance 0"):
+        stored_result({naming.result_annotation(0): "{not json"}, 0, None)
