@@ -29,7 +29,7 @@ def _op(memo: kopf.Memo) -> OperatorState:
 # --- indexes: the operator reads the cluster from these, never by listing ------------------------------------
 @kopf.index(naming.GROUP, naming.MLJOB_PLURAL, id=view.JOB_INDEX)
 async def mljob_index(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], Any]:
-    return {(namespace or "default", name): dict(body)}  # no copy: kopf never mutates an event's body
+    return {(namespace or "default", name): view.indexed_job(body)}
 
 
 @kopf.index("pods", labels=MANAGED, id=view.POD_INDEX)

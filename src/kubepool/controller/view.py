@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller.admission import Claim
 from kubepool.controller.builders.common import placement_of
@@ -26,6 +27,19 @@ POD_INDEX = "pod_index"
 PLACEHOLDER_INDEX = "placeholder_index"
 POOL_INDEX = "pool_index"
 NODE_INDEX = "node_index"
+def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the job index keeps of an MLJob event: the body itself (kopf never mutates an event's body), less the
+    results its instances kept (up to 160 KiB each, read only by the SDK), so a finished job costs the operator
+    no more memory than a running one."""
+    meta = body.get("metadata") or {}
+    notes = meta.get("annotations")
+    prefix = naming.RESULT_ANNOTATION_PREFIX + "/"
+    if not notes or not any(k.startswith(prefix) for k in notes):
+        return dict(body)
+    kept = {k: v for k, v in notes.items() if not k.startswith(prefix)}
+    return {**body, "metadata": {**meta, "annotations": kept}}
+
+
 INDEXES = (JOB_INDEX, POD_INDEX, PLACEHOLDER_INDEX, POOL_INDEX, NODE_INDEX)
 
 

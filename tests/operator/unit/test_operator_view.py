@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.view import JOB_INDEX, POOL_INDEX, ClusterView
@@ -110,3 +111,15 @@ async def test_forgetting_a_job_leaves_nothing_of_it() -> None:
         for name, value in vars(part).items():
             if isinstance(value, dict | set):
                 assert ("ns", "train") not in value and "uid-train" not in value, f"{type(part).__name__}.{name}"
+
+
+def test_the_job_index_keeps_no_kept_results() -> None:
+    from kubepool.controller.view import indexed_job
+
+    body = {"metadata": {"name": "j", "annotations": {naming.result_annotation(0): "x" * 100_000, "team": "a"}},
+            "spec": {"computePool": "cpu"}}
+    kept = indexed_job(body)
+    assert kept["metadata"]["annotations"] == {"team": "a"} and kept["spec"] is body["spec"]
+    assert naming.result_annotation(0) in body["metadata"]["annotations"]  # the event's body is left as it was
+    plain = {"metadata": {"name": "j"}}
+    assert indexed_job(plain) == plain
