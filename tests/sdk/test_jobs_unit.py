@@ -182,7 +182,7 @@ def test_cancel_list_get_delete(fake_kube: FakeKube, script: Path) -> None:
     jobs.delete_job("a")
     jobs.delete_job(jobs.get_job("b"))
     assert fake_kube.jobs == {}
-    with pytest.raises(ValueError, match="invalid job id"):
+    with pytest.raises(ValueError, match="Invalid job ID"):
         jobs.get_job("/x")
 
 
@@ -234,3 +234,11 @@ def test_distributed_result_is_for_distributed_jobs_only(fake_kube: FakeKube, sc
     job = jobs.submit_file(script, "cpu", target_instances=2, name="head-only")
     with pytest.raises(NotImplementedError, match="use result"):
         job.distributed_result()
+
+
+def test_get_job_of_a_missing_job_raises_as_snowflake(fake_kube: FakeKube) -> None:
+    with pytest.raises(jobs.JobNotFound, match="Job team/nope does not exist or could not be retrieved") as err:
+        jobs.get_job("nope")
+    assert err.value.sql_error_code == 2003 and isinstance(err.value, NotFound)
+    with pytest.raises(ValueError, match="Invalid job ID"):
+        jobs.get_job("team/")

@@ -10,7 +10,7 @@ function to a compute pool, then follow the job through its `MLJob` handle.
 
 from kubepool.jobs.decorators import remote
 from kubepool.jobs.distributed import DistributedJobError, DistributedResult
-from kubepool.jobs.job import JOB_STATUS, MLJob
+from kubepool.jobs.job import JOB_STATUS, JobNotFound, MLJob
 from kubepool.jobs.manager import (
     JobSummary,
     PoolNotFound,
@@ -25,6 +25,6 @@ from kubepool.jobs.payload import PayloadTooLarge
 from kubepool.jobs.results import RemoteError
 
 __all__ = [
-    "JOB_STATUS", "DistributedJobError", "DistributedResult", "JobSummary", "MLJob", "PayloadTooLarge", "PoolNotFound", "RemoteError", "connect", "delete_job",
+    "JOB_STATUS", "DistributedJobError", "DistributedResult", "JobNotFound", "JobSummary", "MLJob", "PayloadTooLarge", "PoolNotFound", "RemoteError", "connect", "delete_job",
     "get_job", "list_jobs", "remote", "submit_directory", "submit_file",
 ]

@@ -39,8 +39,15 @@ def parse_job_id(job_id: str, default_namespace: str) -> tuple[str, str]:
     """`namespace/name` or a bare `name` (in `default_namespace`) → (namespace, name)."""
     namespace, sep, name = job_id.rpartition("/")
     if not name or (sep and not namespace):
-        raise ValueError(f"invalid job id {job_id!r}: use NAME or NAMESPACE/NAME")
+        raise ValueError(f"Invalid job ID: {job_id!r} (use NAME or NAMESPACE/NAME)")
     return (namespace if sep else default_namespace), name
+
+
+class JobNotFound(NotFound):
+    """No such job. Snowflake raises a SnowparkSQLException with `sql_error_code` 2003 ("does not exist or could
+    not be retrieved"); this carries the same code and words, so code that checks them works unchanged."""
+
+    sql_error_code = 2003
 
 
 def _phase(obj: api.MLJob) -> str:

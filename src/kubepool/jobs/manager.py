@@ -17,7 +17,7 @@ from typing import Any
 from kubepool import api, naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
-from kubepool.jobs.job import MLJob, parse_job_id
+from kubepool.jobs.job import JobNotFound, MLJob, parse_job_id
 from kubepool.jobs.payload import PayloadFile, configmap, directory_payload, file_payload, pack
 from kubepool.jobs.spec import build_mljob, check_instances, generate_name
 from kubepool.kube.errors import Forbidden, KubeError, NotFound
@@ -257,12 +257,16 @@ def get_job(job_id: str, *, namespace: str | None = None, session: Any = None) -
         session: The cluster connection (`connect`); default from the kubeconfig.
 
     Raises:
-        NotFound: No such job.
+        ValueError: `job_id` is not a job id.
+        JobNotFound: No such job (a `NotFound`, `sql_error_code` 2003 as Snowflake's).
     """
     kube = connect(namespace, session=session)
     ns, name = parse_job_id(job_id, namespace or kube.namespace)
     job = MLJob(name, ns, kube=kube)
-    job.refresh()
+    try:
+        job.refresh()
+    except NotFound as err:
+        raise JobNotFound(f"Job {ns}/{name} does not exist or could not be retrieved", 404) from err
     return job
 
 
