@@ -107,7 +107,7 @@ def test_listen_on_pod_ip(render: Any) -> None:
 
 
 # OperatorConfig fields the chart sets from dedicated values; every other field is an `operator.settings` key.
-DEDICATED = {"default_image", "default_backend", "namespaces", "liveness_port", "metrics_port", "warm_capacity",
+DEDICATED = {"default_image", "gpu_image", "default_backend", "namespaces", "liveness_port", "metrics_port", "warm_capacity",
              "placeholder_namespace", "bind_address", "leader_election", "lease_name", "lease_namespace"}
 
 

@@ -22,9 +22,9 @@ from kubepool.api import ComputePool, MLJob
 from kubepool.kube.errors import KubeError, NotFound
 
 
-def pool(name: str, max_nodes: int = 4, family: str = "CPU_X64_S") -> ComputePool:
+def pool(name: str, max_nodes: int = 4, family: str = "CPU_X64_S", **spec: object) -> ComputePool:
     return ComputePool.model_validate({
-        "metadata": {"name": name}, "spec": {"instanceFamily": family, "maxNodes": max_nodes, "minNodes": 0},
+        "metadata": {"name": name}, "spec": {"instanceFamily": family, "maxNodes": max_nodes, "minNodes": 0, **spec},
     })
 
 

@@ -130,3 +130,21 @@ def test_directory_with_a_package_submitted_with_wait(operator: Any, compute_poo
     assert out[0] == f"{namespace}/pkg-job" and out[-1] == "DONE"
     assert "hello from a package ['--x', '1']" in out[1:-1]
     assert jobs.get_job("pkg-job", namespace=namespace).status == "DONE"
+
+
+def test_imports_ship_local_code_importable_by_its_module_path(operator: Any, compute_pool: Any, namespace: str,
+                                                                tmp_path: Path) -> None:
+    """Snowflake's `imports`: a package directory and a single file from elsewhere on the caller's disk reach the
+    job importable as `shared` and `team.fmt`, beside the script itself."""
+    pool = compute_pool("cpu", max_nodes=1)
+    (tmp_path / "lib" / "shared").mkdir(parents=True)
+    (tmp_path / "lib" / "shared" / "__init__.py").write_text("ANSWER = 42\n")
+    (tmp_path / "other" / "fmt.py").parent.mkdir()
+    (tmp_path / "other" / "fmt.py").write_text("def show(v):\n    return f'<{v}>'\n")
+    script = tmp_path / "job" / "main.py"
+    script.parent.mkdir()
+    script.write_text("import shared\nfrom team.fmt import show\nprint('IMPORTED', show(shared.ANSWER))\n")
+    job = jobs.submit_file(script, pool, namespace=namespace,
+                           imports=[tmp_path / "lib" / "shared", (str(tmp_path / "other" / "fmt.py"), "team.fmt")])
+    assert job.wait(JOB_TIMEOUT_S) == "DONE", job.message
+    assert "IMPORTED <42>" in (job.get_logs() or "")

@@ -68,6 +68,14 @@ app.kubernetes.io/component: operator
 {{- default (printf "kubepool/runtime:%s" .Chart.AppVersion) .Values.operator.runtimeImage }}
 {{- end }}
 
+{{/* The CUDA variant goes with the chart's own runtime image; a runtime image of the user's own is used on GPU
+pools too unless gpuRuntimeImage names another. */}}
+{{- define "kubepool.gpuRuntimeImage" -}}
+{{- if .Values.operator.gpuRuntimeImage }}{{ .Values.operator.gpuRuntimeImage }}
+{{- else if not .Values.operator.runtimeImage }}{{ printf "kubepool/runtime:%s-cuda" .Chart.AppVersion }}
+{{- end }}
+{{- end }}
+
 {{/* Namespaces that get a Role with rbac.namespaced: the watched ones, plus the release's own for the
 operator's Lease and Events. */}}
 {{- define "kubepool.roleNamespaces" -}}

@@ -26,7 +26,7 @@ class InstanceResources(Model):
 
     cpu: Quantity | None = Field(None, description="CPU of one instance, e.g. \"3\" or \"500m\".")
     memory: Quantity | None = Field(None, description="Memory of one instance, e.g. \"13Gi\".")
-    gpu: int | None = Field(None, ge=0, le=16, description="GPUs (nvidia.com/gpu) of one instance.")
+    gpu: int | None = Field(None, ge=0, le=16, description="GPUs of one instance (the operator's accelerator resource, nvidia.com/gpu by default).")
 
 # nodeSelector keys are label keys: anything else makes the API server refuse every instance pod of the pool.
 NODE_SELECTOR_KEY_RULE: JsonDict = {"rule": "self.all(k, size(k) <= 317 && k.matches(" + repr(QUALIFIED_NAME_PATTERN) + "))",
@@ -56,6 +56,12 @@ class ComputePoolSpec(Model):
     )
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=32, description="Tolerations copied onto every instance pod."
+    )
+    image: str | None = Field(
+        None, max_length=512, pattern=r"^\S+$",
+        description="Runtime image of the pool's instances (and of its warm placeholders, so nodes have it pulled) "
+                    "unless a job sets spec.image; default the operator's image for the pool's hardware: its GPU "
+                    "image (operator.gpuRuntimeImage) when an instance has GPUs, else its runtime image.",
     )
     auto_suspend_seconds: int | None = Field(
         None, ge=0, le=2592000,

@@ -10,6 +10,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from kubepool.api import Backend
+from kubepool.api.families import GPU_RESOURCE
 
 ENV_PREFIX = "KUBEPOOL_OPERATOR_"
 
@@ -30,7 +31,10 @@ class OperatorConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    default_image: str = Field("kubepool/runtime:dev", description="Image of instance pods when spec.image is unset.")
+    default_image: str = Field("kubepool/runtime:dev", description="Image of instance pods when neither the job nor its pool names one.")
+    gpu_image: str = Field("", description="Image of instance pods on pools whose instances have GPUs, when neither the job nor the pool names one (empty: default_image).")
+    accelerator_resource: str = Field(GPU_RESOURCE, pattern=r"^[a-z0-9.-]+/[a-z0-9._-]+$",
+                                      description="Extended resource a pool's GPUs are requested as (nvidia.com/gpu, amd.com/gpu, ...).")
     default_backend: Backend = Backend.PODS
     namespaces: tuple[str, ...] = Field((), description="Watched namespaces; empty means all.")
     runtime_account: RuntimeAccountPolicy = RuntimeAccountPolicy.PER_NAMESPACE

@@ -70,6 +70,7 @@ class LoopbackRayCluster:
 
     ips: Sequence[str]
     num_cpus: int = 2
+    num_gpus: int = 0  # GPUs each node advertises to Ray's scheduler (none need exist: Ray trusts the number)
     object_store_bytes: int = 200 * 1024 * 1024
     include_dashboard: bool = False
     gcs_port: int = 0
@@ -113,7 +114,7 @@ class LoopbackRayCluster:
         ray_bin = str(Path(sys.executable).with_name("ray"))
         cmd = [
             ray_bin, "start", "--block", "--disable-usage-stats",
-            f"--node-ip-address={ip}", f"--temp-dir={tmp}", f"--num-cpus={self.num_cpus}", "--num-gpus=0",
+            f"--node-ip-address={ip}", f"--temp-dir={tmp}", f"--num-cpus={self.num_cpus}", f"--num-gpus={self.num_gpus}",
             f"--object-store-memory={self.object_store_bytes}",
             f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
             f"--dashboard-agent-grpc-port={ports[2]}", f"--dashboard-agent-listen-port={ports[3]}",

@@ -100,6 +100,21 @@ class _RunSpec:
     artifact_stage_location: str | None
 
 
+def collective_backend(num_gpus: float, cuda_devices: int) -> tuple[str, str | None]:
+    """nccl when ranks hold GPUs that CUDA actually sees, else gloo; with a reason to log when GPUs were asked for
+    but CUDA sees none (a CPU torch build, or no driver mounted), where nccl would fail at its first collective."""
+    if num_gpus <= 0:
+        return "gloo", None
+    if cuda_devices <= 0:
+        return "gloo", (f"each worker holds {num_gpus:g} GPU(s) but CUDA sees no device there (a CPU build of torch, "
+                        "or the node's driver is not mounted): using gloo; run on the pool's GPU image for nccl")
+    return "nccl", None
+
+
+def _cuda_devices() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def _backends() -> list[str]:
     return ["gloo", "nccl"] if torch.cuda.is_available() else ["gloo"]
 
@@ -252,9 +267,16 @@ class PyTorchDistributor:
             ip = ray.util.get_node_ip_address()
             store = _rendezvous(ip)
             task = ray.remote(max_retries=0)(_run_rank)  # a re-run rank would rejoin a finished collective
-            backend = "nccl" if res.num_gpus > 0 else "gloo"
-            prefix = f"run-{uuid.uuid4().hex[:12]}/"
             bundles = driver_node_first(pg)
+            seen = 0
+            if res.num_gpus > 0:  # what CUDA sees where the ranks run, holding what a rank holds
+                probe = ray.remote(max_retries=0)(_cuda_devices).options(
+                    num_cpus=0, num_gpus=res.num_gpus, scheduling_strategy=in_bundle(pg, bundles[0]))
+                seen = int(ray.get(probe.remote()))
+            backend, why = collective_backend(res.num_gpus, seen)
+            if why:
+                print(f"kubepool: PyTorchDistributor: {why}", flush=True)
+            prefix = f"run-{uuid.uuid4().hex[:12]}/"
             for rank in range(cfg.world_size):
                 node, local = divmod(rank, cfg.num_workers_per_node)
                 me = _Rank(rank, local, node, cfg.world_size, cfg.num_workers_per_node, backend)

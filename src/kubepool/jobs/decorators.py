@@ -20,7 +20,8 @@ from kubepool import naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
 from kubepool.jobs.job import MLJob
-from kubepool.jobs.manager import connect, submit, warn_unknown
+from kubepool.jobs.manager import connect, pool_image, submit, warn_unknown, with_imports
+from kubepool.jobs.options import Import, resolve_image
 from kubepool.jobs.payload import PayloadFile
 from kubepool.jobs.spec import build_mljob, check_instances, generate_name
 
@@ -116,14 +117,16 @@ class RemoteFunction(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> MLJob:
         o = self._options
         kube = connect(o["namespace"], session=o["session"])
+        files = with_imports(remote_payload(self._fn, args, kwargs), o["imports"])
+        image = resolve_image(o["image"], o["runtime_environment"], lambda: pool_image(kube, self._pool))
         job = build_mljob(
             name=generate_name(o["name"] or self._fn.__name__), namespace=o["namespace"] or kube.namespace,
             entrypoint=Entrypoint(file=RUNNER_FILE, function=RUNNER_FUNCTION), compute_pool=self._pool,
             target_instances=o["target_instances"], min_instances=o["min_instances"], env_vars=o["env_vars"],
-            pip_requirements=o["pip_requirements"], instances_timeout=o["instances_timeout"], image=o["image"],
+            pip_requirements=o["pip_requirements"], instances_timeout=o["instances_timeout"], image=image,
             mode=RunMode.HEAD,
         )
-        return submit(kube, job, remote_payload(self._fn, args, kwargs))
+        return submit(kube, job, files)
 
 
 def remote(
@@ -137,6 +140,8 @@ def remote(
     namespace: str | None = None,
     instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
+    runtime_environment: str | None = None,
+    imports: Sequence[Import] | None = None,
     session: Any = None,
     **kwargs: Any,
 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]:
@@ -157,7 +162,8 @@ def remote(
         name: Stem of the job names (each call gets `<name>-<8 hex>`); default the function's name.
         namespace: Namespace; default the kubeconfig context's.
         instances_timeout: Seconds to wait for `min_instances` before the job fails.
-        image: Runtime image; default the operator's.
+        image: Runtime image; default the compute pool's, else the operator's for its hardware.
+        runtime_environment, imports: As in `submit_file` (Snowflake's image and extra code).
         session: The cluster connection (`kubepool.jobs.connect(context=...)`); default from the kubeconfig.
         **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
 
@@ -170,6 +176,7 @@ def remote(
         "target_instances": target_instances, "min_instances": min_instances, "env_vars": env_vars,
         "pip_requirements": pip_requirements, "name": name, "namespace": namespace,
         "instances_timeout": instances_timeout, "image": image, "session": session,
+        "runtime_environment": runtime_environment, "imports": imports,
     }
 
     def decorate(fn: Callable[P, R]) -> RemoteFunction[P, R]:

@@ -18,6 +18,7 @@ from kubepool import api, naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
 from kubepool.jobs.job import JobNotFound, MLJob, parse_job_id
+from kubepool.jobs.options import Import, import_files, resolve_image
 from kubepool.jobs.payload import PayloadFile, configmap, directory_payload, file_payload, pack
 from kubepool.jobs.spec import build_mljob, check_instances, generate_name
 from kubepool.kube.errors import Forbidden, KubeError, NotFound
@@ -77,6 +78,23 @@ def pool_needs(spec: api.MLJobSpec) -> dict[str, int]:
     for g in spec.instance_groups or ():
         needs[g.compute_pool] = needs.get(g.compute_pool, 0) + g.instance_count
     return {pool: min(n, spec.resolved_min()) for pool, n in needs.items()}
+
+
+def pool_image(kube: Kube, compute_pool: str) -> str | None:
+    """The compute pool's own image (spec.image), if it names one."""
+    try:
+        return kube.get_pool(compute_pool).spec.image
+    except NotFound:
+        raise PoolNotFound(f"compute pool {compute_pool!r} does not exist") from None
+
+
+def with_imports(files: list[PayloadFile], imports: Sequence[Import] | None) -> list[PayloadFile]:
+    """The payload plus Snowflake's `imports`; an import may not replace a payload file."""
+    extra = import_files(imports)
+    clash = sorted({f.path for f in files} & {f.path for f in extra})
+    if clash:
+        raise ValueError(f"imports would replace files of the payload: {', '.join(clash)}")
+    return [*files, *extra]
 
 
 def submit(kube: Kube, job: api.MLJob, files: Sequence[PayloadFile]) -> MLJob:
@@ -139,6 +157,8 @@ def submit_file(
     namespace: str | None = None,
     instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
+    runtime_environment: str | None = None,
+    imports: Sequence[Import] | None = None,
     parallel: bool = False,
     session: Any = None,
     **kwargs: Any,
@@ -162,7 +182,12 @@ def submit_file(
         name: Job name (DNS label, at most 40 characters); default `<file stem>-<8 hex>`.
         namespace: Namespace; default the kubeconfig context's.
         instances_timeout: Seconds to wait for `min_instances` before the job fails.
-        image: Runtime image (Snowflake's `runtime_environment`); default the operator's.
+        image: Runtime image; default the compute pool's (ComputePool spec.image), else the operator's for the
+            pool's hardware (its GPU image on GPU pools).
+        runtime_environment: Snowflake's way to name the image: a full reference (`repo/name:tag`), or a tag
+            of the compute pool's image (`"1.7.1"`); default `$MLRS_CONTAINER_IMAGE_TAG`. Excludes `image`.
+        imports: More local code shipped with the payload (Snowflake's `imports`): paths or modules, each
+            importable by its name, or `(path, "import.path")`; a .zip goes on sys.path as it is.
         parallel: Run the script once on every instance instead of on the head.
         session: The cluster connection (`kubepool.jobs.connect(context=...)`); default from the kubeconfig.
         **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
@@ -181,6 +206,7 @@ def submit_file(
                            target_instances=target_instances, min_instances=min_instances, env_vars=env_vars,
                            pip_requirements=pip_requirements, name=name, namespace=namespace,
                            instances_timeout=instances_timeout, image=image, parallel=parallel, session=session,
+                           runtime_environment=runtime_environment, imports=imports,
                            kwargs=kwargs)
 
 
@@ -198,6 +224,8 @@ def submit_directory(
     namespace: str | None = None,
     instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
+    runtime_environment: str | None = None,
+    imports: Sequence[Import] | None = None,
     parallel: bool = False,
     session: Any = None,
     **kwargs: Any,
@@ -228,6 +256,7 @@ def submit_directory(
     return _submit_payload(files, ep, compute_pool, stem=stem, args=args, target_instances=target_instances,
                            min_instances=min_instances, env_vars=env_vars, pip_requirements=pip_requirements,
                            name=name, namespace=namespace, instances_timeout=instances_timeout, image=image,
+                           runtime_environment=runtime_environment, imports=imports,
                            parallel=parallel, session=session, kwargs=kwargs)
 
 
@@ -235,10 +264,13 @@ def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_po
                     args: Sequence[Any] | None, target_instances: int, min_instances: int | None,
                     env_vars: Mapping[str, Any] | None, pip_requirements: Sequence[str] | None, name: str | None,
                     namespace: str | None, instances_timeout: int, image: str | None, parallel: bool,
-                    session: Any, kwargs: Mapping[str, Any]) -> MLJob:
+                    session: Any, kwargs: Mapping[str, Any], runtime_environment: str | None = None,
+                    imports: Sequence[Import] | None = None) -> MLJob:
     warn_unknown(kwargs)
     check_instances(target_instances, min_instances)
+    files = with_imports(files, imports)
     kube = connect(namespace, session=session)
+    image = resolve_image(image, runtime_environment, lambda: pool_image(kube, compute_pool))
     job = build_mljob(
         name=name or generate_name(stem), namespace=namespace or kube.namespace, entrypoint=entrypoint,
         compute_pool=compute_pool, target_instances=target_instances, min_instances=min_instances,

@@ -86,6 +86,36 @@ def test_pod_shape_gpu_group() -> None:
     assert p["metadata"]["labels"][naming.LABEL_GROUP] == "gpu-group"
 
 
+def test_image_by_job_then_pool_then_the_pools_hardware() -> None:
+    """A GPU pool's instances get the operator's GPU image (CPU torch cannot use its devices), a pool may name its
+    own, a job's spec.image wins over both; warm placeholders pull what the pool's instances will run."""
+    from kubepool.controller.builders.placeholders import build_placeholder_pod
+
+    cfg = OperatorConfig(default_image="img:1", gpu_image="img:1-cuda")
+
+    def images(j: object, pools: dict) -> list[str]:
+        return [p["spec"]["containers"][0]["image"] for p in build_instance_pods(j, pools, granted=3, attempt=0, cfg=cfg)]  # type: ignore[arg-type]
+
+    assert images(job(instanceGroups=GROUPS), POOLS) == ["img:1", "img:1", "img:1-cuda"]
+    own = {"cpu": pool(image="team/cpu:7"), "gpu": pool("gpu", "GPU_NV_S", 2, image="team/gpu:7")}
+    assert images(job(instanceGroups=GROUPS), own) == ["team/cpu:7", "team/cpu:7", "team/gpu:7"]
+    assert images(job(instanceGroups=GROUPS, image="mine:2"), own) == ["mine:2"] * 3
+    assert images(job(instanceGroups=GROUPS), POOLS)[2] == "img:1-cuda"
+    no_gpu_image = OperatorConfig(default_image="img:1")  # unset: the default image everywhere
+    assert build_instance_pods(job(instanceGroups=GROUPS), POOLS, granted=3, attempt=0, cfg=no_gpu_image)[2][
+        "spec"]["containers"][0]["image"] == "img:1"
+    ph = build_placeholder_pod(gpu_pool(), 0, namespace="ops", cfg=cfg)["spec"]["containers"][0]
+    assert ph["image"] == "img:1-cuda" and ph["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_the_accelerator_resource_is_configurable() -> None:
+    cfg = OperatorConfig(default_image="img:1", accelerator_resource="amd.com/gpu")
+    c = build_instance_pods(job(instanceGroups=GROUPS), POOLS, granted=3, attempt=0, cfg=cfg)[2]["spec"]["containers"][0]
+    assert c["resources"]["limits"] == {"cpu": "6", "memory": "27Gi", "amd.com/gpu": "1"}
+    with pytest.raises(ValueError):
+        OperatorConfig(accelerator_resource="gpu")  # not an extended resource name
+
+
 def test_pod_is_restricted() -> None:
     p = build_instance_pods(job(), POOLS, granted=1, attempt=0, cfg=CFG)[0]
     psc, csc = p["spec"]["securityContext"], p["spec"]["containers"][0]["securityContext"]

@@ -76,6 +76,14 @@ def placement_of(job: MLJob) -> list[Placement]:
     return out
 
 
+def pool_image(pool: ComputePool, default_image: str, gpu_image: str) -> str:
+    """The image a pool's instances run unless their job names one: the pool's own, else the operator's for the
+    pool's hardware (CPU torch cannot use a GPU node's devices)."""
+    if pool.spec.image:
+        return pool.spec.image
+    return (gpu_image or default_image) if pool.spec.instance_size().gpus else default_image
+
+
 def pools_of(job: MLJob) -> list[str]:
     """The job's pool names, in first-use order."""
     return list(dict.fromkeys(p.pool for p in placement_of(job)))

@@ -11,7 +11,7 @@ import json
 
 from kubepool import naming
 from kubepool.api import ComputePool
-from kubepool.controller.builders.common import Obj
+from kubepool.controller.builders.common import Obj, pool_image
 from kubepool.controller.builders.pods import _affinity, _resources, _security
 from kubepool.controller.config import OperatorConfig
 
@@ -47,10 +47,10 @@ def build_placeholder_pod(pool: ComputePool, index: int, *, namespace: str, cfg:
     pod_sc, container_sc = _security(cfg.run_as_user)
     container: Obj = {
         "name": CONTAINER,
-        "image": cfg.default_image,
+        "image": pool_image(pool, cfg.default_image, cfg.gpu_image),
         "imagePullPolicy": cfg.image_pull_policy,
         "command": [cfg.python, "-c", SLEEP],
-        "resources": _resources(pool),
+        "resources": _resources(pool, cfg),
         "securityContext": container_sc,
     }
     spec: Obj = {

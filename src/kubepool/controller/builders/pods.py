@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from kubepool import contract, naming
 from kubepool.api import ComputePool, MLJob
-from kubepool.api.families import GPU_RESOURCE
 from kubepool.controller.builders.common import (
     RAY_TOKEN_KEY,
     JobRef,
@@ -14,6 +13,7 @@ from kubepool.controller.builders.common import (
     Placement,
     local_port_shift,
     placement_of,
+    pool_image,
     pool_named,
 )
 from kubepool.controller.builders.jobcontract import channel_mount_path
@@ -27,11 +27,11 @@ NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 SHM_DIR = "/dev/shm"
 
 
-def _resources(pool: ComputePool) -> Obj:
+def _resources(pool: ComputePool, cfg: OperatorConfig) -> Obj:
     size = pool.spec.instance_size()
     amounts: dict[str, str] = {"cpu": size.cpu, "memory": size.memory}
     if size.gpus:
-        amounts[GPU_RESOURCE] = str(size.gpus)
+        amounts[cfg.accelerator_resource] = str(size.gpus)
     # requests == limits: the instance owns its node's share (Guaranteed QoS), as on Snowflake.
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
@@ -151,11 +151,11 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     pod_sc, container_sc = _security(cfg.run_as_user)
     container: Obj = {
         "name": CONTAINER,
-        "image": job.spec.image or cfg.default_image,
+        "image": job.spec.image or pool_image(pool, cfg.default_image, cfg.gpu_image),
         "imagePullPolicy": cfg.image_pull_policy,
         "command": [cfg.python, "-m", "kubepool.runtime"],
         "env": _env(job, inst, ref, cfg),
-        "resources": _resources(pool),
+        "resources": _resources(pool, cfg),
         "volumeMounts": mounts,
         "securityContext": container_sc,
         "terminationMessagePath": contract.TERMINATION_MESSAGE_PATH,

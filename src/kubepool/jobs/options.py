@@ -1,0 +1,95 @@
+"""Snowflake's common submission options with their Kubernetes meaning: `runtime_environment` (the image the
+instances run) and `imports` (more code shipped with the payload, importable by its module path)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kubepool.payload_format import PayloadFile, directory_payload, file_payload
+
+RUNTIME_TAG_ENV = "MLRS_CONTAINER_IMAGE_TAG"  # Snowflake's default for runtime_environment
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+ImportSource = str | Path | ModuleType
+Import = ImportSource | tuple[ImportSource] | tuple[ImportSource, str | None]
+
+
+def with_tag(image: str, tag: str) -> str:
+    """`image` (repo[:tag][@digest]) with its tag replaced by `tag`."""
+    repo = image.split("@", 1)[0]
+    if ":" in repo.rsplit("/", 1)[-1]:
+        repo = repo.rsplit(":", 1)[0]
+    return f"{repo}:{tag}"
+
+
+def resolve_image(image: str | None, runtime_environment: str | None, pool_image: Callable[[], str | None]) -> str | None:
+    """The job's spec.image: `image`, else `runtime_environment` (the argument, else $MLRS_CONTAINER_IMAGE_TAG),
+    a full image reference or a tag of the compute pool's image (`pool_image`, read only for a tag).
+
+    Raises:
+        ValueError: Both given, or a tag where the pool names no image to apply it to.
+    """
+    runtime_environment = runtime_environment or os.environ.get(RUNTIME_TAG_ENV) or None
+    if image and runtime_environment:
+        raise ValueError("set image or runtime_environment, not both")
+    if image or not runtime_environment:
+        return image
+    if not _TAG.match(runtime_environment):
+        return runtime_environment  # repository/name:tag (or @digest)
+    base = pool_image()
+    if not base:
+        raise ValueError(f"runtime_environment {runtime_environment!r} is a tag, and the compute pool names no image "
+                         "(spec.image) to apply it to: give the full image (repository/name:tag)")
+    return with_tag(base, runtime_environment)
+
+
+def import_files(imports: Sequence[Import] | None) -> list[PayloadFile]:
+    """The files of Snowflake's `imports`, placed in the payload so each is importable by its module path: a
+    directory or .py file under its own name (or the import path given with it, `("src/utils", "team.utils")`),
+    a module object by its name, a .zip as it is (the runtime puts the payload's zips on sys.path).
+
+    Raises:
+        FileNotFoundError: A path that does not exist.
+        ValueError: An entry that is neither, or an import path that does not end with its source's name.
+    """
+    out: list[PayloadFile] = []
+    for entry in imports or ():
+        source, import_path = (entry[0], entry[1] if len(entry) > 1 else None) if isinstance(entry, tuple) else (entry, None)
+        for path, dotted in _sources(source, import_path):
+            out.extend(_place(path, dotted))
+    return out
+
+
+def _sources(source: Any, import_path: str | None) -> list[tuple[Path, str]]:
+    if isinstance(source, ModuleType):
+        name = import_path or source.__name__
+        if getattr(source, "__path__", None):
+            return [(Path(p), name) for p in source.__path__]
+        if getattr(source, "__file__", None):
+            return [(Path(source.__file__), name)]  # type: ignore[arg-type]
+        raise ValueError(f"module {source.__name__} has no files to ship")
+    if not isinstance(source, (str, Path)):
+        raise ValueError(f"imports entries are paths, modules or (path, import_path) tuples, not {source!r}")
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"import {path} does not exist")
+    return [(path, import_path or path.stem)]
+
+
+def _place(path: Path, dotted: str) -> list[PayloadFile]:
+    if path.is_file() and path.suffix == ".zip":
+        return file_payload(path)
+    rel = dotted.strip().replace(".", "/")
+    own = path.stem if path.is_file() else path.name
+    if not rel or rel.rsplit("/", 1)[-1] != own:
+        raise ValueError(f"import path {dotted!r} must end with the source's name {own!r} ({path})")
+    if path.is_file():
+        if path.suffix != ".py":
+            raise ValueError(f"import {path} is neither a directory, a .py file nor a .zip")
+        return file_payload(path, f"{rel}.py")
+    return [PayloadFile(f"{rel}/{f.path}", f.content, f.mode) for f in directory_payload(path)]
