@@ -43,6 +43,11 @@ LABEL_CREDENTIALS = f"{GROUP}/credentials"
 CREDENTIALS_OPT_IN = "true"
 
 ANNOTATION_PREFIX = GROUP  # kopf progress/diffbase storage lives under this prefix, never in status
+# Code kept in the cluster under a name for many jobs (Snowflake's code bundles and job definitions): a ConfigMap
+# owned by no job, labelled with its kind.
+LABEL_STORED_PAYLOAD = f"{GROUP}/stored-payload"
+STORED_CODE_BUNDLE = "code-bundle"
+STORED_JOB_DEFINITION = "job-definition"
 # Where an instance keeps its payload's outcome on its own MLJob (contract.StoredResult): a prefix of its own, so
 # no kopf storage key can ever collide with it.
 RESULT_ANNOTATION_PREFIX = f"results.{GROUP}"

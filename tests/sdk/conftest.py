@@ -20,6 +20,7 @@ def fake_kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKube]:
             kube.namespace = namespace
         return kube
 
-    for module in ("kubepool.jobs.manager", "kubepool.jobs.decorators", "kubepool.sagemaker.estimator"):
+    for module in ("kubepool.jobs.manager", "kubepool.jobs.decorators", "kubepool.jobs.bundles", "kubepool.jobs.definitions",
+                   "kubepool.sagemaker.estimator"):
         monkeypatch.setattr(f"{module}.connect", connect)
     yield kube

@@ -66,6 +66,22 @@ class FakeKube:
             raise self.configmap_error
         self.configmaps[(namespace or self.namespace, cm.metadata.name)] = cm
 
+    def get_configmap(self, name: str, namespace: str | None = None) -> ConfigMap:
+        key = (namespace or self.namespace, name)
+        if key not in self.configmaps:
+            raise NotFound(f"ConfigMap {key[0]}/{name} not found", 404)
+        return self.configmaps[key]
+
+    def replace_configmap(self, cm: ConfigMap, namespace: str | None = None) -> None:
+        assert cm.metadata is not None and cm.metadata.name is not None
+        self.calls.append(f"replace_configmap {cm.metadata.name}")
+        self.configmaps[(namespace or self.namespace, cm.metadata.name)] = cm
+
+    def delete_configmap(self, name: str, namespace: str | None = None) -> None:
+        self.calls.append(f"delete_configmap {name}")
+        self.get_configmap(name, namespace)
+        del self.configmaps[(namespace or self.namespace, name)]
+
     def delete_job(self, name: str, namespace: str | None = None) -> None:
         self.calls.append(f"delete_job {name}")
         self.jobs.pop((namespace or self.namespace, name), None)

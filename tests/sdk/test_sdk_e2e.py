@@ -148,3 +148,29 @@ def test_imports_ship_local_code_importable_by_its_module_path(operator: Any, co
                            imports=[tmp_path / "lib" / "shared", (str(tmp_path / "other" / "fmt.py"), "team.fmt")])
     assert job.wait(JOB_TIMEOUT_S) == "DONE", job.message
     assert "IMPORTED <42>" in (job.get_logs() or "")
+
+
+def test_code_kept_in_the_cluster_runs_jobs(operator: Any, compute_pool: Any, namespace: str, tmp_path: Path,
+                                            kubectl: Any) -> None:
+    """A code bundle and a job definition are stored once and run as jobs that mount them; a stage is code
+    already in the cluster (here a ConfigMap of scripts)."""
+    pool = compute_pool("cpu", max_nodes=3)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "train.py").write_text("import sys\nfrom helper import NAME\nprint('RAN', NAME, sys.argv[1:])\n")
+    (tmp_path / "proj" / "helper.py").write_text("NAME = 'first'\n")
+    jobs.register_code_bundle(tmp_path / "proj", pool, stage_name="@unused", namespace=namespace, name="trainer")
+    (tmp_path / "proj" / "helper.py").write_text("NAME = 'bundled'\n")  # registered again: replaced
+    bundle = jobs.register_code_bundle(tmp_path / "proj", pool, stage_name="@unused", namespace=namespace, name="trainer")
+    from_bundle = jobs.register_job_from_code_bundle(bundle, entrypoint="train.py", args=["b"])
+    definition = jobs.MLJobDefinition.register(tmp_path / "proj", pool, "@unused", namespace=namespace, name="nightly",
+                                               entrypoint="train.py", arg_protocol="cli", default_args=["--lr", "0.1"])
+    from_definition = definition("d", lr=0.5)
+    kubectl("create", "configmap", "scripts", "-n", namespace, "--from-literal=run.py=print('FROM STAGE')", check=True)
+    from_stage = jobs.submit_from_stage("configmap://scripts", pool, entrypoint="run.py", namespace=namespace)
+    for job, line in [(from_bundle, "RAN bundled ['b']"), (from_definition, "RAN bundled ['d', '--lr', '0.5']"),
+                      (from_stage, "FROM STAGE")]:
+        assert job.wait(JOB_TIMEOUT_S) == "DONE", (job.id, job.message)
+        assert line in (job.get_logs() or ""), job.get_logs()
+    bundle.delete()
+    definition.delete()
+    assert kubectl("get", "configmap", "trainer", "nightly", "-n", namespace).returncode != 0

@@ -23,9 +23,9 @@ WHEEL_VERSION = "2.6.0"
 CACHE = Path.home() / ".cache" / "kubepool" / "wheels"
 # Public names of snowflake.ml.jobs that kubepool does not offer yet (issue #17 item 4): each needs a Kubernetes
 # meaning (a stage is an S3 prefix or a PVC path; a code bundle a stored payload many jobs reuse), never a stub.
-GAPS = {"submit_from_stage", "MLJobDefinition", "MLCodeBundle", "register_code_bundle",
-        "register_job_from_code_bundle", "delete_code_bundle"}
-SHARED_FUNCTIONS = ("submit_file", "submit_directory", "list_jobs", "get_job", "delete_job", "remote")
+GAPS: set[str] = set()
+SHARED_FUNCTIONS = ("submit_file", "submit_directory", "submit_from_stage", "list_jobs", "get_job", "delete_job", "remote")
+BUNDLE_FUNCTIONS = ("register_code_bundle", "register_job_from_code_bundle", "delete_code_bundle")
 MLJOB_METHODS = ("get_logs", "show_logs", "wait", "result", "distributed_result", "cancel", "get_ray_dashboard_url")
 
 
@@ -81,3 +81,16 @@ def test_every_parameter_of_mljobs_methods(wheel: zipfile.ZipFile) -> None:
         ours = inspect.signature(getattr(jobs.MLJob, name)).parameters
         refused = [p for p in _params(methods[name]) if p not in ours]
         assert not refused, f"MLJob.{name} does not take Snowflake's {refused}"
+
+
+def test_every_parameter_of_code_bundles_and_job_definitions(wheel: zipfile.ZipFile) -> None:
+    theirs = _functions(_module(wheel, "code_bundle"))
+    for name in BUNDLE_FUNCTIONS:
+        refused = [p for p in _params(theirs[name]) if not _accepts(getattr(jobs, name), p)]
+        assert not refused, f"{name} does not take Snowflake's {refused}"
+    [cls] = [n for n in _module(wheel, "job_definition").body if isinstance(n, ast.ClassDef) and n.name == "MLJobDefinition"]
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    for name in ("__init__", "register", "__call__", "delete"):
+        ours = getattr(jobs.MLJobDefinition, name)
+        refused = [p for p in _params(methods[name]) if p not in ("cls",) and not _accepts(ours, p)]
+        assert not refused, f"MLJobDefinition.{name} does not take Snowflake's {refused}"

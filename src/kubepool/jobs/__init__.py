@@ -8,7 +8,15 @@ function to a compute pool, then follow the job through its `MLJob` handle.
     print(job.get_logs(instance_id=1))
 """
 
+from kubepool.jobs.bundles import (
+    MLCodeBundle,
+    delete_code_bundle,
+    register_code_bundle,
+    register_job_from_code_bundle,
+    submit_from_stage,
+)
 from kubepool.jobs.decorators import remote
+from kubepool.jobs.definitions import ArgProtocol, MLJobDefinition
 from kubepool.jobs.distributed import DistributedJobError, DistributedResult
 from kubepool.jobs.job import JOB_STATUS, JobNotFound, MLJob
 from kubepool.jobs.manager import (
@@ -25,6 +33,7 @@ from kubepool.jobs.payload import PayloadTooLarge
 from kubepool.jobs.results import RemoteError
 
 __all__ = [
-    "JOB_STATUS", "DistributedJobError", "DistributedResult", "JobNotFound", "JobSummary", "MLJob", "PayloadTooLarge", "PoolNotFound", "RemoteError", "connect", "delete_job",
+    "JOB_STATUS", "ArgProtocol", "DistributedJobError", "MLCodeBundle", "MLJobDefinition", "delete_code_bundle",
+    "register_code_bundle", "register_job_from_code_bundle", "submit_from_stage", "DistributedResult", "JobNotFound", "JobSummary", "MLJob", "PayloadTooLarge", "PoolNotFound", "RemoteError", "connect", "delete_job",
     "get_job", "list_jobs", "remote", "submit_directory", "submit_file",
 ]

@@ -27,9 +27,12 @@ from kubepool.kube.sync import Kube
 log = logging.getLogger(__name__)
 
 # Snowflake arguments that have no meaning here (the payload travels in a ConfigMap, not a stage).
+# Snowflake arguments with no Kubernetes meaning here (logged when given): Snowflake objects (stages, warehouses,
+# integrations, artifact repositories: kubepool's package indexes are spec.pipOptions), `payload` (its internal
+# form), `comment` (jobs carry their own labels), `preflight` (Snowflake's multi-node check: not offered yet).
 _IGNORED_SNOWFLAKE_ARGS = frozenset({
     "stage_name", "external_access_integrations", "query_warehouse", "database", "schema",
-    "enable_metrics", "spec_overrides",
+    "enable_metrics", "spec_overrides", "artifact_repositories", "payload", "comment", "preflight",
 })
 
 

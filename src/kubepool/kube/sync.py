@@ -23,7 +23,7 @@ from lightkube.types import CascadeType, PatchType
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob
-from kubepool.kube.errors import Unreachable, translate
+from kubepool.kube.errors import Conflict, Unreachable, translate
 from kubepool.kube.lightkube_fence import watch_window
 from kubepool.kube.resources import ComputePoolResource, MLJobResource
 
@@ -164,6 +164,23 @@ class Kube:
         ns = self._ns(namespace)
         name = cm.metadata.name if cm.metadata else ""
         _call(f"create ConfigMap {ns}/{name}", lambda: self.client.create(cm, namespace=ns))
+
+    def get_configmap(self, name: str, namespace: str | None = None) -> ConfigMap:
+        ns = self._ns(namespace)
+        return _call(f"ConfigMap {ns}/{name}", lambda: self.client.get(ConfigMap, name, namespace=ns))
+
+    def replace_configmap(self, cm: ConfigMap, namespace: str | None = None) -> None:
+        """Create the ConfigMap, or replace the one of that name."""
+        ns = self._ns(namespace)
+        name = cm.metadata.name if cm.metadata else ""
+        try:
+            self.create_configmap(cm, ns)
+        except Conflict:
+            _call(f"replace ConfigMap {ns}/{name}", lambda: self.client.replace(cm))  # namespace: cm.metadata.namespace
+
+    def delete_configmap(self, name: str, namespace: str | None = None) -> None:
+        ns = self._ns(namespace)
+        _call(f"delete ConfigMap {ns}/{name}", lambda: self.client.delete(ConfigMap, name, namespace=ns))
 
     def list_pods(self, labels: Mapping[str, str], namespace: str | None = None) -> list[Pod]:
         ns = self._ns(namespace)

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kubepool.api import Channel, ChannelSource
-from kubepool.api.mljob import CheckpointLocation, ConfigMapSource, OutputLocation, PvcSource, S3Source
 from kubepool.contract import Distribution, InputMode
+from kubepool.jobs.locations import source_of
 
 _INPUT_MODES = {None, "File", "FastFile"}  # FastFile streams on SageMaker; here it is downloaded first
 
@@ -57,7 +57,7 @@ class TrainingInput:
             raise ValueError(f"input_mode {self.input_mode!r} is not supported; use 'File' or 'FastFile'")
         if self.distribution not in {d.value for d in Distribution}:
             raise ValueError(f"distribution must be 'FullyReplicated' or 'ShardedByS3Key', not {self.distribution!r}")
-        self._source = _source(self.s3_data, self.endpoint_url, self.credentials_secret)
+        self._source = source_of(self.s3_data, self.endpoint_url, self.credentials_secret)
 
     def to_channel(self, name: str) -> Channel:
         """The MLJob channel `name` fed by this input."""
@@ -66,30 +66,3 @@ class TrainingInput:
             instance_groups=list(self.instance_groups) if self.instance_groups else None,
             content_type=self.content_type, input_mode=InputMode(self.input_mode or "File"),
         )
-
-
-def output_location(uri: str, endpoint_url: str | None = None, credentials_secret: str | None = None) -> OutputLocation:
-    """SageMaker's output_path as an MLJob's spec.output: s3://bucket/prefix or pvc://claim[/path]."""
-    src = _source(uri, endpoint_url, credentials_secret)
-    if src.config_map is not None:
-        raise ValueError(f"output_path {uri!r}: outputs go to s3://bucket/prefix or pvc://claim[/path], not a ConfigMap")
-    return OutputLocation(s3=src.s3, persistent_volume_claim=src.persistent_volume_claim)
-
-
-def checkpoint_location(uri: str, endpoint_url: str | None = None, credentials_secret: str | None = None) -> CheckpointLocation:
-    """SageMaker's checkpoint_s3_uri as an MLJob's spec.checkpoint: s3://bucket/prefix or pvc://claim[/path]."""
-    out = output_location(uri, endpoint_url, credentials_secret)
-    return CheckpointLocation(s3=out.s3, persistent_volume_claim=out.persistent_volume_claim)
-
-
-def _source(uri: str, endpoint_url: str | None, credentials_secret: str | None) -> ChannelSource:
-    scheme, sep, rest = uri.partition("://")
-    if sep and scheme == "s3":
-        return ChannelSource(s3=S3Source(uri=uri, endpoint_url=endpoint_url, credentials_secret=credentials_secret))
-    if sep and scheme == "pvc" and rest:
-        claim, _, sub = rest.partition("/")
-        return ChannelSource(persistent_volume_claim=PvcSource(claim_name=claim, sub_path=sub or None))
-    if sep and scheme == "configmap" and rest:
-        return ChannelSource(config_map=ConfigMapSource(name=rest))
-    raise ValueError(f"unsupported channel source {uri!r}: use s3://bucket/prefix, pvc://claim[/path] or "
-                     "configmap://name")
