@@ -48,11 +48,17 @@ from kubepool.local.realnode.host import HostError
 from kubepool.local.realnode.images import DEFAULT_IMAGES, ImageError
 from kubepool.local.realnode.network import NetworkError, real_nodes_config
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_STATE_DIR = REPO_ROOT / ".kubepool"
-BUILD_SCRIPT = REPO_ROOT / "hack" / "k8s-bin" / "build.sh"
+REPO_ROOT = Path(__file__).resolve().parents[3]  # a checkout's root (src/kubepool/local/); see IN_CHECKOUT
+IN_CHECKOUT = (REPO_ROOT / "charts" / "kubepool").is_dir()
+# A checkout keeps its cluster beside the code (`make` finds it there); an installed package in the user's state
+# directory, as other tools' local clusters do.
+DEFAULT_STATE_DIR = (REPO_ROOT / ".kubepool" if IN_CHECKOUT else
+                     Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "kubepool")
+# The binaries' build recipe ships in the package, so `kubepool local up` works after a `pip install` too.
+K8S_BIN_DIR = Path(__file__).with_name("k8sbin")
+BUILD_SCRIPT = K8S_BIN_DIR / "build.sh"
 DEFAULT_NODES_CONFIG = Path(__file__).with_name("nodes.yaml")
-VERSIONS_ENV = REPO_ROOT / "hack" / "k8s-bin" / "versions.env"
+VERSIONS_ENV = K8S_BIN_DIR / "versions.env"
 SERVICE_CIDR = "10.96.0.0/16"
 CLUSTER_DOMAIN = "cluster.local"
 AGENT_MODULE = "kubepool.local.agent"
@@ -529,7 +535,7 @@ def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
 
 def ensure_binaries(say: Log) -> Path:
     """Build (or find cached) the pinned binaries, relaying the build's progress; return their bin dir."""
-    say("binaries: hack/k8s-bin/build.sh (a no-op when cached; a cold build takes 10+ minutes)")
+    say(f"binaries: {BUILD_SCRIPT} (a no-op when cached; a cold build takes 10+ minutes)")
     return run_build_script(BUILD_SCRIPT, say, ClusterError)
 
 
