@@ -42,6 +42,7 @@ class Operator:
     metrics_port: int = 0  # serve /metrics on 127.0.0.1 at this port (0: off)
     env: dict[str, str] = field(default_factory=dict)  # more KUBEPOOL_OPERATOR_* settings for this operator
     args: tuple[str, ...] = ()  # more command-line arguments
+    verbose: bool = True  # --verbose (debug logs); off, `args` set the level and `start` cannot wait for a line
     proc: subprocess.Popen[bytes] | None = None
     starts: int = field(default=0)
 
@@ -53,8 +54,8 @@ class Operator:
             env.update(KUBEPOOL_OPERATOR_METRICS_PORT=str(self.metrics_port), KUBEPOOL_OPERATOR_BIND_ADDRESS="127.0.0.1")
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kubepool.controller", "--namespace", self.namespace, "--verbose",
-             *(["--standalone"] if self.standalone else []), *self.args],
+            [sys.executable, "-m", "kubepool.controller", "--namespace", self.namespace,
+             *(["--verbose"] if self.verbose else []), *(["--standalone"] if self.standalone else []), *self.args],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         self.starts += 1
