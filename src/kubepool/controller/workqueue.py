@@ -96,7 +96,7 @@ class WorkQueue:
             metrics.API_ERRORS.labels(status=str(e.status)).inc()
             metrics.RECONCILE_ERRORS.labels(kind="job", reason=str(e.status)).inc()
             n = self.failures[key] = self.failures.get(key, 0) + 1
-            delay = retry_delay(n, e.retry_after)
+            delay = retry_delay(n, e.retry_after, transient=not e.refused)
             if isinstance(e, Going):  # the garbage collector is about to finish: no long backoff
                 delay = min(delay, GOING_RETRY_MAX_SECONDS)
             log.warning("MLJob %s/%s: %s; retry %d in %.1fs", key[0], key[1], e, n, delay)

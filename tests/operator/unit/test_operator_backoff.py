@@ -22,3 +22,13 @@ def test_jitter_spreads_jobs_refused_together() -> None:
 def test_retry_after_is_a_floor() -> None:
     assert retry_delay(1, retry_after=30, rand=lambda: 1.0) == 30
     assert retry_delay(7, retry_after=2, rand=lambda: 1.0) == 60
+
+
+def test_transient_errors_retry_soon_and_never_wait_long() -> None:
+    from kubepool.controller.backoff import TRANSIENT_CAP_SECONDS
+
+    assert retry_delay(1, transient=True, rand=lambda: 1.0) == pytest.approx(0.2)
+    assert retry_delay(50, transient=True, rand=lambda: 1.0) == TRANSIENT_CAP_SECONDS
+    assert retry_delay(50, 30, transient=True, rand=lambda: 0.0) == 30  # Retry-After still a floor
+    # Seven failed passes in a row (a control plane answering 5xx to a fifth of the requests) cost seconds, not a minute.
+    assert sum(retry_delay(n, transient=True, rand=lambda: 1.0) for n in range(1, 8)) < 30
