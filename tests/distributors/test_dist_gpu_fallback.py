@@ -47,3 +47,19 @@ def test_gpus_claimed_but_not_seen_train_with_gloo(gpu_claiming_cluster: Loopbac
     result = PyTorchDistributor(_which_backend, config).run()
     assert result.metrics["backend"] == "gloo"
     assert "CUDA sees no device" in capsys.readouterr().out
+
+
+def test_xgb_auto_gpu_trains_on_cpus_where_cuda_cannot_be_used(gpu_claiming_cluster: LoopbackRayCluster,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from kubepool.distributors.xgboost import XGBEstimator, XGBScalingConfig
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.normal(size=200), "b": rng.normal(size=200)})
+    df["y"] = 3 * df.a - df.b
+    est = XGBEstimator(n_estimators=5, objective="reg:squarederror", scaling_config=XGBScalingConfig(num_cpu_per_worker=1))
+    model = est.fit(df, label_col="y")
+    assert model is not None
+    assert "xgboost cannot use them there" in capsys.readouterr().out

@@ -13,6 +13,7 @@ user passes a Ray Dataset.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,16 @@ def gpus_fit(workers: int, node_gpus: Sequence[float]) -> bool:
     if workers <= len(whole):
         return sum(1 for g in whole if g >= 1) >= workers
     return sum(whole) >= workers
+
+
+def _cuda_usable() -> bool:
+    """Whether xgboost can train on a GPU in this process: a CUDA build and the NVIDIA driver's device nodes."""
+    return bool(xgb.build_info().get("USE_CUDA")) and os.path.exists("/dev/nvidiactl")
+
+
+def _probe_cuda() -> bool:
+    """`_cuda_usable` where a worker holding one GPU would run."""
+    return bool(ray.get(ray.remote(num_gpus=1, num_cpus=0, max_retries=0)(_cuda_usable).remote()))
 
 
 def training_params(params: dict[str, Any] | None, objective: str, cpus: int, gpu: bool) -> dict[str, Any]:
@@ -229,6 +240,10 @@ class XGBEstimator:
         workers, cpus, gpu = resolve_scaling(
             self.scaling_config, [n["Resources"].get("CPU", 0) for n in nodes], [n["Resources"].get("GPU", 0) for n in nodes]
         )
+        if gpu and self.scaling_config.use_gpu is None and not _probe_cuda():
+            gpu = False  # auto: only where xgboost can use the devices Ray advertises
+            print("kubepool: XGBEstimator: the nodes advertise GPUs but xgboost cannot use them there (no CUDA "
+                  "build or no driver): training on CPUs; run GPU pools on the CUDA image", flush=True)
         bundle = {"CPU": float(cpus), **({"GPU": 1.0} if gpu else {})}
         one_per_node = workers <= len(nodes)
         strategy = "STRICT_SPREAD" if one_per_node and workers > 1 else "SPREAD"
