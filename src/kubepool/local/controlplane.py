@@ -512,13 +512,14 @@ def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
     """Bring the components up together: reuse healthy ones, wait for starting ones, restart broken ones."""
     procs: dict[str, subprocess.Popen[bytes]] = {}  # what this call started, to tell how it died
     for c in comps:
-        if healthy(lay, c):
-            if c.restart_on_change and running_argv(lay, c.name) not in (None, c.argv):
-                say(f"  {c.name}: command line changed, restarting")
-                stop(lay, c.name)
-                procs[c.name] = start(lay, c)
-            else:
-                say(f"  {c.name}: running (reused)")
+        # A changed command line restarts the process healthy or not: an apiserver still pointed at the old
+        # etcd flags is never healthy again, and waiting for it would only time out.
+        if c.restart_on_change and alive(lay, c.name) and running_argv(lay, c.name) not in (None, c.argv):
+            say(f"  {c.name}: command line changed, restarting")
+            stop(lay, c.name)
+            procs[c.name] = start(lay, c)
+        elif healthy(lay, c):
+            say(f"  {c.name}: running (reused)")
         elif alive(lay, c.name):
             say(f"  {c.name}: running, waiting for it to become healthy")
         else:
