@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,21 +16,12 @@ from pathlib import Path
 from kubepool.local.controlplane import Ports
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port_offset() -> int:
     """A port offset whose ports are all free; random, so concurrent test sessions rarely pick the same one."""
     offsets = list(range(1000, 9000, 100))
     random.shuffle(offsets)
     for off in offsets:
-        if all(_free(p) for p in vars(Ports().shifted(off)).values()):
+        if Ports().shifted(off).free():
             return off
     raise RuntimeError("no free port range for a second cluster")
 

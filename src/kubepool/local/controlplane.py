@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -116,6 +117,16 @@ class Ports:
 
     def shifted(self, offset: int) -> Ports:
         return Ports(**{k: v + offset for k, v in asdict(self).items()})
+
+    def free(self) -> bool:
+        """Every one of these ports can be bound on loopback now: no other cluster holds it."""
+        for port in asdict(self).values():
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    return False
+        return True
 
 
 @dataclass(frozen=True)
