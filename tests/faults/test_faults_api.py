@@ -124,7 +124,8 @@ def test_conflicting_writers_while_reconciling(cluster: Any, kubectl: Any, names
     assert "reconcile failed" not in logs and "Traceback" not in logs, logs[-3000:]
     assert not recorder.backwards(), recorder.backwards()
     record(cluster, "conflicting-writers", faults=sum(conflicts.values()), jobs=3, lost=0,
-           orphaned=len(orphans(kubectl, namespace)), converge_s=took, accepted_writes=accepted[0])
+           orphaned=len(orphans(kubectl, namespace)), converge_s=took, accepted_writes=accepted[0],
+           operator_collisions=with_operator)
 
 
 def _refuse_writes(namespace: str) -> list[dict[str, Any]]:
