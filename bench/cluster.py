@@ -80,16 +80,6 @@ spec:
 """
 
 
-def _ports_free(offset: int) -> bool:
-    for port in vars(Ports().shifted(offset)).values():
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -142,7 +132,7 @@ class BenchCluster:
         """A fresh cluster (a leftover one in `state_dir` is removed first, so `up` is timed from nothing) with
         the kubepool CRDs and, with fake nodes, the completion stage."""
         cli_down(state_dir)
-        offset = next((o for o in PORT_OFFSETS if _ports_free(o)), None)
+        offset = next((o for o in PORT_OFFSETS if Ports().shifted(o).free()), None)
         if offset is None:
             raise RuntimeError(f"no free port offset among {PORT_OFFSETS}")
         seconds = cli_up(state_dir, process_nodes, fake_nodes, offset)

@@ -65,7 +65,10 @@ WHEELHOUSE_DIR = "/opt/kubepool/wheelhouse"
 # Failures the runtime names itself (in its termination message's `reason`); the operator reports them as the
 # job's reason instead of HeadFailed/InstanceFailed.
 PIP_INSTALL_FAILED = "PipInstallFailed"
-RUNTIME_FAILURE_REASONS = frozenset({PIP_INSTALL_FAILED})
+# Too few instances: never placed or started (the operator's instances timeout), or running but never joined
+# the head's Ray cluster (the head's gate, Snowflake's wait_for_instances): one verdict on both paths.
+INSTANCES_UNAVAILABLE = "InstancesUnavailable"
+RUNTIME_FAILURE_REASONS = frozenset({PIP_INSTALL_FAILED, INSTANCES_UNAVAILABLE})
 RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"error", "traceback"}
 # The payload's outcome is kept where only the job's own pods can write it: an annotation of its MLJob
 # (naming.result_annotation; the runtime admission policy lets a pod's token change only its own job), never a

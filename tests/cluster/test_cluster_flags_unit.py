@@ -30,7 +30,9 @@ def test_apiserver_flags(tmp_path: Path) -> None:
     assert f["authorization-mode"] == "Node,RBAC"
     assert f["advertise-address"] == "127.0.0.1" and f["endpoint-reconciler-type"] == "none"
     assert f["bind-address"] == "127.0.0.1" and f["secure-port"] == "16443"
-    assert f["etcd-servers"] == "http://127.0.0.1:12379"
+    assert f["etcd-servers"] == "https://127.0.0.1:12379"
+    assert f["etcd-cafile"] == str(lay.pki.ca_cert)
+    assert f["etcd-certfile"].endswith("pki/apiserver-etcd-client.crt") and f["etcd-keyfile"].endswith(".key")
     assert f["kubelet-preferred-address-types"] == "InternalIP"
     assert f["kubelet-client-certificate"].endswith("pki/kubelet-client.crt")
     assert f["kubelet-certificate-authority"] == str(lay.pki.ca_cert)
@@ -41,9 +43,18 @@ def test_apiserver_flags(tmp_path: Path) -> None:
     assert not any(a.startswith(("--disable-admission-plugins", "--admission-control")) for a in argv)
 
 
+def test_etcd_serves_tls_to_clients_and_peers_with_certs_only(tmp_path: Path) -> None:
+    lay = _layout(tmp_path)
+    f = _flags(controlplane.etcd_args(lay))
+    assert f["client-cert-auth"] == "true" and f["peer-client-cert-auth"] == "true"
+    assert f["trusted-ca-file"] == f["peer-trusted-ca-file"] == str(lay.pki.ca_cert)
+    assert all(f[k].startswith("https://") for k in ("listen-client-urls", "advertise-client-urls",
+                                                     "listen-peer-urls", "initial-advertise-peer-urls"))
+
+
 def test_ports_shift_together(tmp_path: Path) -> None:
     lay = _layout(tmp_path, offset=1000)
-    assert _flags(controlplane.etcd_args(lay))["listen-client-urls"] == "http://127.0.0.1:13379"
+    assert _flags(controlplane.etcd_args(lay))["listen-client-urls"] == "https://127.0.0.1:13379"
     assert _flags(controlplane.apiserver_args(lay))["secure-port"] == "17443"
     assert _flags(controlplane.controller_manager_args(lay))["secure-port"] == "17257"
     assert _flags(controlplane.scheduler_args(lay))["secure-port"] == "17259"

@@ -4,12 +4,8 @@ so killing and stopping things never disturbs the shared cluster."""
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,59 +13,16 @@ from pathlib import Path
 import pytest
 
 from kubepool.local import controlplane
-from kubepool.local.controlplane import Layout, Ports
+from kubepool.local.controlplane import Layout
+from support.spare_cluster import local, spare_cluster
 
 pytestmark = pytest.mark.cluster
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port_offset() -> int:
-    """A port offset whose ports are all free; random, so concurrent test sessions rarely pick the same one."""
-    offsets = list(range(1000, 9000, 100))
-    random.shuffle(offsets)
-    for off in offsets:
-        if all(_free(p) for p in vars(Ports().shifted(off)).values()):
-            return off
-    raise RuntimeError("no free port range for a second cluster")
-
-
-def local(*args: str) -> subprocess.CompletedProcess[str]:
-    # The session's KUBEPOOL_* defaults (state dir, ports, nodes) must not leak into the spare cluster.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBEPOOL_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "kubepool.local.cli", *args],
-        capture_output=True, text=True, timeout=180, env=env,
-    )
-    print(proc.stdout, proc.stderr)
-    return proc
-
-
 @pytest.fixture(scope="module")
 def spare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("spare")
-    nodes = root / "nodes.yaml"
-    nodes.write_text("nodes: []\n")
-    state = root / "state"
-    try:
-        up = local("up", "--state-dir", str(state), "--nodes-config", str(nodes),
-                   "--port-offset", str(_free_port_offset()))
-        assert up.returncode == 0, up.stderr
-        m = re.search(r"ready in ([\d.]+)s", up.stdout)
-        assert m, up.stdout
-        print(f"fresh up took {m.group(1)}s")
-        assert float(m.group(1)) < 60  # target is < 20 s; leave room for a loaded CI machine
-        assert f"export KUBECONFIG={state / 'kubeconfig'}" in up.stdout
+    with spare_cluster(tmp_path_factory.mktemp("spare")) as state:
         yield state
-    finally:  # also after a failed `up`: never leave half a cluster running
-        local("down", "--state-dir", str(state))
 
 
 def _pids(state: Path) -> dict[str, int]:

@@ -53,6 +53,17 @@ def test_admin_is_a_system_masters_client(tmp_path: Path) -> None:
     assert pki.ca_key.stat().st_mode & 0o077 == 0
 
 
+def test_etcd_serves_loopback_and_the_apiserver_has_its_own_etcd_client(tmp_path: Path) -> None:
+    pki = ensure_pki(tmp_path)
+    etcd, client = _load(pki.cert("etcd")), _load(pki.cert("apiserver-etcd-client"))
+    sans = etcd.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert _eku(etcd) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}  # peers do both
+    assert _eku(client) == {ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert not client.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)  # no group: never system:masters
+    assert _signed_by(etcd, _load(pki.ca_cert)) and _signed_by(client, _load(pki.ca_cert))
+
+
 def test_ensure_pki_keeps_existing_files(tmp_path: Path) -> None:
     ensure_pki(tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}

@@ -1,7 +1,7 @@
 """Fixtures of the examples' end-to-end suite: the example ComputePools applied from examples/computepools.yaml,
 and per backend (a module-scoped parameter, so pytest runs every pods case, then every kuberay case) a
 namespace and kubepool's operator watching it; for kuberay also the real ray-operator (tests/kuberay's shared
-fixtures, which skip when KubeRay cannot be built)."""
+fixtures, which fail when KubeRay cannot be built: `make test` builds it first)."""
 
 from __future__ import annotations
 

@@ -37,6 +37,31 @@ def job(name: str, pool: str, cmd: list[str], *, mode: str = "parallel", **spec:
 
 
 @dataclass
+class LiveInstances:
+    """Pods that hold an instance now (Pending or Running, not being deleted), by (job uid, instance id), fed
+    from a pod watch's events; `violations` lists every moment two of them held one instance at once (a retry's
+    new pods may only start once the failed attempt's pods ended or are being deleted)."""
+
+    live: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod name → (job uid, instance)
+    violations: list[str] = field(default_factory=list)
+
+    def on_event(self, kind: str, name: str, job_uid: str, instance: str, deleting: bool, phase: str) -> None:
+        if kind == "DELETED" or deleting or phase not in ("Pending", "Running") or not job_uid:
+            self.live.pop(name, None)
+            return
+        key = (job_uid, instance)
+        others = sorted(n for n, k in self.live.items() if k == key and n != name)
+        self.live[name] = key
+        if others:
+            self.violations.append(f"{time.strftime('%H:%M:%S')} job uid {job_uid} instance {instance}: "
+                                   f"{name} live with {', '.join(others)}")
+
+    def reset(self) -> None:
+        """A new watch lists every pod again: what the old stream knew may be stale."""
+        self.live.clear()
+
+
+@dataclass
 class Recorder:
     """Watches the namespace's MLJobs and pods (kubectl watches, restarted when the API server drops them)."""
 
@@ -44,6 +69,7 @@ class Recorder:
     namespace: str
     phases: dict[str, list[tuple[float, str, str]]] = field(default_factory=dict)  # job → [(t, phase, reason)]
     pod_uids: dict[str, set[str]] = field(default_factory=dict)  # pod name → UIDs seen
+    instances: LiveInstances = field(default_factory=LiveInstances)
     _stop: threading.Event = field(default_factory=threading.Event)
     _procs: list[subprocess.Popen[str]] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -56,12 +82,19 @@ class Recorder:
         self._spawn(["get", "mljobs", "-w", "-o", f"jsonpath={one_job}"], self._on_job)
         self._spawn(["get", "pods", "-w", "-l", f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}", "-o",
                      f"jsonpath={pods}"], self._on_pod)
+        label = lambda key: "{.object.metadata.labels." + key.replace(".", "\\.") + "}"  # noqa: E731
+        events = ("{.type}|{.object.metadata.name}|" + label(naming.LABEL_JOB_UID) + "|" + label(naming.LABEL_INSTANCE)
+                  + "|{.object.metadata.deletionTimestamp}|{.object.status.phase}{\"\\n\"}")
+        self._spawn(["get", "pods", "-w", "--output-watch-events", "-l", f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}",
+                     "-o", f"jsonpath={events}"], self._on_pod_event, on_restart=self._on_pod_relist)
         del jobs
         return self
 
-    def _spawn(self, args: list[str], on_line: Any) -> None:
+    def _spawn(self, args: list[str], on_line: Any, on_restart: Any = None) -> None:
         def loop() -> None:
             while not self._stop.is_set():
+                if on_restart is not None:
+                    on_restart()
                 proc = subprocess.Popen([self.kubectl.binary, f"--kubeconfig={self.kubectl.kubeconfig}", "-n",
                                          self.namespace, *args, "--request-timeout=0"],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -89,6 +122,20 @@ class Recorder:
         name, _, uid = line.partition("|")
         with self._lock:
             self.pod_uids.setdefault(name, set()).add(uid)
+
+    def _on_pod_event(self, line: str) -> None:
+        kind, name, job_uid, instance, deleting, phase = (line.split("|") + [""] * 6)[:6]
+        with self._lock:
+            self.instances.on_event(kind, name, job_uid, instance, bool(deleting), phase)
+
+    def _on_pod_relist(self) -> None:
+        with self._lock:
+            self.instances.reset()
+
+    def duplicates_seen(self) -> list[str]:
+        """Every moment of the whole test at which two live pods held one instance."""
+        with self._lock:
+            return list(self.instances.violations)
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,5 +1,5 @@
 """API trouble: the kube-apiserver killed and restarted mid-run (every watch stream drops with it) and
-concurrent spec patches while the operator reconciles (conflicting writers). The operator survives and
+resourceVersion-guarded writers colliding with the operator's own writes (conflicting writers). The operator survives and
 converges: every job ends in its expected phase, a job submitted afterwards still runs."""
 
 from __future__ import annotations
@@ -48,50 +48,85 @@ def test_apiserver_restart_mid_run(cluster: Any, kubectl: Any, namespace: str, o
     record(cluster, "apiserver-restart", faults=1, jobs=4, lost=0, orphaned=0, converge_s=converged)
 
 
-def test_concurrent_spec_patches_while_reconciling(cluster: Any, kubectl: Any, namespace: str, operator: Operator,
-                                                   small_pool: Any, recorder: Any) -> None:
+def guarded_update(kubectl: Any, namespace: str, name: str, change: Any, pause: float = 0.0) -> str | None:
+    """Read-modify-write of an MLJob with its resourceVersion (`kubectl replace`): the new resourceVersion, or
+    None when another writer changed the job in between (409 Conflict)."""
+    obj = kubectl.json("get", "mljob", name, "-n", namespace)
+    change(obj)
+    time.sleep(pause)  # room for another writer (the operator) to land in between
+    proc = kubectl("replace", "-n", namespace, "-f", "-", "-o", "jsonpath={.metadata.resourceVersion}",
+                   input=json.dumps(obj))
+    if proc.returncode == 0:
+        return str(proc.stdout)
+    assert "the object has been modified" in proc.stderr, proc.stderr
+    return None
+
+
+def test_conflicting_writers_while_reconciling(cluster: Any, kubectl: Any, namespace: str, operator: Operator,
+                                               small_pool: Any, recorder: Any) -> None:
+    """One writer per job updates its spec and labels with resourceVersion-guarded read-modify-writes while
+    the operator writes the same objects (status, kopf's annotations after each spec change): any 409 the
+    writers get is a collision with the operator. The operator must never undo a write it collided with (the
+    job ends with the writer's last accepted values), must not fail a pass on it, and must still apply a spec
+    change made under the same contention."""
     pool = small_pool(max_nodes=3)
     names = [f"conflict-{i}" for i in range(3)]
     kubectl("apply", "-n", namespace, "-f", "-", check=True,
             input=yaml.safe_dump_all([job(n, pool, sleep_cmd(12)) for n in names]))
     stop = threading.Event()
-    patches = [0]
+    conflicts = dict.fromkeys(names, 0)  # 409s per job: on conflict-1/2 only the operator writes besides the writer
+    accepted = [0]
+    last: dict[str, tuple[int, str, int]] = {}  # job → (resourceVersion, label, ttl) of its last accepted write
 
-    def patcher(seed: int) -> None:
+    def writer(name: str, seed: int) -> None:
         rng = random.Random(seed)
         while not stop.is_set():
-            n = rng.choice(names)
-            body = {"spec": {"ttlSecondsAfterFinished": rng.randint(600, 900)}, "metadata": {"labels": {"poke": str(rng.random())[2:8]}}}
-            kubectl("patch", "mljob", n, "-n", namespace, "--type=merge", "-p", json.dumps(body))
-            patches[0] += 1
+            poke, ttl = str(rng.random())[2:8], rng.randint(600, 900)
 
-    threads = [threading.Thread(target=patcher, args=(s,), daemon=True) for s in range(2)]
+            def change(obj: dict[str, Any], poke: str = poke, ttl: int = ttl) -> None:
+                obj["metadata"].setdefault("labels", {})["poke"] = poke
+                obj["spec"]["ttlSecondsAfterFinished"] = ttl
+
+            rv = guarded_update(kubectl, namespace, name, change, rng.uniform(0.0, 0.4))
+            if rv is None:
+                conflicts[name] += 1
+            else:
+                accepted[0] += 1
+                last[name] = max(last.get(name, (0, "", 0)), (int(rv), poke, ttl))
+
+    threads = [threading.Thread(target=writer, args=(n, s), daemon=True) for s, n in enumerate(names)]
     for t in threads:
         t.start()
-    t0 = time.monotonic()
     try:
         wait_phase(kubectl, namespace, names[0], {"RUNNING"}, 90, operator)
-        # A spec change that matters, made while others patch: a deadline already passed.
-        kubectl("patch", "mljob", names[0], "-n", namespace, "--type=merge", "-p",
-                '{"spec":{"activeDeadlineSeconds":1}}', check=True)
+        # A spec change that matters, made under the same contention: a deadline already passed.
+        deadline = lambda obj: obj["spec"].update(activeDeadlineSeconds=1)  # noqa: E731
+        while guarded_update(kubectl, namespace, names[0], deadline) is None:
+            pass  # collided with conflict-0's writer or the operator: read again
         patched = time.monotonic()
         st = wait_phase(kubectl, namespace, names[0], {"FAILED", "DONE"}, 30, operator)
         assert (st["phase"], st["reason"]) == ("FAILED", "DeadlineExceeded"), st
         took = (recorder.first_time(names[0], {"FAILED"}) or time.monotonic()) - patched
-        assert took < 10, f"the new deadline took {took:.1f}s to apply"
         final = wait_terminal(kubectl, namespace, names[1:], 120)
     finally:
         stop.set()
         for t in threads:
             t.join(30)
     assert all(final[n]["phase"] == "DONE" for n in names[1:]), final
-    assert patches[0] >= 10, patches
+    with_operator = sum(conflicts[n] for n in names[1:])
+    print(f"{accepted[0]} guarded writes accepted; refused with 409: {conflicts}")
+    assert with_operator >= 1, f"no write collided with the operator's ({conflicts}, {accepted[0]} accepted): nothing was tested"
+    for name in names:
+        obj = kubectl.json("get", "mljob", name, "-n", namespace)
+        _, poke, ttl = last[name]
+        got = (obj["metadata"]["labels"].get("poke"), obj["spec"].get("ttlSecondsAfterFinished"))
+        assert got == (poke, ttl), f"{name}: the writer's last accepted write {(poke, ttl)} was undone: {got}"
     logs = operator.logs()
     assert "reconcile failed" not in logs and "Traceback" not in logs, logs[-3000:]
     assert not recorder.backwards(), recorder.backwards()
-    record(cluster, "spec-patch-conflicts", faults=patches[0], jobs=3, lost=0,
-           orphaned=len(orphans(kubectl, namespace)), converge_s=took)
-    del t0
+    record(cluster, "conflicting-writers", faults=sum(conflicts.values()), jobs=3, lost=0,
+           orphaned=len(orphans(kubectl, namespace)), converge_s=took, accepted_writes=accepted[0],
+           operator_collisions=with_operator)
 
 
 def _refuse_writes(namespace: str) -> list[dict[str, Any]]:

@@ -42,12 +42,16 @@ def test_refused_at_apply(kubectl: Any, namespace: str, crds: None, case: str, p
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("name", ["jöb-ü", "job_under", "Job-Upper", "-lead", "a" * 64, "日本"])
+NAME_RULE = "MLJob names must be DNS labels of at most 40 characters"
+
+
+# "a.b" and 41 characters are valid Kubernetes names: only the MLJob's own rule refuses them.
+@pytest.mark.parametrize("name", ["jöb-ü", "job_under", "Job-Upper", "a.b", "a" * 41])
 def test_bad_names_refused(kubectl: Any, namespace: str, crds: None, name: str) -> None:
     obj = job("x", "any-pool", sleep_cmd(1))
     obj["metadata"]["name"] = name
     proc = kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj, allow_unicode=True))
-    assert proc.returncode != 0, proc.stdout
+    assert proc.returncode != 0 and NAME_RULE in proc.stderr, proc.stdout + proc.stderr[-2000:]
 
 
 def test_hostile_jobs_never_block_a_good_one(cluster: Any, kubectl: Any, namespace: str, operator: Operator,
@@ -75,7 +79,7 @@ def test_hostile_jobs_never_block_a_good_one(cluster: Any, kubectl: Any, namespa
     assert line is not None, logs[-2000:]
     assert json.loads(line[len("ARGV="):]) == [HOSTILE, "$(HOME) $(KUBEPOOL_INSTANCE_ID)"], line
     assert st["no-such-binary"]["phase"] == "FAILED" and "nonexistent" in (st["no-such-binary"].get("message") or ""), st["no-such-binary"]
-    assert st["bulky"]["phase"] in ("DONE", "FAILED") and (st["bulky"]["phase"] == "DONE" or st["bulky"].get("message"))
+    assert st["bulky"]["phase"] == "DONE", st["bulky"]  # 300 kB of env is valid: it must run
     for name, reason in (("too-big", "PoolTooSmall"), ("no-pool", "PoolNotFound")):
         pending = wait_phase(kubectl, namespace, name, {"PENDING"}, 30, operator)
         assert pending["reason"] == reason and pending.get("message"), pending

@@ -1,6 +1,7 @@
 """Security: the operator's RBAC has no wildcards and never lists or watches Secrets; instance pods pass the
-`restricted` Pod Security level; Ray token auth refuses a client without the token; every job has its
-NetworkPolicy; nothing exposes a job's dashboard outside the job."""
+`restricted` Pod Security level; Ray token auth refuses a client without the token, and so does the head's
+shutdown endpoint (#18 item 5); every job has its NetworkPolicy; nothing exposes a job's dashboard outside the
+job."""
 
 from __future__ import annotations
 
@@ -77,6 +78,15 @@ def test_restricted_namespace_ray_token_netpol_no_exposure(cluster: Any, kubectl
     assert get({"Authorization": "Bearer not-the-token"}) in (401, 403), "a wrong token was let in"
     url = f"{base}/api/jobs/"  # the Jobs API: what ShadowRay (CVE-2023-48022) abused
     assert get({}) in (401, 403) and get({"Authorization": f"Bearer {token}"}) == 200
+    # The head's shutdown endpoint: a stranger's poll is refused (it would count as a worker, or acknowledge
+    # "leave" for one); the job's token is answered "stay" and the head runs on.
+    url = f"http://{head['status']['podIP']}:{naming.SHUTDOWN_PORT}/poll?instance=1"
+    assert get({}) == 401 and get({"Authorization": "Bearer not-the-token"}) == 403
+    assert get({"Authorization": f"Bearer {token}"}) == 200
+    after = pod_running(kubectl, namespace, "ray-auth", role="head")[0]
+    assert after["metadata"]["uid"] == head["metadata"]["uid"], "the head pod was replaced"
+    assert not any(c.get("restartCount") for c in after["status"]["containerStatuses"]), after["status"]
+    assert get_json(kubectl, namespace, "mljob", "ray-auth")["status"]["phase"] == "RUNNING"
     # Per-job NetworkPolicy: only the job's own pods may reach its pods.
     for name in ("ray-auth", "plain"):
         uid = get_json(kubectl, namespace, "mljob", name)["metadata"]["uid"]

@@ -1,14 +1,18 @@
-"""Timeouts fire on time: the min-instances timeout within ±5 s of instancesTimeoutSeconds,
-activeDeadlineSeconds → FAILED DeadlineExceeded on time, ttlSecondsAfterFinished deletes the job on time."""
+"""Timeouts fire on time: the min-instances timeout (R4) within ±5 s of instancesTimeoutSeconds when pods never
+start, and as the head's verdict when pods run but never join its Ray cluster; activeDeadlineSeconds → FAILED
+DeadlineExceeded on time, ttlSecondsAfterFinished deletes the job on time."""
 
 from __future__ import annotations
 
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import yaml
-from faultkit import job, record, sleep_cmd, wait_terminal
+from faultkit import job, pod_running, record, sleep_cmd, wait_terminal
 
 from support.operator_cluster import Operator, get_json, wait_for
 
@@ -51,3 +55,41 @@ def test_timeouts_fire_on_time(cluster: Any, kubectl: Any, namespace: str, opera
     assert abs(gone - 8) <= TOLERANCE_S + 1, f"deleted {gone:.1f}s after DONE, not 8s"
     wait_for(lambda: not get_json(kubectl, namespace, "pods", "-l", "kubepool.dev/job=ttl")["items"], 60, "ttl pods gone")
     record(cluster, "timeouts", faults=3, jobs=3, lost=0, orphaned=0, converge_s=time.monotonic() - t0)
+
+
+@contextmanager
+def silent_endpoint(host: str = "127.0.5.23") -> Iterator[str]:
+    """An HTTP endpoint that takes connections and never answers (nobody accepts from its listen backlog):
+    an S3 client reading from it waits (connect and read timeouts, retries) far longer than the test."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        s.listen(64)
+        yield f"http://{host}:{s.getsockname()[1]}"
+
+
+def test_instances_that_run_but_never_join_time_out(cluster: Any, kubectl: Any, namespace: str, operator: Operator,
+                                                     small_pool: Any, recorder: Any) -> None:
+    """Head mode, two groups: the worker's group alone reads a channel from an S3 endpoint that never answers,
+    so its pod runs (Ready: the job is RUNNING) but never starts its Ray node. The head's gate must time out
+    and fail the job InstancesUnavailable, as for pods that never start; not wait forever, not blame the head."""
+    pool = small_pool(max_nodes=2)
+    timeout = 20
+    with silent_endpoint() as endpoint:
+        body = job("unjoined", pool, ["python", "-c", "print('never runs')"], mode="head", instancesTimeoutSeconds=timeout,
+                   instanceGroups=[{"name": "head", "computePool": pool, "instanceCount": 1},
+                                   {"name": "late", "computePool": pool, "instanceCount": 1}],
+                   channels=[{"name": "train", "instanceGroups": ["late"],
+                              "source": {"s3": {"uri": "s3://nowhere/data", "endpointUrl": endpoint}}}],
+                   env=[{"name": "AWS_ACCESS_KEY_ID", "value": "test"}, {"name": "AWS_SECRET_ACCESS_KEY", "value": "test"},
+                        {"name": "AWS_DEFAULT_REGION", "value": "us-east-1"}])
+        del body["spec"]["computePool"]
+        kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body), check=True)
+        pod_running(kubectl, namespace, "unjoined", n=2)
+        st = wait_terminal(kubectl, namespace, ["unjoined"], 240)["unjoined"]
+    assert recorder.first_time("unjoined", {"RUNNING"}), "the job was never RUNNING: its pods did not both run"
+    assert (st["phase"], st["reason"]) == ("FAILED", "InstancesUnavailable"), st
+    assert "InstancesTimeoutError" in st["message"] and "only 1" in st["message"], st["message"]
+    waited = _t(st["completionTime"]) - _t(st["admittedAt"])
+    # The head's clock starts after its own Ray start: it waited the whole timeout, never gave up early.
+    assert waited >= timeout, f"failed {waited:.0f}s after admission, before instancesTimeoutSeconds={timeout}"
+    record(cluster, "instances-never-joined", faults=1, jobs=1, lost=0, orphaned=0, converge_s=waited - timeout)

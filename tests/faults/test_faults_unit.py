@@ -81,3 +81,24 @@ def test_parallel_mode_runs_without_instances_that_were_never_admitted(monkeypat
     started = time.monotonic()
     ips = runtime.parallel_ips(doc, doc.identity(0), {"KUBEPOOL_POD_IP": "10.0.0.1"}, time.monotonic() + 600)
     assert ips == ["10.0.0.1", "10.0.0.2"] and time.monotonic() - started < 5
+
+
+def test_live_instances_flags_two_live_pods_of_one_instance_at_once() -> None:
+    """The recorder's continuous duplicate check (faultkit.LiveInstances), fed watch events."""
+    from faultkit import LiveInstances
+
+    seen = LiveInstances()
+    seen.on_event("ADDED", "j-g-0", "uid1", "0", False, "Pending")
+    seen.on_event("MODIFIED", "j-g-0", "uid1", "0", False, "Running")  # the same pod again: no duplicate
+    seen.on_event("ADDED", "k-g-0", "uid2", "0", False, "Running")  # another job's instance 0
+    seen.on_event("MODIFIED", "j-g-0", "uid1", "0", False, "Failed")  # attempt 0 ended ...
+    seen.on_event("ADDED", "j-g-0-r1", "uid1", "0", False, "Pending")  # ... so its retry may start
+    seen.on_event("ADDED", "j-g-1-r1", "uid1", "1", False, "Pending")
+    seen.on_event("MODIFIED", "j-g-1-r1", "uid1", "1", True, "Running")  # being deleted: no longer holds it
+    seen.on_event("ADDED", "j-g-1-r1", "uid1", "1", False, "Pending")  # re-created under its name
+    assert seen.violations == []
+    seen.on_event("ADDED", "j-g-0-r2", "uid1", "0", False, "Pending")  # while j-g-0-r1 still lives
+    assert len(seen.violations) == 1 and "j-g-0-r2 live with j-g-0-r1" in seen.violations[0]
+    seen.on_event("DELETED", "j-g-0-r1", "uid1", "0", False, "Running")
+    seen.reset()  # a re-listed watch starts from what it lists
+    assert seen.live == {}

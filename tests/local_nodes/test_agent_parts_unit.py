@@ -13,7 +13,14 @@ import pytest
 from kubepool.local.agent import runner
 from kubepool.local.agent.config import NodeConfig
 from kubepool.local.agent.ipam import Ipam, next_free
-from kubepool.local.agent.logs_server import LineTimes, render, rfc3339_nano, since_ns, tail_offset
+from kubepool.local.agent.logs_server import (
+    LineTimes,
+    peer_identity,
+    render,
+    rfc3339_nano,
+    since_ns,
+    tail_offset,
+)
 from kubepool.local.agent.node import node_object
 from kubepool.local.agent.pods import termination_message
 from kubepool.local.agent.probes import Prober, ProbeTiming, resolve_port
@@ -181,3 +188,15 @@ def test_keep_roots_and_what_mounts_hide() -> None:
     assert hidden_by_mounts(roots, ["/tmp", "/opt/ml/model"]) == ["/tmp/x/.venv", "/tmp/x/src"]
     assert hidden_by_mounts(["/tmp/x"], ["/tmp/x"]) == []  # a volume exactly at a kept path replaces it
     assert hidden_by_mounts(["/tmp/x", "/tmpfoo/y"], ["/tmp/"]) == ["/tmp/x"]
+
+
+def _peercert(*attrs: tuple[str, str]) -> dict[str, object]:
+    return {"subject": tuple(((k, v),) for k, v in attrs)}
+
+
+def test_peer_identity_reads_cn_and_groups_of_a_verified_cert() -> None:
+    assert peer_identity(None) is None and peer_identity({}) is None
+    cert = _peercert(("organizationName", "system:masters"), ("commonName", "kube-apiserver-kubelet-client"))
+    assert peer_identity(cert) == ("kube-apiserver-kubelet-client", ("system:masters",))
+    # Two CNs name nobody (never "the first one"): such a cert matches no identity.
+    assert peer_identity(_peercert(("commonName", "a"), ("commonName", "b"))) == ("", ())

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from kubepool import contract, naming
+from kubepool.api.kuberay import RAYCLUSTER_CRD
 from kubepool.local import kwok
-from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+from kubetest import Kubectl
+from support.operator_cluster import ROOT, Operator, get_json, mljob, wait_for, wait_phase
+from support.spare_cluster import spare_cluster
 
 JOB_TIMEOUT_S = 360.0  # a Ray cluster of 3 on a loaded, shared 2-core machine (load average > 10)
 PAYLOAD = {
@@ -251,12 +255,24 @@ def test_pool_appears_later_then_suspend_cancels(kubectl: Any, namespace: str, o
         kubectl("delete", "computepool", "op-later-pool", "--wait=false")
 
 
-def test_kuberay_backend_without_crd_fails(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,
-                                           apply: Any) -> None:
-    if kubectl("get", "crd", "rayclusters.ray.io").returncode == 0:
-        pytest.skip("the KubeRay CRD is installed on this cluster; tests/kuberay runs the backend")
-    pool = compute_pool("cpu", max_nodes=1)
-    apply(mljob("ray", **spec(pool, backend="kuberay")))
-    st = wait_phase(kubectl, namespace, "ray", {"FAILED"}, 30, operator)
-    assert st["reason"] == "KubeRayNotInstalled"
-    assert not pods_of(kubectl, namespace, "ray")
+def test_kuberay_backend_without_crd_fails(cluster: Any, tmp_path: Path) -> None:
+    """On a control plane without KubeRay's CRDs (a spare cluster: the shared one has them installed for
+    tests/kuberay), a kuberay job fails at once and creates nothing."""
+    with spare_cluster(tmp_path) as state:
+        kubectl = Kubectl(cluster.layout.bin("kubectl"), state / "kubeconfig")
+        assert kubectl("get", "crd", RAYCLUSTER_CRD).returncode != 0
+        kubectl("apply", "--server-side", "-f", str(ROOT / "crds"), check=True)
+        kubectl.wait_established("mljobs.kubepool.dev", "computepools.kubepool.dev")
+        pool = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": "cpu"},
+                "spec": {"instanceFamily": "CPU_X64_S", "minNodes": 0, "maxNodes": 1}}
+        job = mljob("ray", computePool="cpu", backend="kuberay", entrypoint={"command": ["python", "-c", "pass"]})
+        kubectl("apply", "-n", "default", "-f", "-", input=yaml.safe_dump_all([pool, job]), check=True)
+        operator = Operator(state / "kubeconfig", "default", tmp_path / "operator.log")
+        operator.start()
+        try:
+            st = wait_phase(kubectl, "default", "ray", {"FAILED", "PENDING", "RUNNING"}, 60, operator)
+            assert (st["phase"], st["reason"]) == ("FAILED", "KubeRayNotInstalled"), st
+            assert not pods_of(kubectl, "default", "ray")
+            assert kubectl("get", "rayclusters.ray.io", "-n", "default").returncode != 0  # no such kind at all
+        finally:
+            operator.stop()

@@ -6,28 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from support.operator_cluster import Operator, mljob, wait_for, wait_phase
-
-
-def _peering_crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
-    """kopf's own peering CRD (as in kopf's docs): status holds each peer's identity and priority."""
-    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-              "properties": {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.kopf.dev"},
-            "spec": {"group": "kopf.dev", "scope": scope,
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}]}}
+from support.operator_cluster import Operator, install_peering_crds, mljob, wait_for, wait_phase
 
 
 def test_second_replica_pauses(kubectl: Any, cluster: Any, crds: None, namespace: str, tmp_path: Path,
                                compute_pool: Any, apply: Any) -> None:
-    for crd in (_peering_crd("KopfPeering", "kopfpeerings", "Namespaced"),
-                _peering_crd("ClusterKopfPeering", "clusterkopfpeerings", "Cluster")):
-        kubectl("apply", "-f", "-", input=yaml.safe_dump(crd), check=True)
-        kubectl.wait_established(f"{crd['metadata']['name']}")
+    install_peering_crds(kubectl)
     first = Operator(cluster.kubeconfig, namespace, tmp_path / "first.log", standalone=False)
     second = Operator(cluster.kubeconfig, namespace, tmp_path / "second.log", standalone=False)
     first.start()

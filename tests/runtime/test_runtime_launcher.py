@@ -71,3 +71,19 @@ def test_termination_message_is_short_and_starts_with_the_error() -> None:
 def test_result_file(tmp_path: Path) -> None:
     result.write_result_file(tmp_path, ExecutionResult(True, 0, value=object()))
     assert json.loads((tmp_path / "result.json").read_text())["value"].startswith("<object")
+
+
+def test_instances_that_never_join_fail_the_head_as_instances_unavailable(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    from kubepool.contract import ENV_PAYLOAD_DIR, INSTANCES_UNAVAILABLE, Group, RunMode, build_contract
+    from kubepool.runtime import gate, launcher
+
+    c = build_contract(job_name="j", namespace="ns", job_uid="u", groups=[Group(name="a", instance_type="t", count=2)],
+                       target_instances=2, min_instances=2).model_copy(update={"mode": RunMode.HEAD})
+
+    def never_joined(*_: object) -> int:
+        raise gate.InstancesTimeoutError("waiting for 2 instances, only 1 available")
+
+    monkeypatch.setattr(launcher, "gate_instances", never_joined)
+    res = launcher.execute(c, {ENV_PAYLOAD_DIR: str(tmp_path)})
+    assert not res.success and res.reason == INSTANCES_UNAVAILABLE and "only 1 available" in (res.error or "")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+
 import pytest
 
 from kubepool.runtime.shutdown import (
@@ -16,20 +19,63 @@ from kubepool.runtime.shutdown import (
 HOST = "127.0.5.21"
 
 
+TOKEN = "the-jobs-ray-token"
+
+
 def test_server_tells_workers_to_leave_and_counts_acks() -> None:
-    server = ShutdownServer(HOST, 0)
+    server = ShutdownServer(HOST, 0, TOKEN)
     server.start()
     try:
         url1, url2 = poll_url(HOST, server.port, 1), poll_url(HOST, server.port, 2)
-        assert ask_head(url1) is False and ask_head(url2) is False
+        assert ask_head(url1, TOKEN) is False and ask_head(url2, TOKEN) is False
         server.request_leave()
-        assert ask_head(url1) is True
+        assert ask_head(url1, TOKEN) is True
         assert server.wait_acks(0.2) == {2}
-        assert ask_head(url2) is True
+        assert ask_head(url2, TOKEN) is True
         assert server.wait_acks(0.2) == set()
     finally:
         server.close()
-    assert ask_head(url1, timeout=1) is None
+    assert ask_head(url1, TOKEN, timeout=1) is None
+
+
+def _status(url: str, headers: dict[str, str]) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+@pytest.mark.parametrize("headers,code", [
+    ({}, 401),
+    ({"Authorization": "Bearer not-the-token"}, 403),
+    ({"Authorization": f"Bearer {TOKEN}x"}, 403),
+    ({"Authorization": TOKEN}, 401),  # not a bearer credential
+])
+def test_a_poll_without_the_jobs_token_is_refused_and_counts_for_nothing(headers: dict[str, str], code: int) -> None:
+    """A stranger can neither pose as a worker (the head would wait for its acknowledgement) nor acknowledge
+    for a real one (the head would stop Ray under it)."""
+    server = ShutdownServer(HOST, 0, TOKEN)
+    server.start()
+    try:
+        url = poll_url(HOST, server.port, 7)
+        assert _status(url, headers) == code
+        server.request_leave()
+        assert _status(url, headers) == code
+        assert server.seen == set() and server.acked == set()
+        assert ask_head(url, "not-the-token") is None  # a worker given the wrong token never hears "leave"
+        assert _status(url, {"Authorization": f"Bearer {TOKEN}"}) == 200 and server.acked == {7}
+    finally:
+        server.close()
+
+
+def test_without_ray_auth_the_endpoint_is_as_open_as_ray() -> None:
+    server = ShutdownServer(HOST, 0, None)
+    server.start()
+    try:
+        assert ask_head(poll_url(HOST, server.port, 1)) is False and server.seen == {1}
+    finally:
+        server.close()
 
 
 class Clock:

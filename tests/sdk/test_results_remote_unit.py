@@ -78,7 +78,7 @@ def test_runner_refuses_another_python(tmp_path: Path) -> None:
 
 
 def test_runtime_launcher_calls_the_runner(tmp_path: Path) -> None:
-    launcher = pytest.importorskip("kubepool.runtime.launcher")
+    from kubepool.runtime import launcher
     for f in remote_payload(square_plus, (3,), {}):
         (tmp_path / f.path).write_bytes(f.content)
     fn, args, kwargs = launcher.load_function(tmp_path / RUNNER_FILE, RUNNER_FUNCTION)

@@ -39,9 +39,9 @@ def kuberay_dir() -> Path:
     try:
         out = subprocess.run([str(ROOT / "hack/kuberay/build.sh")], capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"hack/kuberay/build.sh could not run: {e}")
+        pytest.fail(f"hack/kuberay/build.sh could not run: {e}")
     if out.returncode != 0:
-        pytest.skip(f"hack/kuberay/build.sh failed, no KubeRay operator to test against: {out.stderr.strip()[-400:]}")
+        pytest.fail(f"hack/kuberay/build.sh failed, no KubeRay operator to test against: {out.stderr.strip()[-400:]}")
     return Path(out.stdout.strip().splitlines()[-1])
 
 

@@ -102,6 +102,22 @@ def mljob(name: str, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": name}, "spec": spec}
 
 
+def install_peering_crds(kubectl: Any) -> None:
+    """kopf's own peering CRDs (as in kopf's docs; status holds each peer's identity and priority)."""
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+              "properties": {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+    for kind, plural, scope in (("KopfPeering", "kopfpeerings", "Namespaced"),
+                                ("ClusterKopfPeering", "clusterkopfpeerings", "Cluster")):
+        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": f"{plural}.kopf.dev"},
+               "spec": {"group": "kopf.dev", "scope": scope,
+                        "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                        "versions": [{"name": "v1", "served": True, "storage": True,
+                                      "schema": {"openAPIV3Schema": schema}}]}}
+        kubectl("apply", "-f", "-", input=json.dumps(crd), check=True)
+        kubectl.wait_established(crd["metadata"]["name"])
+
+
 def get_json(kubectl: Any, namespace: str, *what: str) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(kubectl("get", *what, "-n", namespace, "-o", "json", check=True).stdout)
     return out

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from kubepool import naming
 from kubepool.api import Backend, ConditionStatus, InstanceStatus, JobPhase, MLJob, MLJobSpec, MLJobStatus
+from kubepool.contract import INSTANCES_UNAVAILABLE as _INSTANCES_UNAVAILABLE
 from kubepool.contract import RunMode, runtime_failure_error, runtime_failure_reason
 from kubepool.controller.admission import Decision
 from kubepool.controller.builders.common import placement_of
@@ -19,7 +20,7 @@ MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enoug
 # Reasons (status.reason and Event reasons).
 WAITING_FOR_INSTANCES = "WaitingForInstances"
 INSTANCES_READY = "InstancesReady"
-INSTANCES_UNAVAILABLE = "InstancesUnavailable"
+INSTANCES_UNAVAILABLE = _INSTANCES_UNAVAILABLE  # the runtime's gate gives it too (contract)
 INSTANCES_LOST = "InstancesLost"
 COMPLETED = "Completed"
 HEAD_FAILED = "HeadFailed"

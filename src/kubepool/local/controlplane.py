@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -122,6 +123,16 @@ class Ports:
 
     def shifted(self, offset: int) -> Ports:
         return Ports(**{k: v + offset for k, v in asdict(self).items()})
+
+    def free(self) -> bool:
+        """Every one of these ports can be bound on loopback now: no other cluster holds it."""
+        for port in asdict(self).values():
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -220,9 +231,20 @@ class Layout:
 # Flag builders (pure).
 
 
+def etcd_url(lay: Layout) -> str:
+    return f"https://127.0.0.1:{lay.ports.etcd}"
+
+
 def etcd_args(lay: Layout) -> list[str]:
-    peer = f"http://127.0.0.1:{lay.ports.etcd_peer}"
-    client = f"http://127.0.0.1:{lay.ports.etcd}"
+    p = lay.pki
+    peer = f"https://127.0.0.1:{lay.ports.etcd_peer}"
+    client = etcd_url(lay)
+    # TLS with client-cert auth on both ports: loopback is shared with every process of the host, and etcd
+    # holds every Secret in the clear.
+    tls = [f"--cert-file={p.cert('etcd')}", f"--key-file={p.key('etcd')}", f"--trusted-ca-file={p.ca_cert}",
+           "--client-cert-auth=true"]
+    peer_tls = [f"--peer-cert-file={p.cert('etcd')}", f"--peer-key-file={p.key('etcd')}",
+                f"--peer-trusted-ca-file={p.ca_cert}", "--peer-client-cert-auth=true"]
     return [
         lay.bin("etcd"),
         "--name=local",
@@ -232,6 +254,8 @@ def etcd_args(lay: Layout) -> list[str]:
         f"--listen-peer-urls={peer}",
         f"--initial-advertise-peer-urls={peer}",
         f"--initial-cluster=local={peer}",
+        *tls,
+        *peer_tls,
         # A throwaway test store: durability is not worth the fsync latency on a shared disk.
         "--unsafe-no-fsync=true",
         "--auto-compaction-retention=1",
@@ -245,7 +269,10 @@ def apiserver_args(lay: Layout) -> list[str]:
     p = lay.pki
     return [
         lay.bin("kube-apiserver"),
-        f"--etcd-servers=http://127.0.0.1:{lay.ports.etcd}",
+        f"--etcd-servers={etcd_url(lay)}",
+        f"--etcd-cafile={p.ca_cert}",
+        f"--etcd-certfile={p.cert('apiserver-etcd-client')}",
+        f"--etcd-keyfile={p.key('apiserver-etcd-client')}",
         "--bind-address=127.0.0.1",
         f"--secure-port={lay.ports.apiserver}",
         # Loopback advertise address: the endpoint reconciler rejects loopback endpoints, so turn it off.
@@ -351,7 +378,7 @@ class Component:
 
 def control_plane(lay: Layout) -> list[Component]:
     return [
-        Component("etcd", etcd_args(lay), f"http://127.0.0.1:{lay.ports.etcd}/health"),
+        Component("etcd", etcd_args(lay), f"{etcd_url(lay)}/health"),
         Component("kube-apiserver", apiserver_args(lay), f"{lay.apiserver_url}/readyz"),
         Component(
             "kube-controller-manager",
@@ -369,10 +396,11 @@ def kwok_component(lay: Layout) -> Component:
 def _ssl_context(lay: Layout, url: str) -> ssl.SSLContext | bool:
     if not url.startswith("https://"):
         return True
-    if url.startswith(lay.apiserver_url):
-        ctx = ssl.create_default_context(cafile=str(lay.pki.ca_cert))
-        ctx.load_cert_chain(str(lay.pki.cert("admin")), str(lay.pki.key("admin")))
-        return ctx
+    for server, client in ((lay.apiserver_url, "admin"), (etcd_url(lay), "apiserver-etcd-client")):
+        if url.startswith(server):
+            ctx = ssl.create_default_context(cafile=str(lay.pki.ca_cert))
+            ctx.load_cert_chain(str(lay.pki.cert(client)), str(lay.pki.key(client)))
+            return ctx
     return False  # kcm/scheduler serve a self-signed cert on loopback; /healthz is all we ask of them
 
 
@@ -501,13 +529,14 @@ def ensure(lay: Layout, comps: list[Component], say: Log) -> None:
     """Bring the components up together: reuse healthy ones, wait for starting ones, restart broken ones."""
     procs: dict[str, subprocess.Popen[bytes]] = {}  # what this call started, to tell how it died
     for c in comps:
-        if healthy(lay, c):
-            if c.restart_on_change and running_argv(lay, c.name) not in (None, c.argv):
-                say(f"  {c.name}: command line changed, restarting")
-                stop(lay, c.name)
-                procs[c.name] = start(lay, c)
-            else:
-                say(f"  {c.name}: running (reused)")
+        # A changed command line restarts the process healthy or not: an apiserver still pointed at the old
+        # etcd flags is never healthy again, and waiting for it would only time out.
+        if c.restart_on_change and alive(lay, c.name) and running_argv(lay, c.name) not in (None, c.argv):
+            say(f"  {c.name}: command line changed, restarting")
+            stop(lay, c.name)
+            procs[c.name] = start(lay, c)
+        elif healthy(lay, c):
+            say(f"  {c.name}: running (reused)")
         elif alive(lay, c.name):
             say(f"  {c.name}: running, waiting for it to become healthy")
         else:

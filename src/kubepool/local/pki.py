@@ -1,4 +1,5 @@
-"""The local cluster's PKI: one CA, the apiserver serving cert, client certs, the service-account key pair.
+"""The local cluster's PKI: one CA, the apiserver's and etcd's serving certs, client certs, the service-account key
+pair.
 
 Owns every key and certificate under `.kubepool/pki/` and `issue_cert`, which other local components (the node
 agent's kubelet serving and client certs) use to mint certs signed by the same CA. ECDSA P-256 keeps key
@@ -64,7 +65,10 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
     "controller-manager": ("system:kube-controller-manager", ()),
     "scheduler": ("system:kube-scheduler", ()),
+    # etcd admits any client cert of the CA (--client-cert-auth): the apiserver's is the only one it needs.
+    "apiserver-etcd-client": ("kube-apiserver-etcd-client", ()),
 }
+ETCD_IPS = ("127.0.0.1",)
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
@@ -193,6 +197,9 @@ def ensure_pki(pki_dir: Path) -> Pki:
     if missing("apiserver"):
         store("apiserver", issue_cert(pki.ca_cert, pki.ca_key, cn="kube-apiserver", dns=APISERVER_DNS,
                                       ips=APISERVER_IPS, server=True))
+    if missing("etcd"):  # serves clients and peers; a peer both serves and connects, hence client too
+        store("etcd", issue_cert(pki.ca_cert, pki.ca_key, cn="kubepool-etcd", dns=("localhost",), ips=ETCD_IPS,
+                                 server=True, client=True))
     for name, (cn, orgs) in CLIENTS.items():
         if missing(name):
             store(name, issue_cert(pki.ca_cert, pki.ca_key, cn=cn, orgs=orgs, client=True))

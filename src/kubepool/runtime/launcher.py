@@ -30,6 +30,7 @@ from kubepool.contract import (
     ENV_PAYLOAD_DIR,
     ENV_RESULT_DIR,
     ENV_TERMINATION_LOG,
+    INSTANCES_UNAVAILABLE,
     PAYLOAD_DIR,
     TERMINATION_MESSAGE_PATH,
     Entrypoint,
@@ -139,9 +140,9 @@ def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionRe
     try:
         if contract.mode is RunMode.HEAD:
             gate_instances(contract, env)
-    except gate.InstancesTimeoutError as e:
+    except gate.InstancesTimeoutError as e:  # instances that run but never joined: the job's reason says so
         log(str(e))
-        return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}")
+        return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", reason=INSTANCES_UNAVAILABLE)
     except Exception as e:  # noqa: BLE001 - this cluster cannot be reached: the job fails with the reason
         log(f"cannot wait for instances: {e}")
         return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())

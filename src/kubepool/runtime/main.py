@@ -132,7 +132,7 @@ def run_launcher(env: Mapping[str, str]) -> int:
 
 
 def run_head(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpec, env: dict[str, str]) -> int:
-    server = shutdown.ShutdownServer(spec.pod_ip, naming.SHUTDOWN_PORT)
+    server = shutdown.ShutdownServer(spec.pod_ip, naming.SHUTDOWN_PORT, ray_node.auth_token(env))
     server.start()  # before Ray: a worker that reaches the GCS can always reach this too
     node: ray_node.RayNode | None = None
     try:
@@ -153,9 +153,11 @@ def run_head(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpe
 
 
 def run_worker(contract: JobContract, me: InstanceIdentity, spec: ray_node.NodeSpec, env: dict[str, str], deadline: float) -> int:
+    token = ray_node.auth_token(env)
     watch = shutdown.HeadWatch(
         shutdown.poll_url(spec.head_ip, naming.SHUTDOWN_PORT, me.instance_id),
         float(env.get(ENV_HEAD_LOST_TIMEOUT, DEFAULT_HEAD_LOST_TIMEOUT_SECONDS)),
+        ask=lambda url: shutdown.ask_head(url, token),
     )
     node = ray_node.start_node(contract, me, spec, env, deadline, give_up=lambda: watch.check() is not None)
     if node is None:

@@ -47,6 +47,11 @@ def ray_env(contract: JobContract, env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def auth_token(env: Mapping[str, str]) -> str | None:
+    """The job's Ray token in an env `ray_env` made; None when the job turned Ray auth off."""
+    return env[ENV_RAY_AUTH_TOKEN] if env.get(ENV_RAY_AUTH_MODE) == AUTH_TOKEN else None
+
+
 def detect_gpus() -> int:
     """GPUs this pod can see, counted as SageMaker does (`nvidia-smi --list-gpus`); 0 without a driver."""
     if shutil.which("nvidia-smi") is None:

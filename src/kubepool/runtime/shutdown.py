@@ -4,10 +4,14 @@ The head serves one tiny HTTP endpoint on `<pod IP>:naming.SHUTDOWN_PORT`. Worke
 `GET /poll?instance=N`; the answer is `{"leave": false}` while the payload runs and `{"leave": true}` after
 it ends. A poll answered with `leave: true` is the worker's acknowledgement. A worker that loses its head
 for `lost_timeout` seconds (while joining or after) concludes the head died without telling it and fails.
+
+With Ray token auth on (the default) every poll carries the job's Ray token (`Authorization: Bearer`); one
+without it (401) or with another (403) is refused before it can count as a worker or an acknowledgement.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import threading
 import time
@@ -18,11 +22,18 @@ from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+BEARER = "Bearer "
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": BEARER + token} if token else {}
+
 
 class ShutdownServer:
     """Runs on the head in a daemon thread."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, token: str | None) -> None:
+        self._token = token  # None: the job turned Ray auth off, so this endpoint is as open as Ray itself
         self._lock = threading.Lock()
         self._leave = False
         self.seen: set[int] = set()
@@ -39,6 +50,10 @@ class ShutdownServer:
                 url = urlparse(self.path)
                 if url.path != "/poll":
                     self.send_error(404)
+                    return
+                refused = server.refusal(self.headers.get("Authorization"))
+                if refused:
+                    self.send_error(refused)
                     return
                 instance = int(parse_qs(url.query).get("instance", ["-1"])[0])
                 body = json.dumps({"leave": server.poll(instance)}).encode()
@@ -59,6 +74,15 @@ class ShutdownServer:
 
     def start(self) -> None:
         self._thread.start()
+
+    def refusal(self, authorization: str | None) -> int | None:
+        """The HTTP status that refuses a request with this Authorization header; None lets it in."""
+        if self._token is None:
+            return None
+        if not authorization or not authorization.startswith(BEARER):
+            return 401
+        given = authorization[len(BEARER):].encode()
+        return None if hmac.compare_digest(given, self._token.encode()) else 403  # constant time
 
     def poll(self, instance: int) -> bool:
         with self._lock:
@@ -92,10 +116,10 @@ class WorkerOutcome(StrEnum):
     NODE_DIED = "node-died"  # this instance's own Ray node stopped: fail
 
 
-def ask_head(url: str, timeout: float = 5.0) -> bool | None:
-    """The head's answer, or None when it cannot be reached."""
+def ask_head(url: str, token: str | None = None, timeout: float = 5.0) -> bool | None:
+    """The head's answer, or None when it cannot be reached (or refuses this worker's token)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=auth_headers(token)), timeout=timeout) as resp:
             return bool(json.load(resp)["leave"])
     except (OSError, urllib.error.URLError, ValueError, KeyError):
         return None

@@ -240,6 +240,18 @@ def test_the_conditions_written_are_the_ones_the_crd_describes() -> None:
     assert all(t in described for t in JOB_CONDITION_TYPES) and "Running" not in described
 
 
+def test_instances_that_never_joined_the_head_are_instances_unavailable() -> None:
+    """R4's second path: every pod ran (the operator saw the job RUNNING), a worker never joined the head's Ray
+    cluster, and the head's gate timed out: the same verdict as instances that never started."""
+    from kubepool.contract import INSTANCES_UNAVAILABLE
+
+    said = json.dumps({"error": "InstancesTimeoutError: waiting for 2 instances, only 1 available",
+                       "success": False, "exitCode": 1, "instance": 0, "reason": INSTANCES_UNAVAILABLE})
+    j = admitted(job(targetInstances=2))
+    st = run(j, [pod(0, "Failed", False, message=said, exit_code=1), pod(1)], 1)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_UNAVAILABLE) and "only 1 available" in (st.message or "")
+
+
 def test_a_failure_the_runtime_names_is_the_jobs_reason() -> None:
     from kubepool.contract import PIP_INSTALL_FAILED
 

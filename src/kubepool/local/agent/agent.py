@@ -46,7 +46,10 @@ class Agent:
         self.layout.pods.mkdir(parents=True, exist_ok=True)
         cert, key = logs_server.ensure_serving_cert(self.layout, self.node.ip, self.node.name)
         tls = logs_server.ssl_context(cert, key, self.layout.ca_cert)
-        serving = asyncio.create_task(logs_server.serve(self._locate, self.node.ip, tls))
+        from kubepool.local.pki import CLIENTS  # as ensure_serving_cert: cryptography only where it is used
+
+        apiserver = CLIENTS["kubelet-client"]  # the identity the apiserver's --kubelet-client-certificate names
+        serving = asyncio.create_task(logs_server.serve(self._locate, self.node.ip, tls, apiserver))
         keeper = NodeKeeper(self.client, self.node)
         tasks = [asyncio.create_task(keeper.run())]
         await keeper.registered.wait()

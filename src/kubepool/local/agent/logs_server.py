@@ -1,7 +1,8 @@
 """The kubelet's HTTPS API on `<node ip>:10250`, as far as `kubectl logs` needs it:
 `GET /containerLogs/{ns}/{pod}/{container}?follow=&previous=&tailLines=&limitBytes=&timestamps=&sinceSeconds=&sinceTime=`. The apiserver
 connects with its kubelet client certificate (verified against the cluster CA); the serving certificate is
-issued from the cluster CA for the node IP."""
+issued from the cluster CA for the node IP. Like a kubelet's authorization, a verified cert is not enough: only
+the apiserver's kubelet-client identity (`pki.CLIENTS`) is served, any other client of the CA gets 403."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import logging
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -111,15 +113,44 @@ def ensure_serving_cert(layout: Layout, ip: str, node: str) -> tuple[Path, Path]
 def ssl_context(cert: Path, key: Path, ca: Path) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca))
     ctx.load_cert_chain(str(cert), str(key))
-    ctx.verify_mode = ssl.CERT_REQUIRED  # only the apiserver (or another CA-signed client) reads logs
+    ctx.verify_mode = ssl.CERT_REQUIRED  # authentication; `authorizer` then admits the apiserver alone
     return ctx
+
+
+Identity = tuple[str, tuple[str, ...]]  # (CN, O...) of a client cert
+
+
+def peer_identity(peercert: Mapping[str, Any] | None) -> Identity | None:
+    """(CN, organizations) of a verified peer cert as `SSLSocket.getpeercert()` gives it; None without one."""
+    if not peercert:
+        return None
+    attrs = [attr for rdn in peercert.get("subject", ()) for attr in rdn]
+    cns = [v for k, v in attrs if k == "commonName"]
+    return (cns[0] if len(cns) == 1 else "", tuple(sorted(v for k, v in attrs if k == "organizationName")))
+
+
+def authorizer(allowed: Identity) -> Callable[[web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
+                                             Awaitable[web.StreamResponse]]:
+    """Middleware: only the client whose cert names exactly `allowed` gets past it."""
+    want = (allowed[0], tuple(sorted(allowed[1])))
+
+    @web.middleware
+    async def check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        who = peer_identity(request.transport.get_extra_info("peercert") if request.transport else None)
+        if who is None:
+            raise web.HTTPUnauthorized(text="a client certificate is required")
+        if who != want:
+            raise web.HTTPForbidden(text=f"{who[0]} may not read this node's logs")
+        return await handler(request)
+
+    return check
 
 
 def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "").lower() in ("1", "true")
 
 
-def make_app(locate: Locate) -> web.Application:
+def make_app(locate: Locate, allowed: Identity) -> web.Application:
     async def container_logs(request: web.Request) -> web.StreamResponse:
         ns, pod, container = (
             request.match_info["ns"],
@@ -171,16 +202,17 @@ def make_app(locate: Locate) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application()
+    app = web.Application(middlewares=[authorizer(allowed)])
     app.router.add_get("/containerLogs/{ns}/{pod}/{container}", container_logs)
     app.router.add_get("/healthz", healthz)
     return app
 
 
-async def serve(locate: Locate, ip: str, ctx: ssl.SSLContext, port: int = KUBELET_PORT) -> web.AppRunner:
+async def serve(locate: Locate, ip: str, ctx: ssl.SSLContext, allowed: Identity,
+                port: int = KUBELET_PORT) -> web.AppRunner:
     """Start serving; while the address is taken (a stale agent of the same node), keep trying: the node
     and its pods work meanwhile, only `kubectl logs` does not."""
-    app_runner = web.AppRunner(make_app(locate), access_log=None)
+    app_runner = web.AppRunner(make_app(locate, allowed), access_log=None)
     await app_runner.setup()
     while True:
         try:
