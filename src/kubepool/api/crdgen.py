@@ -14,9 +14,10 @@ from typing import Any
 import yaml
 
 from kubepool import naming
-from kubepool.api import common
+from kubepool.api import common, k8stypes
 from kubepool.api import computepool as cp
 from kubepool.api import mljob as mj
+from kubepool.api import podsettings as ps
 from kubepool.api.common import Model
 
 # CEL rules by model (schema definition) name; the API server evaluates them on every write.
@@ -30,13 +31,17 @@ RULES: dict[str, list[dict[str, str]]] = {
     "CheckpointLocation": mj.CHECKPOINT_RULES,
     "ComputePoolSpec": cp.POOL_RULES,
     "Toleration": common.TOLERATION_RULES,
+    "EnvVar": ps.ENV_VAR_RULES,
 }
 _DROP = {"title", "$defs"}
 
 
 # Deleting a release or an Argo CD Application must never delete the CRDs (and with them every MLJob and
 # ComputePool in the cluster): Helm's keep policy, and Argo CD's own, which does not read Helm's.
-KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false"}
+# The MLJob CRD carries Kubernetes' pod types (volumes, affinity) and is larger than the 256 KiB
+# last-applied annotation of a client-side apply: Argo CD applies it server-side, as the docs tell kubectl users to.
+KEEP = {"helm.sh/resource-policy": "keep",
+        "argocd.argoproj.io/sync-options": "Prune=false,Delete=false,ServerSideApply=true"}
 
 
 def _clean(node: Any, defs: dict[str, Any]) -> Any:
@@ -45,6 +50,10 @@ def _clean(node: Any, defs: dict[str, Any]) -> Any:
     if not isinstance(node, dict):
         return node
     node = dict(node)
+    if k8stypes.MARK in node:  # a Kubernetes type: the API server's own schema, keeping the field's description
+        inline = k8stypes.structural(node.pop(k8stypes.MARK))
+        node = {**inline, **{k: v for k, v in node.items() if k in ("description", "x-kubernetes-validations")}}
+        return node
     if "$ref" in node:  # inline, keeping sibling keys (description, extras) over the target's
         name = node.pop("$ref").rsplit("/", 1)[-1]
         target = dict(defs[name])

@@ -20,7 +20,8 @@ from kubepool.api.common import (
     Condition,
     Model,
 )
-from kubepool.contract import OPERATOR_ENV, Distribution, InputMode, RunMode
+from kubepool.api.podsettings import POD_FIELDS, PodSettings
+from kubepool.contract import Distribution, InputMode, RunMode
 
 MAX_INSTANCES = 1000
 MAX_GROUPS = 5
@@ -28,7 +29,6 @@ MAX_GROUPS = 5
 # its name lowercased with '_' as '-' (naming.dns_label), and `a_` or `a__b` would collide there with `a` or `a-b`.
 GROUP_NAME_PATTERN = r"^[A-Za-z0-9]+([_-][A-Za-z0-9]+)*$"
 CHANNEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 REL_PATH_RULE: JsonDict = {"rule": "!self.startsWith('/') && !self.split('/').exists(p, p == '..')", "message": "must be a relative path without '..'"}
 # A key becomes the variable SM_HP_<KEY> of every instance: no '=' (or the runtime cannot start the payload).
 HP_KEY_RULE: JsonDict = {"rule": "self.all(k, size(k) >= 1 && size(k) <= 256 && !k.contains('='))",
@@ -39,8 +39,10 @@ NO_DOTDOT_RULE: JsonDict = {"rule": "!self.split('/').exists(p, p == '..')", "me
 SAGEMAKER_TYPE_PATTERN = r"^ml\.[a-z0-9-]+\.[a-z0-9]+$"
 
 
-class InstanceGroup(Model):
-    """A SageMaker-style instance group: `count` instances on one compute pool."""
+class InstanceGroup(PodSettings):
+    """A SageMaker-style instance group: `count` instances on one compute pool, with its own pod settings merged
+    over the job's (env, envFrom, volumes, volumeMounts, serviceAccountName, podLabels, podAnnotations, affinity,
+    tolerations, priorityClassName)."""
 
     name: str = Field(pattern=GROUP_NAME_PATTERN, max_length=40, description="Group name, unique in the job (e.g. instance_group_1); '_' or '-' only between letters or digits.")
     compute_pool: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool the group's instances run on.")
@@ -148,13 +150,6 @@ class CodeSource(Model):
     persistent_volume_claim: PvcSource | None = Field(None, description="A claim holding the code (for payloads too large for a ConfigMap).")
 
 
-class EnvVar(Model):
-    """An environment variable of every instance."""
-
-    name: str = Field(pattern=ENV_NAME_PATTERN, max_length=SHORT_STR, description="Variable name.")
-    value: str = Field("", max_length=32768, description="Literal value (never interpreted by a shell).")
-
-
 class Backend(StrEnum):
     PODS = "pods"
     KUBERAY = "kuberay"
@@ -167,8 +162,10 @@ class RaySpec(Model):
     dashboard: bool = Field(True, description="Run Ray's dashboard on the head (get_ray_dashboard_url). Off, the head skips loading it: about 1.5 s sooner to the payload on a small node.")
 
 
-class MLJobSpec(Model):
-    """Desired state of an MLJob."""
+class MLJobSpec(PodSettings):
+    """Desired state of an MLJob. Its pod settings (env, envFrom, volumes, volumeMounts, serviceAccountName,
+    podLabels, podAnnotations, affinity, tolerations, priorityClassName) apply to every instance; an instance
+    group's merge over them."""
 
     compute_pool: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool of every instance (single-pool form; excludes instanceGroups).")
     target_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description="Instances to start (default 1; with instanceGroups: the sum of the counts).")
@@ -180,7 +177,6 @@ class MLJobSpec(Model):
     entrypoint: Entrypoint = Field(description="What to run.")
     args: list[str] = Field(default_factory=list, max_length=256, json_schema_extra={"items": {"type": "string", "maxLength": LONG_STR}}, description="Arguments passed to the entrypoint, never through a shell.")
     working_dir: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [NO_DOTDOT_RULE]}, description="Working directory (default: the payload directory).")
-    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Environment of every instance.")
     code: CodeSource | None = Field(None, description="Where the payload comes from.")
     pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR, "pattern": "^[A-Za-z0-9]"}}, description="pip requirements (each a requirement, never a pip option: it starts with a letter or digit) every instance installs before anything starts, into a job-private location (never the image's environment); from pipOptions' index or wheelhouse, else the operator's. A failed install FAILS the job with reason PipInstallFailed.")
     instance_type: str | None = Field(None, pattern=SAGEMAKER_TYPE_PATTERN, max_length=64, description="SageMaker instance type of the computePool form (ml.c5.xlarge), written into resourceconfig.json and SM_CURRENT_INSTANCE_TYPE; default the pool's instance family. With instanceGroups, set it per group.")
@@ -284,10 +280,11 @@ MLJOB_SPEC_RULES = [
      "message": f"instanceGroups[].instanceCount must sum to at most {MAX_INSTANCES}", "fieldPath": ".instanceGroups"},
     {"rule": "!has(self.channels) || self.channels.all(c, self.channels.exists_one(d, d.name.lowerAscii() == c.name.lowerAscii()))",
      "message": "channel names must be unique (case is ignored: each is SM_CHANNEL_<NAME>)", "fieldPath": ".channels"},
-    {"rule": "!has(self.env) || !self.env.exists(e, e.name in " + repr(list(OPERATOR_ENV)) + ")",
-     "message": "env must not set a variable the operator sets (" + ", ".join(OPERATOR_ENV) + ")", "fieldPath": ".env"},
-    {"rule": "!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name))", "message": "env names must be unique",
-     "fieldPath": ".env"},
+    {"rule": "!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && self.volumes.exists(v, v.name == m.name))",
+     "message": "volumeMounts must name volumes of spec.volumes", "fieldPath": ".volumeMounts"},
+    {"rule": "!has(self.instanceGroups) || self.instanceGroups.all(g, !has(g.volumeMounts) || g.volumeMounts.all(m, "
+             "(has(g.volumes) && g.volumes.exists(v, v.name == m.name)) || (has(self.volumes) && self.volumes.exists(v, v.name == m.name))))",
+     "message": "instanceGroups[].volumeMounts must name volumes of the group or of spec.volumes", "fieldPath": ".instanceGroups"},
     {"rule": "!has(self.distributionInstanceGroups) || size(self.distributionInstanceGroups) == 0 || self.mode == 'sagemaker'",
      "message": "distributionInstanceGroups takes effect only with mode sagemaker", "fieldPath": ".distributionInstanceGroups"},
     {"rule": "!has(self.channels) || self.channels.all(c, has(c.instanceGroups) && size(c.instanceGroups) > 0) || self.channels.all(c, !has(c.instanceGroups) || size(c.instanceGroups) == 0)",
@@ -310,7 +307,7 @@ MLJOB_SPEC_RULES = [
 MUTABLE_SPEC = ("suspend", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
 IMMUTABLE_SPEC = ("computePool", "instancesTimeoutSeconds", "channels", "image", "entrypoint", "args", "workingDir", "env",
                   "code", "pipRequirements", "pipOptions", "output", "checkpoint", "instanceType", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
-                  "backoffLimit")
+                  "backoffLimit", *POD_FIELDS[1:])
 _AFTER = "cannot change after the job is created (delete and re-create the job)"
 MLJOB_SPEC_RULES += [
     {"rule": f"has(self.{f}) == has(oldSelf.{f}) && (!has(self.{f}) || self.{f} == oldSelf.{f})",
@@ -321,6 +318,11 @@ MLJOB_SPEC_RULES += [
              "self.instanceGroups.map(g, g.name + '/' + g.computePool) == oldSelf.instanceGroups.map(g, g.name + '/' + g.computePool))",
      "message": f"instanceGroups (their names, pools and order; instanceCount may change) {_AFTER}",
      "fieldPath": ".instanceGroups", "reason": "FieldValueForbidden"},
+] + [
+    {"rule": f"!has(self.instanceGroups) || !has(oldSelf.instanceGroups) || self.instanceGroups.all(g, oldSelf.instanceGroups.exists(o, "
+             f"o.name == g.name && has(o.{f}) == has(g.{f}) && (!has(g.{f}) || o.{f} == g.{f})))",
+     "message": f"instanceGroups[].{f} {_AFTER}", "fieldPath": ".instanceGroups", "reason": "FieldValueForbidden"}
+    for f in POD_FIELDS
 ]
 ENTRYPOINT_RULES = [
     {"rule": "(has(self.file) ? 1 : 0) + (has(self.module) ? 1 : 0) + (has(self.command) ? 1 : 0) == 1", "message": "set exactly one of file, module or command"},

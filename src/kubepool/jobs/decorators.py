@@ -121,7 +121,7 @@ class RemoteFunction(Generic[P, R]):
             entrypoint=Entrypoint(file=RUNNER_FILE, function=RUNNER_FUNCTION), compute_pool=self._pool,
             target_instances=o["target_instances"], min_instances=o["min_instances"], env_vars=o["env_vars"],
             pip_requirements=o["pip_requirements"], instances_timeout=o["instances_timeout"], image=o["image"],
-            mode=RunMode.HEAD,
+            mode=RunMode.HEAD, spec_overrides=o["spec_overrides"],
         )
         return submit(kube, job, remote_payload(self._fn, args, kwargs))
 
@@ -138,6 +138,7 @@ def remote(
     instances_timeout: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
     image: str | None = None,
     session: Any = None,
+    spec_overrides: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]:
     """Decorator: each call of the function runs it on the head of a new job.
@@ -159,6 +160,7 @@ def remote(
         instances_timeout: Seconds to wait for `min_instances` before the job fails.
         image: Runtime image; default the operator's.
         session: The cluster connection (`kubepool.jobs.connect(context=...)`); default from the kubeconfig.
+        spec_overrides: MLJob spec fields set over the generated spec (see submit_file).
         **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
 
     Raises:
@@ -170,6 +172,7 @@ def remote(
         "target_instances": target_instances, "min_instances": min_instances, "env_vars": env_vars,
         "pip_requirements": pip_requirements, "name": name, "namespace": namespace,
         "instances_timeout": instances_timeout, "image": image, "session": session,
+        "spec_overrides": spec_overrides,
     }
 
     def decorate(fn: Callable[P, R]) -> RemoteFunction[P, R]:
