@@ -80,3 +80,12 @@ def test_a_groups_pod_settings_cannot_change(kubectl: Any, crds: None, namespace
     proc = _patch(kubectl, namespace, "settled", {"instanceGroups": relabelled})
     assert proc.returncode != 0, "accepted a change of a group's podLabels"
     assert "spec.instanceGroups: Forbidden: instanceGroups[].podLabels cannot change" in proc.stderr, proc.stderr
+
+
+def test_cancel_cannot_be_undone_but_suspend_can(kubectl: Any, crds: None, namespace: str) -> None:
+    _create(kubectl, namespace, "paused", SINGLE)
+    for change in ({"suspend": True}, {"suspend": False}, {"cancel": True}):
+        proc = _patch(kubectl, namespace, "paused", change)
+        assert proc.returncode == 0, f"{change}: {proc.stderr}"
+    proc = _patch(kubectl, namespace, "paused", {"cancel": False})
+    assert proc.returncode != 0 and "spec.cancel: Forbidden: cancel cannot be undone" in proc.stderr, proc.stderr

@@ -192,7 +192,16 @@ class MLJobSpec(PodSettings):
     active_deadline_seconds: int | None = Field(None, ge=1, le=31536000, description="The job FAILS (DeadlineExceeded) after this many seconds since it started.")
     backoff_limit: int = Field(0, ge=0, le=10, description="Times a failed job is retried from scratch before it FAILS.")
     ttl_seconds_after_finished: int | None = Field(None, ge=0, le=31536000, description="Delete the finished job (and its pods) after this many seconds.")
-    suspend: bool = Field(False, description="Suspending a job cancels it: pods are removed, the phase becomes CANCELLED.")
+    suspend: bool = Field(False, description=(
+        "Pause the job, as with Job, JobSet and RayJob: its pods are deleted and its pools' capacity released at "
+        "once; it stays PENDING with reason Suspended and the condition Suspended. Set back to false, it joins the "
+        "end of its pools' first-in-first-out queue and runs from scratch (a new attempt, which backoffLimit does "
+        "not count). Created suspended, it starts nothing until resumed: the contract of a queue manager such as "
+        "Kueue, whose admission sets it false (a job labelled kueue.x-k8s.io/queue-name is created suspended by "
+        "Kueue's webhook or a MutatingAdmissionPolicy; docs/install.md)."))
+    cancel: bool = Field(False, description=(
+        "Cancel the job for good: its pods are deleted and it becomes CANCELLED (reason Cancelled). "
+        "It cannot be set back to false (to pause a job instead, use suspend)."))
 
     def resolved_target(self) -> int:
         if self.instance_groups:
@@ -215,7 +224,7 @@ class JobPhase(StrEnum):
         return self in (JobPhase.DONE, JobPhase.FAILED, JobPhase.CANCELLED)
 
 
-JOB_CONDITION_TYPES = ("Admitted", "InstancesReady", "Complete", "Failed")  # what the operator writes, in order
+JOB_CONDITION_TYPES = ("Admitted", "InstancesReady", "Complete", "Failed", "Suspended")  # what the operator writes, in order
 
 
 class InstanceStatus(Model):
@@ -250,7 +259,10 @@ class MLJobStatus(Model):
     admitted_at: datetime | None = Field(None, description="When capacity was granted (the instances timeout counts from here).")
     start_time: datetime | None = Field(None, description="When the payload started (RUNNING).")
     completion_time: datetime | None = Field(None, description="When the job finished.")
-    attempt: int = Field(0, description="Retry attempt (backoffLimit).")
+    attempt: int = Field(0, description="Attempt: a retry (backoffLimit) or a resume after a suspension starts a new one.")
+    suspended_attempts: int = Field(0, description="Attempts a suspension ended: backoffLimit does not count them.")
+    queued_at: datetime | None = Field(None, description="When the job last joined its pools' first-in-first-out "
+                                       "queue after a suspension (unset: its creation time is its place).")
     ray_dashboard: str | None = Field(None, description="Ray dashboard address inside the cluster.")
     outputs: JobOutputs | None = Field(None, description="Where the outputs are kept (spec.output), once the job is DONE.")
 
@@ -301,10 +313,10 @@ MLJOB_SPEC_RULES = [
      "message": "a ShardedByS3Key channel needs every instance: minInstances must equal the instance count "
                 "(the shards of instances that never start would go unread)", "fieldPath": ".minInstances"},
 ]
-# What may change after creation, as in Job and JobSet: suspend (cancel), the instance counts (scale_cluster,
+# What may change after creation, as in Job and JobSet: suspend, cancel, the instance counts (scale_cluster,
 # `kubectl scale`), minInstances, and the time limits. Anything else would be silently ignored by a job that
 # already runs: refused at apply instead, naming the field.
-MUTABLE_SPEC = ("suspend", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
+MUTABLE_SPEC = ("suspend", "cancel", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
 IMMUTABLE_SPEC = ("computePool", "instancesTimeoutSeconds", "channels", "image", "entrypoint", "args", "workingDir", "env",
                   "code", "pipRequirements", "pipOptions", "output", "checkpoint", "instanceType", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
                   "backoffLimit", *POD_FIELDS[1:])
@@ -318,6 +330,10 @@ MLJOB_SPEC_RULES += [
              "self.instanceGroups.map(g, g.name + '/' + g.computePool) == oldSelf.instanceGroups.map(g, g.name + '/' + g.computePool))",
      "message": f"instanceGroups (their names, pools and order; instanceCount may change) {_AFTER}",
      "fieldPath": ".instanceGroups", "reason": "FieldValueForbidden"},
+] + [
+    {"rule": "!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",
+     "message": "cancel cannot be undone: a cancelled job stays CANCELLED (suspend pauses a job instead)",
+     "fieldPath": ".cancel", "reason": "FieldValueForbidden"},
 ] + [
     {"rule": f"!has(self.instanceGroups) || !has(oldSelf.instanceGroups) || self.instanceGroups.all(g, oldSelf.instanceGroups.exists(o, "
              f"o.name == g.name && has(o.{f}) == has(g.{f}) && (!has(g.{f}) || o.{f} == g.{f})))",
