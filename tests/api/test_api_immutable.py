@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kubepool.api import MLJobSpec
-from kubepool.api.mljob import IMMUTABLE_SPEC, MUTABLE_SPEC
+from kubepool.api.mljob_rules import IMMUTABLE_SPEC, MUTABLE_SPEC
 
 SINGLE = {"computePool": "cpu", "targetInstances": 2, "image": "kubepool/runtime:dev",
           "entrypoint": {"command": ["python", "-c", "print(1)"]}, "env": [{"name": "A", "value": "1"}]}

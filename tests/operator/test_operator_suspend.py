@@ -17,7 +17,7 @@ from kubepool import naming
 from support.operator_cluster import ROOT, Operator, get_json, mljob, wait_for, wait_phase
 
 JOB_TIMEOUT_S = 180
-SLEEPER = "import time; print('started'); time.sleep(12); print('finished')"
+SLEEPER = "import time; print('started'); time.sleep(25); print('finished')"
 
 
 def _pods(kubectl: Any, namespace: str, job: str) -> list[dict[str, Any]]:

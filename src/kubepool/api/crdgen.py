@@ -17,18 +17,19 @@ from kubepool import naming
 from kubepool.api import common, k8stypes
 from kubepool.api import computepool as cp
 from kubepool.api import mljob as mj
+from kubepool.api import mljob_rules as mr
 from kubepool.api import podsettings as ps
 from kubepool.api.common import Model
 
 # CEL rules by model (schema definition) name; the API server evaluates them on every write.
 RULES: dict[str, list[dict[str, str]]] = {
-    "MLJobSpec": mj.MLJOB_SPEC_RULES,
-    "Entrypoint": mj.ENTRYPOINT_RULES,
-    "ChannelSource": mj.CHANNEL_SOURCE_RULES,
-    "CodeSource": mj.CODE_RULES,
-    "Wheelhouse": mj.WHEELHOUSE_RULES,
-    "OutputLocation": mj.OUTPUT_RULES,
-    "CheckpointLocation": mj.CHECKPOINT_RULES,
+    "MLJobSpec": mr.MLJOB_SPEC_RULES,
+    "Entrypoint": mr.ENTRYPOINT_RULES,
+    "ChannelSource": mr.CHANNEL_SOURCE_RULES,
+    "CodeSource": mr.CODE_RULES,
+    "Wheelhouse": mr.WHEELHOUSE_RULES,
+    "OutputLocation": mr.OUTPUT_RULES,
+    "CheckpointLocation": mr.CHECKPOINT_RULES,
     "ComputePoolSpec": cp.POOL_RULES,
     "Toleration": common.TOLERATION_RULES,
     "EnvVar": ps.ENV_VAR_RULES,
@@ -150,7 +151,7 @@ def _crd(kind: str, plural: str, short: str, scope: str, schema: dict[str, Any],
 
 
 def mljob_crd() -> dict[str, Any]:
-    schema = _root(mj.MLJobSpec, mj.MLJobStatus, mj.MLJob.__doc__ or "", mj.MLJOB_ROOT_RULES)
+    schema = _root(mj.MLJobSpec, mj.MLJobStatus, mj.MLJob.__doc__ or "", mr.MLJOB_ROOT_RULES)
     return _crd(naming.MLJOB_KIND, naming.MLJOB_PLURAL, naming.MLJOB_SHORT, "Namespaced", schema, [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
