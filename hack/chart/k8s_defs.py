@@ -5,7 +5,9 @@ one goes and refuses a misspelt field at `helm install`, instead of the API serv
 
     python hack/chart/k8s_defs.py            # against $KUBECONFIG (e.g. after `kubepool local up`)
 
-Run it after a Kubernetes version bump; tests/chart/test_chart_k8s_values.py fails on drift."""
+It also writes src/kubepool/api/k8s_schemas.json, the same API server's schemas of the types the CRDs take
+(kubepool.api.k8stypes; the same traversal of references). Run it after a Kubernetes version bump;
+tests/chart/test_chart_k8s_values.py and tests/api/test_k8s_types.py fail on drift."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from kubepool.api import k8stypes
 
 SCHEMA = Path(__file__).resolve().parents[2] / "charts" / "kubepool" / "values.schema.json"
 CORE = "io.k8s.api.core.v1."
@@ -43,25 +47,7 @@ def _convert(node: Any) -> Any:
 
 def definitions(openapi: dict[str, Any], roots: tuple[str, ...] = ROOTS) -> dict[str, Any]:
     """The roots and every type they reference, as JSON schema definitions (pure)."""
-    schemas = openapi["components"]["schemas"]
-    out: dict[str, Any] = {}
-    todo = list(roots)
-    while todo:
-        name = todo.pop()
-        if name in out:
-            continue
-        out[name] = _convert(schemas[name])
-        todo += [r.rsplit("/", 1)[1] for r in _refs(schemas[name])]
-    return dict(sorted(out.items()))
-
-
-def _refs(node: Any) -> list[str]:
-    if isinstance(node, list):
-        return [r for n in node for r in _refs(n)]
-    if isinstance(node, dict):
-        own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
-        return own + [r for v in node.values() for r in _refs(v)]
-    return []
+    return {name: _convert(schema) for name, schema in k8stypes.closure(openapi, roots).items()}
 
 
 def live_openapi(kubectl: str = "kubectl", kubeconfig: str | None = None) -> dict[str, Any]:
@@ -70,10 +56,13 @@ def live_openapi(kubectl: str = "kubectl", kubeconfig: str | None = None) -> dic
 
 
 def main() -> int:
+    openapi = live_openapi(os.environ.get("KUBECTL", "kubectl"))
     schema = json.loads(SCHEMA.read_text())
-    schema["definitions"] = definitions(live_openapi(os.environ.get("KUBECTL", "kubectl")))
+    schema["definitions"] = definitions(openapi)
     SCHEMA.write_text(json.dumps(schema, indent=2) + "\n")
     print(f"{SCHEMA}: {len(schema['definitions'])} Kubernetes definitions", file=sys.stderr)
+    k8stypes.SCHEMAS.write_text(json.dumps(k8stypes.closure(openapi), indent=1, sort_keys=True) + "\n")
+    print(f"{k8stypes.SCHEMAS}: the CRDs' Kubernetes types", file=sys.stderr)
     return 0
 
 

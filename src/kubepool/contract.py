@@ -84,6 +84,14 @@ LOG_START_MSG = "--------------------------------\nML job started\n-------------
 LOG_END_MSG = "--------------------------------\nML job finished\n--------------------------------"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_MAX_BYTES = 4096  # Kubernetes truncates longer messages
+# The operator's own volumes and mount points on an instance (pods, KubeRay's templates): a job's volumes and
+# volumeMounts may not take them (the CRD refuses it), or the pod is refused or the runtime reads the user's files.
+KUBEPOOL_DIR = "/opt/kubepool"  # PAYLOAD_DIR, RESULT_DIR, PIP_DIR, OUTPUT_MOUNT, WHEELHOUSE_DIR
+TMP_DIR = "/tmp"
+SHM_DIR = "/dev/shm"
+OPERATOR_MOUNT_DIRS = (CONTRACT_DIR, KUBEPOOL_DIR, DEFAULT_BASE_DIR, TMP_DIR, SHM_DIR, TERMINATION_MESSAGE_PATH)
+OPERATOR_VOLUMES = ("contract", "tmp", "base", "result", "dshm", "payload", "output", "checkpoints", "pip", "wheelhouse")
+OPERATOR_VOLUME_PREFIX = "channel-"  # channel-<index>
 DEFAULT_RAY_TEMP_DIR = "/tmp/ray"
 RAY_READY_FILE = "ray_current_cluster"  # `ray start` writes it into its --temp-dir once the node is up
 DEFAULT_HEAD_LOST_TIMEOUT_SECONDS = 60.0

@@ -23,6 +23,8 @@ LABEL_ROLE = f"{GROUP}/role"  # head | worker
 LABEL_POOL = f"{GROUP}/pool"
 LABEL_ATTEMPT = f"{GROUP}/attempt"  # retry attempt (backoffLimit) that created the pod
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# Kueue's LocalQueue of a job: Kueue creates such a job suspended and admits it by setting spec.suspend false.
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 MANAGED_BY = "kubepool"
 ROLE_HEAD, ROLE_WORKER = "head", "worker"
 # Warm capacity (ComputePool minNodes): placeholder pods carry LABEL_POOL (so instances' anti-affinity treats

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kubepool.api import MLJobSpec
-from kubepool.api.mljob import IMMUTABLE_SPEC, MUTABLE_SPEC
+from kubepool.api.mljob_rules import IMMUTABLE_SPEC, MUTABLE_SPEC
 
 SINGLE = {"computePool": "cpu", "targetInstances": 2, "image": "kubepool/runtime:dev",
           "entrypoint": {"command": ["python", "-c", "print(1)"]}, "env": [{"name": "A", "value": "1"}]}
@@ -39,6 +39,8 @@ def _patch(kubectl: Any, namespace: str, name: str, spec: dict[str, Any]) -> Any
     ({"entrypoint": {"command": ["python", "-c", "print(2)"]}}, "entrypoint"),
     ({"env": [{"name": "A", "value": "2"}]}, "env"), ({"args": ["--x"]}, "args"), ({"backoffLimit": 2}, "backoffLimit"),
     ({"pipRequirements": ["numpy"]}, "pipRequirements"), ({"ray": {"authMode": "disabled"}}, "ray"),
+    ({"serviceAccountName": "trainer"}, "serviceAccountName"), ({"podLabels": {"team": "x"}}, "podLabels"),
+    ({"volumes": [{"name": "scratch", "emptyDir": {}}]}, "volumes"),
 ])
 def test_immutable_fields_are_refused_naming_them(kubectl: Any, crds: None, namespace: str, change: dict[str, Any],
                                                   field: str) -> None:
@@ -69,3 +71,21 @@ def test_instance_groups_keep_names_and_pools_but_not_counts(kubectl: Any, crds:
     assert proc.returncode != 0 and "spec.instanceGroups: Forbidden: instanceGroups (their names, pools" in proc.stderr, proc.stderr
     proc = _patch(kubectl, namespace, "hetero", {"instanceGroups": resized[:1]})
     assert proc.returncode != 0 and "spec.instanceGroups: Forbidden" in proc.stderr, proc.stderr
+
+
+def test_a_groups_pod_settings_cannot_change(kubectl: Any, crds: None, namespace: str) -> None:
+    # A running group's pods would keep the old settings while new instances (a scale-up) got the new ones.
+    _create(kubectl, namespace, "settled", GROUPS)
+    relabelled = [{**GROUPS["instanceGroups"][0], "podLabels": {"team": "x"}}, GROUPS["instanceGroups"][1]]
+    proc = _patch(kubectl, namespace, "settled", {"instanceGroups": relabelled})
+    assert proc.returncode != 0, "accepted a change of a group's podLabels"
+    assert "spec.instanceGroups: Forbidden: instanceGroups[].podLabels cannot change" in proc.stderr, proc.stderr
+
+
+def test_cancel_cannot_be_undone_but_suspend_can(kubectl: Any, crds: None, namespace: str) -> None:
+    _create(kubectl, namespace, "paused", SINGLE)
+    for change in ({"suspend": True}, {"suspend": False}, {"cancel": True}):
+        proc = _patch(kubectl, namespace, "paused", change)
+        assert proc.returncode == 0, f"{change}: {proc.stderr}"
+    proc = _patch(kubectl, namespace, "paused", {"cancel": False})
+    assert proc.returncode != 0 and "spec.cancel: Forbidden: cancel cannot be undone" in proc.stderr, proc.stderr

@@ -83,7 +83,7 @@ def test_argocd_cm_is_rendered_from_the_layout() -> None:
     assert set(cm["data"]) == {f"resource.customizations.{what}.kubepool.dev_{kind}"
                                for what in ("health", "actions") for kind in ("MLJob", "ComputePool")}
     actions = yaml.safe_load(cm["data"]["resource.customizations.actions.kubepool.dev_MLJob"])
-    assert [d["name"] for d in actions["definitions"]] == ["cancel"] and "discovery.lua" in actions
+    assert [d["name"] for d in actions["definitions"]] == ["cancel", "resume", "suspend"] and "discovery.lua" in actions
 
 
 def test_application_installs_the_chart() -> None:

@@ -72,4 +72,5 @@ def test_crds_survive_the_release_and_the_argo_cd_application(package: Path) -> 
         assert member is not None
         annotations = yaml.safe_load(member.read())["metadata"]["annotations"]
         assert annotations["helm.sh/resource-policy"] == "keep"
-        assert set(annotations["argocd.argoproj.io/sync-options"].split(",")) == {"Prune=false", "Delete=false"}
+        assert set(annotations["argocd.argoproj.io/sync-options"].split(",")) == {"Prune=false", "Delete=false",
+                                                                                      "ServerSideApply=true"}

@@ -3,7 +3,7 @@ pod UIDs), invariant checks (no status goes backwards, no duplicated or orphaned
 (operator kill, pod process kill, node-agent kill, apiserver kill) and small manifests.
 
 Phases only move forward: PENDING → RUNNING → DONE/FAILED/CANCELLED; the one allowed step back is a retry
-(reason Retrying, backoffLimit)."""
+(reason Retrying, backoffLimit) or a suspension (reason Suspended)."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ class Recorder:
                     if not b:  # a status not written yet is never seen after one was
                         bad.append(f"{name}: {[(p, r) for _, p, r in seq]}")
                         break
-                    if RANK[b] < RANK[a] and not (a == "RUNNING" and b == "PENDING" and why == "Retrying"):
+                    if RANK[b] < RANK[a] and not (a == "RUNNING" and b == "PENDING" and why in ("Retrying", "Suspended")):
                         bad.append(f"{name}: {[(p, r) for _, p, r in seq]}")
                         break
                     if a in TERMINAL and b != a:

@@ -153,3 +153,24 @@ def test_head_failure_keeps_its_message(kubectl: Any, env: dict[str, Any]) -> No
     assert head["phase"] == "Failed" and head["exitCode"] != 0
     wait_for(lambda: "boom" not in _rayclusters(kubectl, ns), 60, "the RayCluster deleted after FAILED")
     wait_for(lambda: not _pods(kubectl, ns, "boom"), 120, "the failed job's pods released and gone")
+
+
+def test_pod_settings_reach_kuberays_pods_and_suspend_deletes_the_cluster_until_resumed(
+        kubectl: Any, env: dict[str, Any]) -> None:
+    ns = env["ns"]
+    _apply(kubectl, ns, mljob("pause", computePool=env["pool"], targetInstances=1, backend="kuberay",
+                              entrypoint={"file": "sleep.py"}, args=["20"], code={"configMap": "payload"},
+                              instancesTimeoutSeconds=240, podLabels={"team": "ray"},
+                              podAnnotations={"example.com/owner": "ml"}))
+    st = wait_phase(kubectl, ns, "pause", {"RUNNING", "DONE", "FAILED"}, JOB_TIMEOUT_S, env["op"])
+    assert st["phase"] == "RUNNING", st
+    [head] = _pods(kubectl, ns, "pause")
+    assert head["metadata"]["labels"]["team"] == "ray" and head["metadata"]["annotations"]["example.com/owner"] == "ml"
+    kubectl("patch", "mljob", "pause", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}', check=True)
+    wait_for(lambda: (get_json(kubectl, ns, "mljob", "pause").get("status") or {}).get("reason") == "Suspended", 60,
+             "the job suspended")
+    wait_for(lambda: "pause" not in _rayclusters(kubectl, ns), 90, "the RayCluster deleted while suspended")
+    wait_for(lambda: not _pods(kubectl, ns, "pause"), 120, "KubeRay's pods gone while suspended")
+    kubectl("patch", "mljob", "pause", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}', check=True)
+    st = wait_phase(kubectl, ns, "pause", {"DONE", "FAILED"}, JOB_TIMEOUT_S, env["op"])
+    assert (st["phase"], st["attempt"], st["suspendedAttempts"]) == ("DONE", 1, 1), st

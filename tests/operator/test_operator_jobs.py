@@ -234,7 +234,7 @@ def test_head_failure_fails_with_its_message(kubectl: Any, namespace: str, opera
     assert "HeadFailed" in events_of(kubectl, namespace, "broken")
 
 
-def test_pool_appears_later_then_suspend_cancels(kubectl: Any, namespace: str, operator: Operator, apply: Any,
+def test_pool_appears_later_then_cancel_cancels(kubectl: Any, namespace: str, operator: Operator, apply: Any,
                                                  compute_pool: Any, payload: str) -> None:
     apply(mljob("waiting", **spec("op-later-pool", "sleep.py", "60")))
     st = wait_phase(kubectl, namespace, "waiting", {"PENDING"}, 30, operator)
@@ -246,9 +246,9 @@ def test_pool_appears_later_then_suspend_cancels(kubectl: Any, namespace: str, o
     kubectl("apply", "-f", "-", input=yaml.safe_dump(later), check=True)
     try:
         wait_for(lambda: pods_of(kubectl, namespace, "waiting"), 30, "the job admitted once its pool exists")
-        kubectl("patch", "mljob", "waiting", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}', check=True)
+        kubectl("patch", "mljob", "waiting", "-n", namespace, "--type=merge", "-p", '{"spec":{"cancel":true}}', check=True)
         st = wait_phase(kubectl, namespace, "waiting", {"CANCELLED"}, 30, operator)
-        assert st["reason"] == "Suspended"
+        assert st["reason"] == "Cancelled"
         wait_for(lambda: all(p["metadata"].get("deletionTimestamp") for p in pods_of(kubectl, namespace, "waiting")),
                  30, "pods terminating")
     finally:

@@ -23,8 +23,8 @@ def test_second_replica_pauses(kubectl: Any, cluster: Any, crds: None, namespace
         assert len(paused) == 1
         active = second if paused[0] is first else first
         pool = compute_pool("cpu", max_nodes=1)
-        # A suspended job ends CANCELLED without pods: only the handler's work is observed.
-        apply(mljob("peered", computePool=pool, entrypoint={"file": "x.py"}, suspend=True))
+        # A cancelled job ends CANCELLED without pods: only the handler's work is observed.
+        apply(mljob("peered", computePool=pool, entrypoint={"file": "x.py"}, cancel=True))
         wait_phase(kubectl, namespace, "peered", {"CANCELLED"}, 60, active)
         wait_for(lambda: "Handler 'reconcile_mljob' succeeded" in active.logs(), 30, "the active replica's handler")
         assert "Handler 'reconcile_mljob'" not in paused[0].logs(), paused[0].logs()[-3000:]

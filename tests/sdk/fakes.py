@@ -98,7 +98,7 @@ class FakeKube:
     def patch_job(self, name: str, patch: dict[str, Any], namespace: str | None = None) -> MLJob:
         key = (namespace or self.namespace, name)
         job = self.jobs[key]
-        spec = job.spec.model_copy(update={"suspend": patch["spec"]["suspend"]})
+        spec = job.spec.model_copy(update=dict(patch["spec"]))
         self.jobs[key] = job.model_copy(update={"spec": spec})
         return self.jobs[key]
 

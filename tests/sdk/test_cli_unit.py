@@ -71,8 +71,12 @@ def test_submit_list_status_logs_cancel(fake_kube: FakeKube, script: Path, capsy
     assert capsys.readouterr().out == "kubepool[1]: worker line\n"
     assert cli.main(["logs", "j1", "--instance", "1", "--verbose"]) == 0
     assert capsys.readouterr().out == "Local node IP: 127.0.0.2\nkubepool[1]: worker line\n"
-    assert cli.main(["cancel", "j1"]) == 0
+    assert cli.main(["suspend", "j1"]) == 0
     assert fake_kube.jobs[("team", "j1")].spec.suspend is True
+    assert cli.main(["resume", "j1"]) == 0
+    assert fake_kube.jobs[("team", "j1")].spec.suspend is False
+    assert cli.main(["cancel", "j1"]) == 0
+    assert fake_kube.jobs[("team", "j1")].spec.cancel is True
 
 
 def test_wait_exit_codes(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -169,7 +169,7 @@ def test_cancel_list_get_delete(fake_kube: FakeKube, script: Path) -> None:
     a = jobs.submit_file(script, "cpu", name="a")
     jobs.submit_file(script, "cpu", name="b", target_instances=2)
     a.cancel()
-    assert fake_kube.jobs[("team", "a")].spec.suspend is True
+    assert fake_kube.jobs[("team", "a")].spec.cancel is True and fake_kube.jobs[("team", "a")].spec.suspend is False
     table = jobs.list_jobs()
     assert isinstance(table, pd.DataFrame)
     assert list(table["name"]) == ["b", "a"] and list(table["instances"]) == ["0/2", "0/1"]

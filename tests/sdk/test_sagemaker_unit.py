@@ -94,7 +94,8 @@ def test_heterogeneous_job(fake_kube: FakeKube, entry: str) -> None:
     assert est.latest_training_job is job
     spec = fake_kube.jobs[("team", job.name)].wire()["spec"]
     assert spec["mode"] == "sagemaker"
-    assert spec["instanceGroups"] == [
+    keys = ("name", "computePool", "instanceCount", "instanceType")
+    assert [{k: g[k] for k in keys} for g in spec["instanceGroups"]] == [
         {"name": "instance_group_1", "computePool": "big-cpu", "instanceCount": 2, "instanceType": "ml.c5.18xlarge"},
         {"name": "instance_group_2", "computePool": "a-gpu", "instanceCount": 1, "instanceType": "ml.p3dn.24xlarge"},
     ]  # the SageMaker types the script will read (SM_CURRENT_INSTANCE_TYPE), each on the pool of its family
@@ -141,3 +142,12 @@ def test_retries_and_checkpoints_reach_the_spec(fake_kube: FakeKube, entry: str)
         Estimator(entry, instance_type="cpu", instance_count=1, checkpoint_local_path="/data/ckpt")
     with pytest.raises(ValueError, match="max_retry_attempts must be between 0 and 10"):
         Estimator(entry, instance_type="cpu", instance_count=1, max_retry_attempts=11)
+
+
+def test_role_is_the_service_account_and_environment_the_env(fake_kube: FakeKube, entry: str) -> None:
+    job = Estimator(entry, instance_type="cpu", instance_count=1, role="trainer",
+                    environment={"MODE": "fast"}).fit(wait=False)
+    spec = fake_kube.jobs[("team", job.name)].wire()["spec"]
+    assert spec["serviceAccountName"] == "trainer" and spec["env"] == [{"name": "MODE", "value": "fast"}]
+    with pytest.raises(ValueError, match="name a ServiceAccount .*eks.amazonaws.com/role-arn"):
+        Estimator(entry, instance_type="cpu", instance_count=1, role="arn:aws:iam::123456789012:role/train")

@@ -88,7 +88,7 @@ def test_wait_timeout_cancel_list_delete(kubectl: Any, namespace: str, pool: str
     rows = json.loads(_cli_json(capsys, ["list", "-n", namespace, "-o", "json"]))
     assert [(r["name"], r["status"], r["pool"]) for r in rows] == [("idle", "PENDING", pool)]
     assert cli.main(["cancel", f"{namespace}/idle"]) == 0
-    assert kubectl.json("get", "mljob", "idle", "-n", namespace)["spec"]["suspend"] is True
+    assert kubectl.json("get", "mljob", "idle", "-n", namespace)["spec"]["cancel"] is True
     jobs.delete_job(job)
     assert cli.main(["status", "idle", "-n", namespace]) == 3
 

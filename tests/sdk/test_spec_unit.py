@@ -82,3 +82,16 @@ def test_invalid_fields_name_the_field() -> None:
     with pytest.raises(ValueError, match="must be less than or equal"):
         build_mljob(name="x", namespace="n", entrypoint=Entrypoint(file="a.py"), compute_pool="cpu",
                     target_instances=2, min_instances=3)
+
+
+def test_spec_overrides_set_pod_settings_and_are_validated() -> None:
+    secret_env = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    job = build_mljob(name="train", namespace="ns", entrypoint=Entrypoint(file="main.py"), compute_pool="cpu",
+                      env_vars={"A": 1}, spec_overrides={"serviceAccountName": "trainer", "env": [secret_env],
+                                                         "podLabels": {"team": "x"}})
+    spec = job.wire()["spec"]
+    assert spec["serviceAccountName"] == "trainer" and spec["podLabels"] == {"team": "x"}
+    assert spec["env"] == [{**secret_env, "value": ""}] and spec["computePool"] == "cpu"
+    with pytest.raises(ValueError, match="invalid job train: serviceAccountName"):
+        build_mljob(name="train", namespace="ns", entrypoint=Entrypoint(file="main.py"), compute_pool="cpu",
+                    spec_overrides={"serviceAccountName": "Not A Name"})

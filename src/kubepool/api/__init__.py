@@ -15,7 +15,6 @@ from kubepool.api.mljob import (
     ChannelSource,
     CodeSource,
     Entrypoint,
-    EnvVar,
     InstanceGroup,
     InstanceStatus,
     JobPhase,
@@ -23,10 +22,11 @@ from kubepool.api.mljob import (
     MLJobSpec,
     MLJobStatus,
 )
+from kubepool.api.podsettings import EnvVar, PodSettings
 
 __all__ = [
     "FAMILIES", "Backend", "Channel", "ChannelSource", "CodeSource", "ComputePool", "ComputePoolSpec",
     "ComputePoolStatus", "Condition", "ConditionStatus", "Entrypoint", "EnvVar", "FamilySize", "InstanceFamily",
     "InstanceGroup", "InstanceResources", "InstanceStatus", "JobPhase", "MLJob", "MLJobSpec", "MLJobStatus",
-    "PoolPhase", "Toleration",
+    "PodSettings", "PoolPhase", "Toleration",
 ]

@@ -14,29 +14,35 @@ from typing import Any
 import yaml
 
 from kubepool import naming
-from kubepool.api import common
+from kubepool.api import common, k8stypes
 from kubepool.api import computepool as cp
 from kubepool.api import mljob as mj
+from kubepool.api import mljob_rules as mr
+from kubepool.api import podsettings as ps
 from kubepool.api.common import Model
 
 # CEL rules by model (schema definition) name; the API server evaluates them on every write.
 RULES: dict[str, list[dict[str, str]]] = {
-    "MLJobSpec": mj.MLJOB_SPEC_RULES,
-    "Entrypoint": mj.ENTRYPOINT_RULES,
-    "ChannelSource": mj.CHANNEL_SOURCE_RULES,
-    "CodeSource": mj.CODE_RULES,
-    "Wheelhouse": mj.WHEELHOUSE_RULES,
-    "OutputLocation": mj.OUTPUT_RULES,
-    "CheckpointLocation": mj.CHECKPOINT_RULES,
+    "MLJobSpec": mr.MLJOB_SPEC_RULES,
+    "Entrypoint": mr.ENTRYPOINT_RULES,
+    "ChannelSource": mr.CHANNEL_SOURCE_RULES,
+    "CodeSource": mr.CODE_RULES,
+    "Wheelhouse": mr.WHEELHOUSE_RULES,
+    "OutputLocation": mr.OUTPUT_RULES,
+    "CheckpointLocation": mr.CHECKPOINT_RULES,
     "ComputePoolSpec": cp.POOL_RULES,
     "Toleration": common.TOLERATION_RULES,
+    "EnvVar": ps.ENV_VAR_RULES,
 }
 _DROP = {"title", "$defs"}
 
 
 # Deleting a release or an Argo CD Application must never delete the CRDs (and with them every MLJob and
 # ComputePool in the cluster): Helm's keep policy, and Argo CD's own, which does not read Helm's.
-KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false"}
+# The MLJob CRD carries Kubernetes' pod types (volumes, affinity) and is larger than the 256 KiB
+# last-applied annotation of a client-side apply: Argo CD applies it server-side, as the docs tell kubectl users to.
+KEEP = {"helm.sh/resource-policy": "keep",
+        "argocd.argoproj.io/sync-options": "Prune=false,Delete=false,ServerSideApply=true"}
 
 
 def _clean(node: Any, defs: dict[str, Any]) -> Any:
@@ -45,6 +51,10 @@ def _clean(node: Any, defs: dict[str, Any]) -> Any:
     if not isinstance(node, dict):
         return node
     node = dict(node)
+    if k8stypes.MARK in node:  # a Kubernetes type: the API server's own schema, keeping the field's description
+        inline = k8stypes.structural(node.pop(k8stypes.MARK))
+        node = {**inline, **{k: v for k, v in node.items() if k in ("description", "x-kubernetes-validations")}}
+        return node
     if "$ref" in node:  # inline, keeping sibling keys (description, extras) over the target's
         name = node.pop("$ref").rsplit("/", 1)[-1]
         target = dict(defs[name])
@@ -141,7 +151,7 @@ def _crd(kind: str, plural: str, short: str, scope: str, schema: dict[str, Any],
 
 
 def mljob_crd() -> dict[str, Any]:
-    schema = _root(mj.MLJobSpec, mj.MLJobStatus, mj.MLJob.__doc__ or "", mj.MLJOB_ROOT_RULES)
+    schema = _root(mj.MLJobSpec, mj.MLJobStatus, mj.MLJob.__doc__ or "", mr.MLJOB_ROOT_RULES)
     return _crd(naming.MLJOB_KIND, naming.MLJOB_PLURAL, naming.MLJOB_SHORT, "Namespaced", schema, [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},

@@ -1,6 +1,6 @@
 """MLJob: one logical job of N instances (instance 0 is the head), on one compute pool or on several
 SageMaker-style instance groups with input channels. Pure pydantic: the CRD is generated from it, and the
-cross-field rules below become CEL `x-kubernetes-validations` so `kubectl apply` refuses bad specs."""
+cross-field rules of mljob_rules.py become CEL `x-kubernetes-validations` so `kubectl apply` refuses bad specs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from kubepool.api.common import (
     Condition,
     Model,
 )
-from kubepool.contract import OPERATOR_ENV, Distribution, InputMode, RunMode
+from kubepool.api.podsettings import PodSettings
+from kubepool.contract import Distribution, InputMode, RunMode
 
 MAX_INSTANCES = 1000
 MAX_GROUPS = 5
@@ -28,7 +29,6 @@ MAX_GROUPS = 5
 # its name lowercased with '_' as '-' (naming.dns_label), and `a_` or `a__b` would collide there with `a` or `a-b`.
 GROUP_NAME_PATTERN = r"^[A-Za-z0-9]+([_-][A-Za-z0-9]+)*$"
 CHANNEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 REL_PATH_RULE: JsonDict = {"rule": "!self.startsWith('/') && !self.split('/').exists(p, p == '..')", "message": "must be a relative path without '..'"}
 # A key becomes the variable SM_HP_<KEY> of every instance: no '=' (or the runtime cannot start the payload).
 HP_KEY_RULE: JsonDict = {"rule": "self.all(k, size(k) >= 1 && size(k) <= 256 && !k.contains('='))",
@@ -39,8 +39,10 @@ NO_DOTDOT_RULE: JsonDict = {"rule": "!self.split('/').exists(p, p == '..')", "me
 SAGEMAKER_TYPE_PATTERN = r"^ml\.[a-z0-9-]+\.[a-z0-9]+$"
 
 
-class InstanceGroup(Model):
-    """A SageMaker-style instance group: `count` instances on one compute pool."""
+class InstanceGroup(PodSettings):
+    """A SageMaker-style instance group: `count` instances on one compute pool, with its own pod settings merged
+    over the job's (env, envFrom, volumes, volumeMounts, serviceAccountName, podLabels, podAnnotations, affinity,
+    tolerations, priorityClassName)."""
 
     name: str = Field(pattern=GROUP_NAME_PATTERN, max_length=40, description="Group name, unique in the job (e.g. instance_group_1); '_' or '-' only between letters or digits.")
     compute_pool: str = Field(pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool the group's instances run on.")
@@ -148,13 +150,6 @@ class CodeSource(Model):
     persistent_volume_claim: PvcSource | None = Field(None, description="A claim holding the code (for payloads too large for a ConfigMap).")
 
 
-class EnvVar(Model):
-    """An environment variable of every instance."""
-
-    name: str = Field(pattern=ENV_NAME_PATTERN, max_length=SHORT_STR, description="Variable name.")
-    value: str = Field("", max_length=32768, description="Literal value (never interpreted by a shell).")
-
-
 class Backend(StrEnum):
     PODS = "pods"
     KUBERAY = "kuberay"
@@ -167,8 +162,10 @@ class RaySpec(Model):
     dashboard: bool = Field(True, description="Run Ray's dashboard on the head (get_ray_dashboard_url). Off, the head skips loading it: about 1.5 s sooner to the payload on a small node.")
 
 
-class MLJobSpec(Model):
-    """Desired state of an MLJob."""
+class MLJobSpec(PodSettings):
+    """Desired state of an MLJob. Its pod settings (env, envFrom, volumes, volumeMounts, serviceAccountName,
+    podLabels, podAnnotations, affinity, tolerations, priorityClassName) apply to every instance; an instance
+    group's merge over them."""
 
     compute_pool: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ComputePool of every instance (single-pool form; excludes instanceGroups).")
     target_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description="Instances to start (default 1; with instanceGroups: the sum of the counts).")
@@ -180,7 +177,6 @@ class MLJobSpec(Model):
     entrypoint: Entrypoint = Field(description="What to run.")
     args: list[str] = Field(default_factory=list, max_length=256, json_schema_extra={"items": {"type": "string", "maxLength": LONG_STR}}, description="Arguments passed to the entrypoint, never through a shell.")
     working_dir: str | None = Field(None, max_length=SHORT_STR, json_schema_extra={"x-kubernetes-validations": [NO_DOTDOT_RULE]}, description="Working directory (default: the payload directory).")
-    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Environment of every instance.")
     code: CodeSource | None = Field(None, description="Where the payload comes from.")
     pip_requirements: list[str] = Field(default_factory=list, max_length=128, json_schema_extra={"items": {"type": "string", "maxLength": SHORT_STR, "pattern": "^[A-Za-z0-9]"}}, description="pip requirements (each a requirement, never a pip option: it starts with a letter or digit) every instance installs before anything starts, into a job-private location (never the image's environment); from pipOptions' index or wheelhouse, else the operator's. A failed install FAILS the job with reason PipInstallFailed.")
     instance_type: str | None = Field(None, pattern=SAGEMAKER_TYPE_PATTERN, max_length=64, description="SageMaker instance type of the computePool form (ml.c5.xlarge), written into resourceconfig.json and SM_CURRENT_INSTANCE_TYPE; default the pool's instance family. With instanceGroups, set it per group.")
@@ -196,7 +192,16 @@ class MLJobSpec(Model):
     active_deadline_seconds: int | None = Field(None, ge=1, le=31536000, description="The job FAILS (DeadlineExceeded) after this many seconds since it started.")
     backoff_limit: int = Field(0, ge=0, le=10, description="Times a failed job is retried from scratch before it FAILS.")
     ttl_seconds_after_finished: int | None = Field(None, ge=0, le=31536000, description="Delete the finished job (and its pods) after this many seconds.")
-    suspend: bool = Field(False, description="Suspending a job cancels it: pods are removed, the phase becomes CANCELLED.")
+    suspend: bool = Field(False, description=(
+        "Pause the job, as with Job, JobSet and RayJob: its pods are deleted and its pools' capacity released at "
+        "once; it stays PENDING with reason Suspended and the condition Suspended. Set back to false, it joins the "
+        "end of its pools' first-in-first-out queue and runs from scratch (a new attempt, which backoffLimit does "
+        "not count). Created suspended, it starts nothing until resumed: the contract of a queue manager such as "
+        "Kueue, whose admission sets it false (a job labelled kueue.x-k8s.io/queue-name is created suspended by "
+        "Kueue's webhook or a MutatingAdmissionPolicy; docs/install.md)."))
+    cancel: bool = Field(False, description=(
+        "Cancel the job for good: its pods are deleted and it becomes CANCELLED (reason Cancelled). "
+        "It cannot be set back to false (to pause a job instead, use suspend)."))
 
     def resolved_target(self) -> int:
         if self.instance_groups:
@@ -219,7 +224,7 @@ class JobPhase(StrEnum):
         return self in (JobPhase.DONE, JobPhase.FAILED, JobPhase.CANCELLED)
 
 
-JOB_CONDITION_TYPES = ("Admitted", "InstancesReady", "Complete", "Failed")  # what the operator writes, in order
+JOB_CONDITION_TYPES = ("Admitted", "InstancesReady", "Complete", "Failed", "Suspended")  # what the operator writes, in order
 
 
 class InstanceStatus(Model):
@@ -254,7 +259,10 @@ class MLJobStatus(Model):
     admitted_at: datetime | None = Field(None, description="When capacity was granted (the instances timeout counts from here).")
     start_time: datetime | None = Field(None, description="When the payload started (RUNNING).")
     completion_time: datetime | None = Field(None, description="When the job finished.")
-    attempt: int = Field(0, description="Retry attempt (backoffLimit).")
+    attempt: int = Field(0, description="Attempt: a retry (backoffLimit) or a resume after a suspension starts a new one.")
+    suspended_attempts: int = Field(0, description="Attempts a suspension ended: backoffLimit does not count them.")
+    queued_at: datetime | None = Field(None, description="When the job last joined its pools' first-in-first-out "
+                                       "queue after a suspension (unset: its creation time is its place).")
     ray_dashboard: str | None = Field(None, description="Ray dashboard address inside the cluster.")
     outputs: JobOutputs | None = Field(None, description="Where the outputs are kept (spec.output), once the job is DONE.")
 
@@ -267,82 +275,3 @@ class MLJob(Model):
     metadata: dict = Field(default_factory=dict)
     spec: MLJobSpec
     status: MLJobStatus | None = None
-
-
-_GROUP_KEY = "{v}.lowerAscii().replace('_', '-')"
-MLJOB_SPEC_RULES = [
-    {"rule": "has(self.computePool) != has(self.instanceGroups)", "message": "set exactly one of computePool or instanceGroups"},
-    {"rule": "!has(self.instanceGroups) || !has(self.instanceType)", "message": "with instanceGroups, set instanceType per group",
-     "fieldPath": ".instanceType"},
-    {"rule": "!has(self.instanceGroups) || !has(self.targetInstances)", "message": "targetInstances is the sum of instanceGroups[].instanceCount; do not set it with instanceGroups"},
-    {"rule": "!has(self.minInstances) || (has(self.instanceGroups) ? self.minInstances <= self.instanceGroups.map(g, g.instanceCount).sum() : self.minInstances <= (has(self.targetInstances) ? self.targetInstances : 1))",
-     "message": "minInstances must not exceed targetInstances"},
-    {"rule": "!has(self.instanceGroups) || self.instanceGroups.all(g, self.instanceGroups.exists_one(h, "
-             + _GROUP_KEY.format(v="h.name") + " == " + _GROUP_KEY.format(v="g.name") + "))",
-     "message": "instanceGroups names must be unique (case and '_'/'-' are ignored)"},
-    {"rule": "!has(self.instanceGroups) || self.instanceGroups.map(g, g.instanceCount).sum() <= " + str(MAX_INSTANCES),
-     "message": f"instanceGroups[].instanceCount must sum to at most {MAX_INSTANCES}", "fieldPath": ".instanceGroups"},
-    {"rule": "!has(self.channels) || self.channels.all(c, self.channels.exists_one(d, d.name.lowerAscii() == c.name.lowerAscii()))",
-     "message": "channel names must be unique (case is ignored: each is SM_CHANNEL_<NAME>)", "fieldPath": ".channels"},
-    {"rule": "!has(self.env) || !self.env.exists(e, e.name in " + repr(list(OPERATOR_ENV)) + ")",
-     "message": "env must not set a variable the operator sets (" + ", ".join(OPERATOR_ENV) + ")", "fieldPath": ".env"},
-    {"rule": "!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name))", "message": "env names must be unique",
-     "fieldPath": ".env"},
-    {"rule": "!has(self.distributionInstanceGroups) || size(self.distributionInstanceGroups) == 0 || self.mode == 'sagemaker'",
-     "message": "distributionInstanceGroups takes effect only with mode sagemaker", "fieldPath": ".distributionInstanceGroups"},
-    {"rule": "!has(self.channels) || self.channels.all(c, has(c.instanceGroups) && size(c.instanceGroups) > 0) || self.channels.all(c, !has(c.instanceGroups) || size(c.instanceGroups) == 0)",
-     "message": "if one channel names instanceGroups, every channel must"},
-    {"rule": "!has(self.channels) || self.channels.all(c, !has(c.instanceGroups) || c.instanceGroups.all(n, has(self.instanceGroups) && self.instanceGroups.exists(g, g.name == n)))",
-     "message": "channels[].instanceGroups must name groups of spec.instanceGroups"},
-    {"rule": "!has(self.distributionInstanceGroups) || self.distributionInstanceGroups.all(n, has(self.instanceGroups) && self.instanceGroups.exists(g, g.name == n))",
-     "message": "distributionInstanceGroups must name groups of spec.instanceGroups"},
-    {"rule": "!has(self.channels) || self.channels.all(c, c.distribution != 'ShardedByS3Key' || has(c.source.s3))",
-     "message": "ShardedByS3Key needs an s3 source"},
-    {"rule": "!has(self.channels) || !self.channels.exists(c, c.distribution == 'ShardedByS3Key') || !has(self.minInstances) || "
-             "self.minInstances == (has(self.instanceGroups) ? self.instanceGroups.map(g, g.instanceCount).sum() "
-             ": (has(self.targetInstances) ? self.targetInstances : 1))",
-     "message": "a ShardedByS3Key channel needs every instance: minInstances must equal the instance count "
-                "(the shards of instances that never start would go unread)", "fieldPath": ".minInstances"},
-]
-# What may change after creation, as in Job and JobSet: suspend (cancel), the instance counts (scale_cluster,
-# `kubectl scale`), minInstances, and the time limits. Anything else would be silently ignored by a job that
-# already runs: refused at apply instead, naming the field.
-MUTABLE_SPEC = ("suspend", "targetInstances", "minInstances", "ttlSecondsAfterFinished", "activeDeadlineSeconds")
-IMMUTABLE_SPEC = ("computePool", "instancesTimeoutSeconds", "channels", "image", "entrypoint", "args", "workingDir", "env",
-                  "code", "pipRequirements", "pipOptions", "output", "checkpoint", "instanceType", "hyperParameters", "mode", "distributionInstanceGroups", "backend", "ray",
-                  "backoffLimit")
-_AFTER = "cannot change after the job is created (delete and re-create the job)"
-MLJOB_SPEC_RULES += [
-    {"rule": f"has(self.{f}) == has(oldSelf.{f}) && (!has(self.{f}) || self.{f} == oldSelf.{f})",
-     "message": f"{f} {_AFTER}", "fieldPath": f".{f}", "reason": "FieldValueForbidden"}
-    for f in IMMUTABLE_SPEC
-] + [
-    {"rule": "has(self.instanceGroups) == has(oldSelf.instanceGroups) && (!has(self.instanceGroups) || "
-             "self.instanceGroups.map(g, g.name + '/' + g.computePool) == oldSelf.instanceGroups.map(g, g.name + '/' + g.computePool))",
-     "message": f"instanceGroups (their names, pools and order; instanceCount may change) {_AFTER}",
-     "fieldPath": ".instanceGroups", "reason": "FieldValueForbidden"},
-]
-ENTRYPOINT_RULES = [
-    {"rule": "(has(self.file) ? 1 : 0) + (has(self.module) ? 1 : 0) + (has(self.command) ? 1 : 0) == 1", "message": "set exactly one of file, module or command"},
-    {"rule": "!has(self.function) || has(self.file)", "message": "function needs file"},
-]
-CHANNEL_SOURCE_RULES = [
-    {"rule": "(has(self.s3) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.configMap) ? 1 : 0) == 1",
-     "message": "set exactly one of s3, persistentVolumeClaim or configMap"},
-]
-CHECKPOINT_RULES = [
-    {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},
-]
-OUTPUT_RULES = [
-    {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},
-]
-WHEELHOUSE_RULES = [
-    {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
-]
-CODE_RULES = [
-    {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
-]
-MLJOB_ROOT_RULES = [
-    {"rule": "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",
-     "message": "MLJob names must be DNS labels of at most 40 characters (they prefix pod and Service names)"},
-]

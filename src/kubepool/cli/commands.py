@@ -274,8 +274,8 @@ def run(args: argparse.Namespace, script_args: list[str]) -> int:
     job = _job(args)
     if args.command == "wait":
         return wait(job, args.timeout)
-    if args.command == "cancel":
-        job.cancel()
+    if args.command in ("cancel", "suspend", "resume"):
+        getattr(job, args.command)()
     else:
         job.kube.delete_job(job.name, job.namespace)
     print(f"{job.id}: {args.command} requested")

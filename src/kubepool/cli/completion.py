@@ -8,7 +8,7 @@ import argparse
 import shlex
 
 # Subcommands whose positional argument is a job, and options whose value is a pool.
-JOB_COMMANDS = ("status", "logs", "wait", "cancel", "delete")
+JOB_COMMANDS = ("status", "logs", "wait", "cancel", "suspend", "resume", "delete")
 POOL_OPTIONS = ("--pool",)
 
 

@@ -65,7 +65,10 @@ def build() -> argparse.ArgumentParser:
     w.add_argument("job", metavar="JOB")
     w.add_argument("--timeout", type=float, default=-1, help="seconds (exit 124 after; default forever)")
 
-    for name, text in (("cancel", "cancel a job (its pods are removed)"), ("delete", "delete a job and its logs")):
+    for name, text in (("cancel", "cancel a job for good (its pods are removed)"),
+                       ("suspend", "pause a job: its pods are removed and its capacity released until resume"),
+                       ("resume", "run a suspended job again, from scratch, once it gets capacity"),
+                       ("delete", "delete a job and its logs")):
         c = sub.add_parser(name, parents=[common], help=text)
         c.add_argument("job", metavar="JOB")
 

@@ -18,7 +18,7 @@ from kubepool.controller import admission, metrics
 from kubepool.controller.builders.common import placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets
 from kubepool.controller.jobchildren import apply_plan, release_pods
-from kubepool.controller.jobstatus import API_REFUSED, Observed, compute_job_status
+from kubepool.controller.jobstatus import API_REFUSED, SUSPENDED, Observed, compute_job_status
 from kubepool.controller.leader import LeadershipLost
 from kubepool.controller.observed import PodView
 from kubepool.controller.plan import plan_job
@@ -82,7 +82,10 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
     finished = prev is not None and prev.phase is not None and prev.phase.finished
     kuberay = backend is Backend.KUBERAY and not finished and await op.api.crd_exists(RAYCLUSTER_CRD)
 
-    admitting = prev is None or prev.admitted_at is None and not finished
+    # A suspended job takes no decision (it holds and asks nothing); nor does one just resumed: that pass only
+    # records its new place at the end of the queue (queuedAt), and the next one decides from there.
+    paused = job.spec.suspend or job.spec.cancel or (prev is not None and prev.reason == SUSPENDED)
+    admitting = (prev is None or prev.admitted_at is None and not finished) and not paused
     # Before anything is created: the channels' credential Secrets must opt in (metadata only, never the data).
     credentials = {s: await op.api.labels_of("v1", "Secret", key[0], s) for s in credentials_secrets(job)} if admitting else {}
 
@@ -91,7 +94,8 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
                                                 kuberay_installed=kuberay, credentials=credentials,
                                                 refused=op.children.refused.get(job.metadata.get("uid", ""), "")))
 
-    resized = not admitting and not finished and prev is not None and len(placement_of(job)) != len(prev.instances)
+    resized = (not admitting and not finished and not paused and prev is not None
+               and len(placement_of(job)) != len(prev.instances))
     if not admitting and not resized:
         new = status()
         await op.status.write(key, job, new)
@@ -131,7 +135,8 @@ def _holds_capacity(st: MLJobStatus | None) -> bool:
 
 
 def _waiting(st: MLJobStatus | None) -> bool:
-    return st is None or st.admitted_at is None and not (st.phase is not None and st.phase.finished)
+    return st is None or (st.admitted_at is None and not (st.phase is not None and st.phase.finished)
+                          and st.reason != SUSPENDED)
 
 
 def _queue_moved(prev: MLJobStatus | None, new: MLJobStatus) -> bool:

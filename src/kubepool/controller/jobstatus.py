@@ -16,6 +16,7 @@ from kubepool.controller.builders.common import placement_of
 from kubepool.controller.builders.jobcontract import output_target
 from kubepool.controller.jobsteps import (
     API_REFUSED,
+    CANCELLED,
     COMPLETED,
     CREDENTIALS_NOT_ALLOWED,
     DEADLINE_EXCEEDED,
@@ -26,6 +27,7 @@ from kubepool.controller.jobsteps import (
     INSTANCES_UNAVAILABLE,
     KUBERAY_NOT_INSTALLED,
     MESSAGE_MAX,
+    RESUMED,
     RETRYING,
     SUSPENDED,
     TERMINATING,
@@ -38,24 +40,29 @@ from kubepool.controller.jobsteps import (
 
 # The reasons (status.reason and Event reasons) and Observed are part of this module's face.
 __all__ = [
-    "API_REFUSED", "COMPLETED", "CREDENTIALS_NOT_ALLOWED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
-    "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RETRYING", "SUSPENDED", "TERMINATING", "WAITING_FOR_INSTANCES",
+    "API_REFUSED", "CANCELLED", "COMPLETED", "CREDENTIALS_NOT_ALLOWED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
+    "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RESUMED", "RETRYING", "SUSPENDED", "TERMINATING", "WAITING_FOR_INSTANCES",
     "Observed", "compute_job_status", "decisive", "first_admitted", "status_changed",
 ]
 
 
 def _conditions(prev: Sequence[Condition], st: MLJobStatus, ready_ok: bool, now: datetime,
                 generation: int | None) -> list[Condition]:
-    """Admitted, InstancesReady, Complete, Failed; a condition keeps its transition time while unchanged."""
+    """Admitted, InstancesReady, Complete, Failed, Suspended; a condition keeps its transition time while
+    unchanged. Suspended as in Job: True while paused, False once resumed (reason Resumed)."""
     phase = st.phase
+    old = {c.type: c for c in prev}
+    suspended = st.reason == SUSPENDED and phase is JobPhase.PENDING
+    was = old.get("Suspended")
+    resumed = was is not None and (was.status == ConditionStatus.TRUE or was.reason == RESUMED)
     want = [
         ("Admitted", st.admitted_at is not None, "Admitted" if st.admitted_at else (st.reason or "Pending")),
         ("InstancesReady", ready_ok, INSTANCES_READY if ready_ok else WAITING_FOR_INSTANCES),
         ("Complete", phase is JobPhase.DONE, COMPLETED if phase is JobPhase.DONE else "NotComplete"),
         ("Failed", phase in (JobPhase.FAILED, JobPhase.CANCELLED),
          (st.reason or "Failed") if phase in (JobPhase.FAILED, JobPhase.CANCELLED) else "NotFailed"),
+        ("Suspended", suspended, SUSPENDED if suspended else RESUMED if resumed else "NotSuspended"),
     ]
-    old = {c.type: c for c in prev}
     out = []
     for ctype, true, reason in want:
         status = ConditionStatus.TRUE if true else ConditionStatus.FALSE
@@ -117,6 +124,6 @@ def decisive(st: MLJobStatus) -> tuple[Any, ...]:
     instances and every condition's truth. The rest (an instance's node, pod phase and readiness, the ready
     count in the message) follows a job's pods through every step of their start-up: the status writer sends
     those changes together, a little later (or with the next decisive one)."""
-    return (st.phase, st.reason, st.admitted_at, st.attempt, st.start_time, st.completion_time, len(st.instances),
+    return (st.phase, st.reason, st.admitted_at, st.attempt, st.queued_at, st.start_time, st.completion_time, len(st.instances),
             st.observed_generation, st.target_instances, st.min_instances, st.pools,
             tuple((c.type, c.status) for c in st.conditions))

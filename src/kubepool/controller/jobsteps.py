@@ -28,6 +28,8 @@ INSTANCE_FAILED = "InstanceFailed"
 RETRYING = "Retrying"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 SUSPENDED = "Suspended"
+RESUMED = "Resumed"  # a suspended job set to run again: back in its pools' queue
+CANCELLED = "Cancelled"
 KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
 CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
 API_REFUSED = "ApiRefused"  # the API server refused a write of the job's children (quota, policy, RBAC)
@@ -115,8 +117,36 @@ class _Pass:
 
 # Each step reads the pass and either decides the job's status for this pass (returns True: the later steps do
 # not run) or leaves it to the next one. The order is the order of precedence.
+def _cancelled(p: _Pass) -> bool:
+    return p.spec.cancel and p.finish(JobPhase.CANCELLED, CANCELLED, "the job was cancelled; its pods are removed")
+
+
 def _suspended(p: _Pass) -> bool:
-    return p.spec.suspend and p.finish(JobPhase.CANCELLED, SUSPENDED, "the job was suspended; its pods are removed")
+    """Paused (spec.suspend): no pods, no capacity, PENDING. An attempt it interrupts ends without counting
+    against backoffLimit; the resumed job starts the next one from scratch."""
+    if not p.spec.suspend:
+        return False
+    st = p.st
+    if st.admitted_at is not None:
+        st.attempt += 1
+        st.suspended_attempts += 1
+    st.admitted_at, st.start_time, st.ray_dashboard, st.instances = None, None, None, []
+    queue = (p.job.metadata.get("labels") or {}).get(naming.LABEL_KUEUE_QUEUE)
+    st.phase, st.reason = JobPhase.PENDING, SUSPENDED
+    st.message = (f"suspended until Kueue admits it from LocalQueue {queue} (it sets spec.suspend to false)" if queue
+                  else "suspended (spec.suspend): its pods are removed and its capacity released; it runs from "
+                       "scratch when resumed")
+    return True
+
+
+def _resumed(p: _Pass) -> bool:
+    """A suspended job set to run again joins the end of its pools' queue (queuedAt) before it takes a decision."""
+    st = p.st
+    if st.reason != SUSPENDED:
+        return False
+    st.queued_at = p.now
+    st.phase, st.reason, st.message = JobPhase.PENDING, RESUMED, "resumed: waiting for its turn in its pools' queue"
+    return True
 
 
 def _kuberay_missing(p: _Pass) -> bool:
@@ -200,12 +230,12 @@ def _failed(p: _Pass) -> bool:
            else _said(head.message) or f"exit code {head.exit_code}" if head.phase == FAILED
            else f"instance {failed_peer.instance_id} failed: {_said(failed_peer.message) or f'exit code {failed_peer.exit_code}'}"
            if failed_peer is not None else "")
-    if st.attempt < spec.backoff_limit:
+    if st.attempt - st.suspended_attempts < spec.backoff_limit:
         st.attempt += 1
         st.admitted_at = p.now  # the new attempt gets the whole instances timeout again
         p.observeinstances_of()
         st.phase, st.reason = JobPhase.PENDING, RETRYING
-        st.message = _cut(f"attempt {st.attempt} of {spec.backoff_limit} after the head failed: {why}")
+        st.message = _cut(f"attempt {st.attempt - st.suspended_attempts} of {spec.backoff_limit} after the head failed: {why}")
         return True
     p.observeinstances_of()
     head_failed = head is None or head_deleted or head.phase == FAILED
@@ -294,7 +324,7 @@ def _instances_observed(p: _Pass) -> bool:
 
 # PENDING → RUNNING → DONE/FAILED, in order of precedence.
 STEPS: tuple[Callable[[_Pass], bool], ...] = (
-    _suspended, _kuberay_missing, _credentials_refused, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
+    _cancelled, _suspended, _resumed, _kuberay_missing, _credentials_refused, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
     _running, _started, _instances_timeout, _waiting,
 )
 

@@ -15,10 +15,10 @@ _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 360
 
 JOBS = Gauge("kubepool_mljobs", "MLJobs by phase", ["phase"])
 QUEUED = Gauge("kubepool_mljobs_queued", "MLJobs waiting for pool capacity")
-QUEUED_SECONDS = Histogram("kubepool_mljob_queued_seconds", "From an MLJob's creation to its admission (capacity "
-                           "granted)", ["pool"], buckets=_WAIT_BUCKETS)
-START_SECONDS = Histogram("kubepool_mljob_start_seconds", "From an MLJob's creation to its payload's start "
-                          "(RUNNING)", ["pool"], buckets=_WAIT_BUCKETS)
+QUEUED_SECONDS = Histogram("kubepool_mljob_queued_seconds", "From an MLJob's creation (or its last resume) to "
+                           "its admission (capacity granted)", ["pool"], buckets=_WAIT_BUCKETS)
+START_SECONDS = Histogram("kubepool_mljob_start_seconds", "From an MLJob's creation (or its last resume) to "
+                          "its payload's start (RUNNING)", ["pool"], buckets=_WAIT_BUCKETS)
 DURATION_SECONDS = Histogram("kubepool_mljob_duration_seconds", "From an MLJob's start (RUNNING) to its end, by "
                              "outcome", ["pool", "phase"], buckets=_WAIT_BUCKETS)
 POOL_MAX = Gauge("kubepool_pool_max_instances", "A ComputePool's maxNodes: instances it may run at once", ["pool"])
@@ -48,14 +48,16 @@ def _seconds(since: datetime | str | None, until: datetime | None) -> float | No
 
 def job_transitions(created: str | None, pool: str, prev: MLJobStatus | None, new: MLJobStatus) -> list[tuple[Histogram, dict[str, str], float]]:
     """The observations a status transition makes (pure: the caller records them): admitted → time queued;
-    RUNNING → time to start; finished after a start → duration by outcome."""
+    RUNNING → time to start; finished after a start → duration by outcome. A resumed job counts from its resume
+    (status.queuedAt), not its creation: the time it was suspended was not spent waiting."""
     out: list[tuple[Histogram, dict[str, str], float]] = []
+    since = new.queued_at or created
     if (prev is None or prev.admitted_at is None) and new.admitted_at is not None:
-        queued = _seconds(created, new.admitted_at)
+        queued = _seconds(since, new.admitted_at)
         if queued is not None:
             out.append((QUEUED_SECONDS, {"pool": pool}, queued))
     if (prev is None or prev.start_time is None) and new.start_time is not None:
-        started = _seconds(created, new.start_time)
+        started = _seconds(since, new.start_time)
         if started is not None:
             out.append((START_SECONDS, {"pool": pool}, started))
     was_finished = prev is not None and prev.phase is not None and prev.phase.finished

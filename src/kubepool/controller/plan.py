@@ -19,7 +19,7 @@ from kubepool.controller.observed import PodView
 
 # Failures whose pods hold capacity for nothing: removed at once. Other endings (DONE, HeadFailed) give
 # workers `worker_grace_seconds` to leave on their own first.
-_REMOVE_AT_ONCE = {job_status.SUSPENDED, job_status.INSTANCES_UNAVAILABLE, job_status.INSTANCES_LOST,
+_REMOVE_AT_ONCE = {job_status.CANCELLED, job_status.INSTANCES_UNAVAILABLE, job_status.INSTANCES_LOST,
                    job_status.DEADLINE_EXCEEDED}
 
 
@@ -45,6 +45,9 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
     plan = Plan()
     ctx = _Context(job, st, pods, pools, cfg, now, backend is Backend.KUBERAY)
     _release_held_pods(ctx, plan)
+    if st.reason == job_status.SUSPENDED and st.phase is JobPhase.PENDING:
+        _suspended(ctx, plan)
+        return plan
     if st.admitted_at is None or st.phase is None:
         return plan
     steps = _FINISHED if st.phase.finished else _UNFINISHED
@@ -78,6 +81,14 @@ def _release_held_pods(c: _Context, plan: Plan) -> None:
     finished = c.st.phase is not None and c.st.phase.finished
     plan.release_pods = [p for p in c.pods if p.deleting and naming.POD_FINALIZER in p.finalizers
                          and (finished or p.attempt != c.st.attempt or not p.terminated)]
+
+
+def _suspended(c: _Context, plan: Plan) -> None:
+    """A suspended job keeps nothing running: its pods (every attempt's) go at once, KubeRay's with its cluster.
+    The shared children (Service, contract, token) stay for the resumed job."""
+    if c.kuberay:
+        plan.delete_raycluster = True
+    plan.delete_pods = [p.name for p in c.live]
 
 
 def _shared_children(c: _Context, plan: Plan) -> None:

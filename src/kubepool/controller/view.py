@@ -16,6 +16,7 @@ from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller.admission import Claim
 from kubepool.controller.builders.common import placement_of
+from kubepool.controller.jobsteps import SUSPENDED
 from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,8 @@ class ClusterView:
         return [p for k in keys for p in _values(index, k)]
 
     def claims(self) -> list[Claim]:
-        """Every unfinished job's claim on its pools."""
+        """Every unfinished job's claim on its pools; a suspended (or cancelled) job has none: it holds no
+        capacity and waits for none."""
         out = []
         index = self._index(JOB_INDEX)
         for key in list(index):
@@ -172,6 +174,8 @@ class ClusterView:
             if st is not None and st.phase is not None and st.phase.finished:
                 self.finished.add(uid)
                 self.claim_cache.pop(key, None)
+                continue
+            if parsed.spec.suspend or parsed.spec.cancel or (st is not None and st.reason == SUSPENDED):
                 continue
             # A claim depends only on the parsed job and its status: reuse it while both are the same objects
             # (no copy of the model per job per decision, as job() makes).
@@ -195,8 +199,11 @@ def _newest(bodies: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def claim_of(job: MLJob, namespace: str, name: str) -> Claim:
     st = job.status or MLJobStatus()
+    # Its place in the queue: its creation, or when it was last resumed (RFC 3339, as creationTimestamp, so
+    # that the two sort together as text).
+    since = st.queued_at.strftime("%Y-%m-%dT%H:%M:%SZ") if st.queued_at else str(job.metadata.get("creationTimestamp", ""))
     return Claim(
-        namespace=namespace, name=name, created=str(job.metadata.get("creationTimestamp", "")),
+        namespace=namespace, name=name, created=since,
         pools=tuple(p.pool for p in placement_of(job)), min_instances=job.spec.resolved_min(),
         granted=len(st.instances) if st.admitted_at is not None else 0,
     )

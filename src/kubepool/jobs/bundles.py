@@ -73,7 +73,7 @@ def load(kube: Kube, kind: str, name: str, namespace: str) -> tuple[dict[str, An
 
 def template_of(*, compute_pool: str, target_instances: int, min_instances: int | None, pip_requirements: Sequence[str] | None,
                 env_vars: Mapping[str, Any] | None, image: str | None, parallel: bool = False,
-                output: str | None = None) -> dict[str, Any]:
+                output: str | None = None, spec_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The partial MLJob spec (wire form) of a stored payload's runs, validated now so a bad setting fails at
     registration, not at each run."""
     target, minimum = check_instances(target_instances, min_instances)
@@ -81,7 +81,7 @@ def template_of(*, compute_pool: str, target_instances: int, min_instances: int 
         name="template", namespace="template", entrypoint=Entrypoint(command=["true"]), compute_pool=compute_pool,
         target_instances=target, min_instances=minimum, env_vars=env_vars, pip_requirements=pip_requirements,
         image=image, mode=RunMode.PARALLEL if parallel else RunMode.HEAD, with_payload=False,
-        output=output_location(output) if output else None,
+        output=output_location(output) if output else None, spec_overrides=spec_overrides,
     ).spec
     wire: dict[str, Any] = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     for key in ("entrypoint", "args", "code"):
@@ -129,13 +129,14 @@ def submit_from_stage(source: str, compute_pool: str, *, entrypoint: str | list[
         entrypoint: A .py file relative to the code directory, or a command as a list.
         stage_name, external_access_integrations: Snowflake's; no meaning here (the code is not uploaded).
         args, target_instances, pip_requirements, session, namespace, name, **kwargs: As in `submit_file`
-            (`min_instances`, `env_vars`, `image`/`runtime_environment` through `**kwargs`).
+            (`min_instances`, `env_vars`, `image`/`runtime_environment`, `spec_overrides` through `**kwargs`).
 
     Raises:
         ValueError: An S3 or unknown stage, or a rule of `submit_file`.
     """
     del stage_name, external_access_integrations
-    options = {k: kwargs.pop(k) for k in ("min_instances", "env_vars", "image", "runtime_environment") if k in kwargs}
+    options = {k: kwargs.pop(k) for k in ("min_instances", "env_vars", "image", "runtime_environment", "spec_overrides")
+               if k in kwargs}
     warn_unknown(kwargs)
     code = stage_code(source)
     kube = connect(namespace, session=session)
@@ -145,7 +146,7 @@ def submit_from_stage(source: str, compute_pool: str, *, entrypoint: str | list[
                           lambda: kube.get_pool(compute_pool).spec.image)
     template = template_of(compute_pool=compute_pool, target_instances=target_instances,
                            min_instances=options.get("min_instances"), pip_requirements=pip_requirements,
-                           env_vars=options.get("env_vars"), image=image)
+                           env_vars=options.get("env_vars"), image=image, spec_overrides=options.get("spec_overrides"))
     return run_from(kube, template, name=name or generate_name(stem), namespace=namespace or kube.namespace,
                     entrypoint=ep, args=args or (), code=code)
 
@@ -189,10 +190,12 @@ def register_code_bundle(source: str | Path, compute_pool: str, result_stage: st
         name: Bundle name (a DNS subdomain); default `<source stem>-<8 hex>`.
         pip_requirements, target_instances: Of every job run from the bundle.
         session, namespace: The cluster connection and namespace.
-        **kwargs: `min_instances`, `env_vars`, `imports`, `runtime_environment` (or `image`), as in `submit_file`.
+        **kwargs: `min_instances`, `env_vars`, `imports`, `runtime_environment` (or `image`), `spec_overrides`, as
+            in `submit_file`.
     """
     del stage_name, external_access_integrations
-    options = {k: kwargs.pop(k) for k in ("min_instances", "env_vars", "imports", "runtime_environment", "image") if k in kwargs}
+    options = {k: kwargs.pop(k) for k in ("min_instances", "env_vars", "imports", "runtime_environment", "image",
+                                          "spec_overrides") if k in kwargs}
     warn_unknown(kwargs)
     imports: Sequence[Import] | None = options.get("imports")
     files = with_imports(local_payload(source), imports)
@@ -202,7 +205,8 @@ def register_code_bundle(source: str | Path, compute_pool: str, result_stage: st
                           lambda: kube.get_pool(compute_pool).spec.image)
     template = template_of(compute_pool=compute_pool, target_instances=target_instances,
                            min_instances=options.get("min_instances"), pip_requirements=pip_requirements,
-                           env_vars=options.get("env_vars"), image=image, output=result_stage)
+                           env_vars=options.get("env_vars"), image=image, output=result_stage,
+                           spec_overrides=options.get("spec_overrides"))
     bundle = check_name(name or generate_name(Path(source).stem))
     store(kube, naming.STORED_CODE_BUNDLE, bundle, ns, files, template, replace=True)
     return MLCodeBundle(f"{ns}/{bundle}", session=kube)

@@ -124,7 +124,7 @@ class RemoteFunction(Generic[P, R]):
             entrypoint=Entrypoint(file=RUNNER_FILE, function=RUNNER_FUNCTION), compute_pool=self._pool,
             target_instances=o["target_instances"], min_instances=o["min_instances"], env_vars=o["env_vars"],
             pip_requirements=o["pip_requirements"], instances_timeout=o["instances_timeout"], image=image,
-            mode=RunMode.HEAD,
+            mode=RunMode.HEAD, spec_overrides=o["spec_overrides"],
         )
         return submit(kube, job, files)
 
@@ -143,6 +143,7 @@ def remote(
     runtime_environment: str | None = None,
     imports: Sequence[Import] | None = None,
     session: Any = None,
+    spec_overrides: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]:
     """Decorator: each call of the function runs it on the head of a new job.
@@ -165,6 +166,7 @@ def remote(
         image: Runtime image; default the compute pool's, else the operator's for its hardware.
         runtime_environment, imports: As in `submit_file` (Snowflake's image and extra code).
         session: The cluster connection (`kubepool.jobs.connect(context=...)`); default from the kubeconfig.
+        spec_overrides: MLJob spec fields set over the generated spec (see submit_file).
         **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
 
     Raises:
@@ -176,7 +178,7 @@ def remote(
         "target_instances": target_instances, "min_instances": min_instances, "env_vars": env_vars,
         "pip_requirements": pip_requirements, "name": name, "namespace": namespace,
         "instances_timeout": instances_timeout, "image": image, "session": session,
-        "runtime_environment": runtime_environment, "imports": imports,
+        "runtime_environment": runtime_environment, "imports": imports, "spec_overrides": spec_overrides,
     }
 
     def decorate(fn: Callable[P, R]) -> RemoteFunction[P, R]:

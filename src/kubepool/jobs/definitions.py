@@ -62,7 +62,7 @@ class MLJobDefinition:
         session, namespace: The cluster connection and namespace.
         name: The definition's name (default `<stem>-<8 hex>`); its jobs are `<name>-<8 hex>`.
         target_instances, min_instances, parallel, env_vars, pip_requirements, imports, runtime_environment,
-        image: As in `submit_file`, for every run.
+        image, spec_overrides: As in `submit_file`, for every run.
         entrypoint: The file of a directory source to run, or a command as a list; default the file itself, or
             a directory's only top-level .py file.
         overwrite: Replace a definition of the same name (else registering it again fails).
@@ -77,7 +77,8 @@ class MLJobDefinition:
                  overwrite: bool = False, arg_protocol: ArgProtocol | str = ArgProtocol.NONE,
                  default_args: list[Any] | None = None, *, entrypoint: str | list[str] | None = None,
                  pip_requirements: list[str] | None = None, imports: Sequence[Import] | None = None,
-                 image: str | None = None, namespace: str | None = None, **kwargs: Any) -> None:
+                 image: str | None = None, namespace: str | None = None,
+                 spec_overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         del stage_name
         warn_unknown(kwargs)
         self.source, self.compute_pool = source, compute_pool
@@ -93,7 +94,8 @@ class MLJobDefinition:
         image = resolve_image(image, runtime_environment, lambda: self.kube.get_pool(compute_pool).spec.image)
         self._template = template_of(compute_pool=compute_pool, target_instances=target_instances,
                                      min_instances=min_instances, pip_requirements=pip_requirements,
-                                     env_vars=env_vars, image=image, parallel=parallel)
+                                     env_vars=env_vars, image=image, parallel=parallel,
+                                     spec_overrides=spec_overrides)
         self._registered = False
 
     @classmethod

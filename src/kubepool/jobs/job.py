@@ -328,8 +328,17 @@ class MLJob:
         yield from (lines if verbose else user_lines(lines))
 
     def cancel(self) -> None:
-        """Cancel the job (`spec.suspend: true`): its pods are removed and its status becomes CANCELLED."""
+        """Cancel the job for good (`spec.cancel: true`): its pods are removed and its status becomes CANCELLED."""
+        self._obj = self.kube.patch_job(self._name, {"spec": {"cancel": True}}, self._namespace)
+
+    def suspend(self) -> None:
+        """Pause the job (`spec.suspend: true`): its pods are removed and its capacity released; it stays PENDING
+        (reason Suspended) until `resume`."""
         self._obj = self.kube.patch_job(self._name, {"spec": {"suspend": True}}, self._namespace)
+
+    def resume(self) -> None:
+        """Run a suspended job again (`spec.suspend: false`): it queues for capacity and starts from scratch."""
+        self._obj = self.kube.patch_job(self._name, {"spec": {"suspend": False}}, self._namespace)
 
     def get_ray_dashboard_url(self) -> str:
         """Address of the job's Ray dashboard inside the cluster (reach it from outside with

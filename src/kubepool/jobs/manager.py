@@ -26,13 +26,12 @@ from kubepool.kube.sync import Kube
 
 log = logging.getLogger(__name__)
 
-# Snowflake arguments that have no meaning here (the payload travels in a ConfigMap, not a stage).
 # Snowflake arguments with no Kubernetes meaning here (logged when given): Snowflake objects (stages, warehouses,
 # integrations, artifact repositories: kubepool's package indexes are spec.pipOptions), `payload` (its internal
 # form), `comment` (jobs carry their own labels), `preflight` (Snowflake's multi-node check: not offered yet).
 _IGNORED_SNOWFLAKE_ARGS = frozenset({
     "stage_name", "external_access_integrations", "query_warehouse", "database", "schema",
-    "enable_metrics", "spec_overrides", "artifact_repositories", "payload", "comment", "preflight",
+    "enable_metrics", "artifact_repositories", "payload", "comment", "preflight",
 })
 
 
@@ -164,6 +163,7 @@ def submit_file(
     imports: Sequence[Import] | None = None,
     parallel: bool = False,
     session: Any = None,
+    spec_overrides: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> MLJob:
     """Run a Python file on a compute pool (Snowflake's `submit_file`).
@@ -193,13 +193,17 @@ def submit_file(
             importable by its name, or `(path, "import.path")`; a .zip goes on sys.path as it is.
         parallel: Run the script once on every instance instead of on the head.
         session: The cluster connection (`kubepool.jobs.connect(context=...)`); default from the kubeconfig.
+        spec_overrides: MLJob spec fields set over the generated spec (Snowflake's overrides of the job's
+            service spec), named as in the CRD: e.g. `{"serviceAccountName": "trainer", "env": [{"name":
+            "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}], "volumes": [...],
+            "volumeMounts": [...], "podLabels": {...}, "tolerations": [...]}`.
         **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
 
     Returns:
         The job's handle.
 
     Raises:
-        ValueError: Invalid instance counts or name; `PoolNotFound` for an unknown pool; `PayloadTooLarge`
+        ValueError: Invalid instance counts or name (or spec_overrides: the message names the field); `PoolNotFound` for an unknown pool; `PayloadTooLarge`
             for a file over the ConfigMap limit.
         kubepool.kube.errors.KubeError: The API call failed (`Forbidden`, `Unreachable`, `Invalid`, ...).
     """
@@ -210,7 +214,7 @@ def submit_file(
                            pip_requirements=pip_requirements, name=name, namespace=namespace,
                            instances_timeout=instances_timeout, image=image, parallel=parallel, session=session,
                            runtime_environment=runtime_environment, imports=imports,
-                           kwargs=kwargs)
+                           spec_overrides=spec_overrides, kwargs=kwargs)
 
 
 def submit_directory(
@@ -231,6 +235,7 @@ def submit_directory(
     imports: Sequence[Import] | None = None,
     parallel: bool = False,
     session: Any = None,
+    spec_overrides: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> MLJob:
     """Run a directory's entrypoint on a compute pool (Snowflake's `submit_directory`).
@@ -240,7 +245,7 @@ def submit_directory(
         compute_pool: Name of the ComputePool every instance runs on.
         entrypoint: A .py file relative to `dir_path`, or a command as a list (e.g. `["bash", "run.sh"]`).
         args, target_instances, min_instances, env_vars, pip_requirements, name, namespace,
-        instances_timeout, image, parallel, session, **kwargs: As in `submit_file`.
+        instances_timeout, image, parallel, session, spec_overrides, **kwargs: As in `submit_file`.
 
     Returns:
         The job's handle.
@@ -260,15 +265,15 @@ def submit_directory(
                            min_instances=min_instances, env_vars=env_vars, pip_requirements=pip_requirements,
                            name=name, namespace=namespace, instances_timeout=instances_timeout, image=image,
                            runtime_environment=runtime_environment, imports=imports,
-                           parallel=parallel, session=session, kwargs=kwargs)
+                           parallel=parallel, session=session, spec_overrides=spec_overrides, kwargs=kwargs)
 
 
 def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_pool: str, *, stem: str,
                     args: Sequence[Any] | None, target_instances: int, min_instances: int | None,
                     env_vars: Mapping[str, Any] | None, pip_requirements: Sequence[str] | None, name: str | None,
                     namespace: str | None, instances_timeout: int, image: str | None, parallel: bool,
-                    session: Any, kwargs: Mapping[str, Any], runtime_environment: str | None = None,
-                    imports: Sequence[Import] | None = None) -> MLJob:
+                    session: Any, spec_overrides: Mapping[str, Any] | None, kwargs: Mapping[str, Any],
+                    runtime_environment: str | None = None, imports: Sequence[Import] | None = None) -> MLJob:
     warn_unknown(kwargs)
     check_instances(target_instances, min_instances)
     files = with_imports(files, imports)
@@ -279,6 +284,7 @@ def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_po
         compute_pool=compute_pool, target_instances=target_instances, min_instances=min_instances,
         args=args or (), env_vars=env_vars, pip_requirements=pip_requirements,
         instances_timeout=instances_timeout, image=image, mode=RunMode.PARALLEL if parallel else RunMode.HEAD,
+        spec_overrides=spec_overrides,
     )
     return submit(kube, job, files)
 

@@ -84,6 +84,7 @@ def build_mljob(
     instance_type: str | None = None,
     checkpoint: CheckpointLocation | None = None,
     backoff_limit: int = 0,
+    spec_overrides: Mapping[str, Any] | None = None,
 ) -> MLJob:
     """The MLJob object the SDK creates (validated the way the API server will validate it).
 
@@ -110,6 +111,8 @@ def build_mljob(
         instance_type: The SageMaker instance type scripts read (single-pool form).
         checkpoint: Where /opt/ml/checkpoints is kept across attempts.
         backoff_limit: Times a failed job is retried from scratch.
+        spec_overrides: MLJob spec fields (as in the CRD: `serviceAccountName`, `volumes`, `volumeMounts`,
+            `env` with `valueFrom`, `podLabels`, `tolerations`, ...) set over the generated spec, field by field.
 
     Raises:
         ValueError: An argument breaks a rule of the MLJob API; the message names the field.
@@ -143,6 +146,8 @@ def build_mljob(
             checkpoint=checkpoint,
             backoff_limit=backoff_limit,
         )
+        if spec_overrides:
+            spec = MLJobSpec.model_validate({**spec.wire(), **spec_overrides})
     except ValidationError as err:
         raise ValueError(f"invalid job {name}: {_readable(err)}") from None
     return MLJob(

@@ -136,7 +136,9 @@ class Estimator:
     Args:
         entry_point: The training script (relative to `source_dir` when it is given).
         source_dir: Directory shipped with the job; default only `entry_point` is shipped.
-        role: Accepted for compatibility; the job runs with its namespace's permissions.
+        role: The ServiceAccount the instances run as (spec.serviceAccountName), where SageMaker takes an IAM
+            role: on EKS, a ServiceAccount annotated `eks.amazonaws.com/role-arn: <the role's ARN>` gives the
+            job that role (IRSA). An ARN itself is refused, saying so. Default: the operator's runtime account.
         instance_type: A ComputePool name or SageMaker type (homogeneous cluster).
         instance_count: Instances of the homogeneous cluster.
         instance_groups: Heterogeneous groups (excludes `instance_type` and `instance_count`); at most 5.
@@ -199,6 +201,9 @@ class Estimator:
             raise ValueError("instance_count and instance_type must be set if instance_groups is not set")
         self.entry_point = entry_point
         self.source_dir = source_dir
+        if role is not None and role.startswith("arn:"):
+            raise ValueError(f"role {role!r}: name a ServiceAccount (on EKS, one annotated eks.amazonaws.com/role-arn: "
+                             f"{role}), not an IAM role ARN")
         self.role = role
         self.instance_type = instance_type
         self.instance_count = instance_count
@@ -252,6 +257,7 @@ class Estimator:
             distribution_instance_groups=self.distribution_instance_groups or None,
             active_deadline_seconds=self.max_run, output=self.output, checkpoint=self.checkpoint,
             backoff_limit=self.max_retry_attempts or 0,
+            spec_overrides={"serviceAccountName": self.role} if self.role else None,
             instance_type=self.instance_type if self.instance_type and is_sagemaker_type(self.instance_type) else None,
         )
         return job, files

@@ -149,9 +149,9 @@ def test_head_failure_retries_then_fails() -> None:
 
 
 @pytest.mark.parametrize(("spec", "kw", "reason"), [
-    ({"suspend": True}, {}, S.SUSPENDED),
+    ({"cancel": True}, {}, S.CANCELLED),
     ({"backend": "kuberay"}, {"backend": Backend.KUBERAY}, S.KUBERAY_NOT_INSTALLED),
-], ids=["suspend", "kuberay-missing"])
+], ids=["cancel", "kuberay-missing"])
 def test_terminal_without_pods(spec: dict, kw: dict, reason: str) -> None:
     st = compute_job_status(job(**spec), Observed(pods=[], now=T0, decision=ADMIT3, **kw))
     assert st.phase in (JobPhase.CANCELLED, JobPhase.FAILED) and st.reason == reason

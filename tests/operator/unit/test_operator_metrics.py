@@ -46,6 +46,12 @@ def test_each_transition_is_observed_once() -> None:
     assert [o[0] for o in observed(None, running)] == ["kubepool_mljob_queued_seconds", "kubepool_mljob_start_seconds"]
 
 
+def test_a_resumed_job_counts_from_its_resume() -> None:
+    resumed = st(phase="PENDING", reason="Resumed", queuedAt=T0 + timedelta(seconds=300))
+    admitted = resumed.model_copy(update={"admitted_at": T0 + timedelta(seconds=310)})
+    assert observed(resumed, admitted) == [("kubepool_mljob_queued_seconds", {"pool": "cpu"}, 10.0)]
+
+
 def test_dashboard_queries_name_exported_metrics() -> None:
     exported = {m.name for m in REGISTRY.collect() if m.name.startswith("kubepool_")}
     board = json.loads(DASHBOARD.read_text())

@@ -18,13 +18,12 @@ from kubepool.controller.builders.common import (
 )
 from kubepool.controller.builders.jobcontract import channel_mount_path
 from kubepool.controller.builders.pip import pip_env, pip_volumes
+from kubepool.controller.builders.podsettings import PodSettingsOf, pod_settings
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
 
 CONTAINER = "runtime"
-TMP_DIR = "/tmp"
 # Taints of a lost node: instances leave it after cfg.node_lost_seconds instead of Kubernetes' default 300 s.
 NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-SHM_DIR = "/dev/shm"
 
 
 def _resources(pool: ComputePool, cfg: OperatorConfig) -> Obj:
@@ -36,14 +35,18 @@ def _resources(pool: ComputePool, cfg: OperatorConfig) -> Obj:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _affinity(pool_name: str) -> Obj:
+def _affinity(pool_name: str, users: Obj | None = None) -> Obj:
     # One instance of a pool per node, across all the pool's jobs in every namespace: the pool's unit is a node.
+    # The job's own podAntiAffinity terms are added to that one, never replace it.
     term = {"labelSelector": {"matchLabels": {naming.LABEL_POOL: pool_name}}, "namespaceSelector": {},
             "topologyKey": "kubernetes.io/hostname"}
-    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    users = users or {}
+    anti = dict(users.get("podAntiAffinity") or {})
+    anti["requiredDuringSchedulingIgnoredDuringExecution"] = [term, *anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])]
+    return {**users, "podAntiAffinity": anti}
 
 
-def _env(job: MLJob, inst: Placement, ref: JobRef, cfg: OperatorConfig) -> list[Obj]:
+def _env(job: MLJob, inst: Placement, ref: JobRef, cfg: OperatorConfig, mine: PodSettingsOf) -> list[Obj]:
     spec = job.spec
     env: list[Obj] = [
         {"name": contract.ENV_CONTRACT_FILE, "value": contract.CONTRACT_PATH},
@@ -65,13 +68,14 @@ def _env(job: MLJob, inst: Placement, ref: JobRef, cfg: OperatorConfig) -> list[
     ours = {e["name"] for e in env}
     # User env cannot override the contract's variables: the runtime would read a lie.
     # Literal values: Kubernetes expands `$(VAR)` in env values, so every `$` is escaped (`$$`).
-    env.extend({"name": e.name, "value": e.value.replace("$", "$$")} for e in spec.env if e.name not in ours)
-    users = {e.name for e in spec.env}
+    env.extend(({"name": e.name, "valueFrom": e.value_from} if e.value_from else
+                {"name": e.name, "value": e.value.replace("$", "$$")}) for e in mine.env if e.name not in ours)
+    users = {e.name for e in mine.env}
     env.extend(e for e in pip_env(job, cfg) if e["name"] not in users)  # a job's own PIP_* env wins
     return env
 
 
-def _volumes(job: MLJob, inst: Placement, ref: JobRef) -> tuple[list[Obj], list[Obj]]:
+def _volumes(job: MLJob, inst: Placement, ref: JobRef, mine: PodSettingsOf) -> tuple[list[Obj], list[Obj]]:
     spec = job.spec
     volumes: list[Obj] = [
         {"name": "contract", "configMap": {"name": naming.contract_configmap_name(ref.name)}},
@@ -82,10 +86,10 @@ def _volumes(job: MLJob, inst: Placement, ref: JobRef) -> tuple[list[Obj], list[
     ]
     mounts: list[Obj] = [
         {"name": "contract", "mountPath": contract.CONTRACT_DIR, "readOnly": True},
-        {"name": "tmp", "mountPath": TMP_DIR},
+        {"name": "tmp", "mountPath": contract.TMP_DIR},
         {"name": "base", "mountPath": contract.DEFAULT_BASE_DIR},
         {"name": "result", "mountPath": contract.RESULT_DIR},
-        {"name": "dshm", "mountPath": SHM_DIR},
+        {"name": "dshm", "mountPath": contract.SHM_DIR},
     ]
     code = spec.code
     if code is not None and code.config_map:
@@ -120,7 +124,8 @@ def _volumes(job: MLJob, inst: Placement, ref: JobRef) -> tuple[list[Obj], list[
         mounts.append({"name": "checkpoints", "mountPath": contract.CHECKPOINT_DIR,
                        **({"subPath": ckpt.sub_path} if ckpt.sub_path else {})})
     pip_vols, pip_mounts = pip_volumes(job)
-    return volumes + pip_vols, mounts + pip_mounts
+    # The job's own come last: the CRD keeps their names and paths clear of the operator's.
+    return volumes + pip_vols + mine.volumes, mounts + pip_mounts + mine.volume_mounts
 
 
 def credentials_secrets(job: MLJob) -> list[str]:
@@ -130,8 +135,8 @@ def credentials_secrets(job: MLJob) -> list[str]:
     return list(dict.fromkeys(s.credentials_secret for s in sources if s is not None and s.credentials_secret))
 
 
-def _env_from(job: MLJob) -> list[Obj]:
-    return [{"secretRef": {"name": s}} for s in credentials_secrets(job)]
+def _env_from(job: MLJob, mine: PodSettingsOf) -> list[Obj]:
+    return [{"secretRef": {"name": s}} for s in credentials_secrets(job)] + mine.env_from
 
 
 def _security(uid: int | None) -> tuple[Obj, Obj]:
@@ -147,25 +152,27 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     """The pod of one instance of one attempt."""
     ref = JobRef.of(job)
     svc = naming.service_name(ref.name)
-    volumes, mounts = _volumes(job, inst, ref)
+    mine = pod_settings(job, inst.group)
+    volumes, mounts = _volumes(job, inst, ref, mine)
     pod_sc, container_sc = _security(cfg.run_as_user)
     container: Obj = {
         "name": CONTAINER,
         "image": job.spec.image or pool_image(pool, cfg.default_image, cfg.gpu_image),
         "imagePullPolicy": cfg.image_pull_policy,
         "command": [cfg.python, "-m", "kubepool.runtime"],
-        "env": _env(job, inst, ref, cfg),
+        "env": _env(job, inst, ref, cfg, mine),
         "resources": _resources(pool, cfg),
         "volumeMounts": mounts,
         "securityContext": container_sc,
         "terminationMessagePath": contract.TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    env_from = _env_from(job)
+    env_from = _env_from(job, mine)
     if env_from:
         container["envFrom"] = env_from
     account = {RuntimeAccountPolicy.PER_JOB: naming.runtime_service_account_name(ref.name),
                RuntimeAccountPolicy.PER_NAMESPACE: naming.RUNTIME_ACCOUNT}.get(cfg.runtime_account)
+    account = mine.service_account_name or account  # the job's own (SageMaker's role), with its token
     spec: Obj = {
         "restartPolicy": "Never",
         "hostname": naming.sagemaker_host(inst.instance_id),
@@ -174,7 +181,7 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
         "containers": [container],
         "volumes": volumes,
         "securityContext": pod_sc,
-        "affinity": _affinity(inst.pool),
+        "affinity": _affinity(inst.pool, mine.affinity),
         "terminationGracePeriodSeconds": cfg.pod_termination_grace_seconds,
         "automountServiceAccountToken": account is not None,
         "enableServiceLinks": False,
@@ -183,7 +190,9 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
         spec["serviceAccountName"] = account
     if pool.spec.node_selector:
         spec["nodeSelector"] = dict(pool.spec.node_selector)
-    spec["tolerations"] = [t.wire() for t in pool.spec.tolerations] + [
+    if mine.priority_class_name:
+        spec["priorityClassName"] = mine.priority_class_name
+    spec["tolerations"] = [t.wire() for t in pool.spec.tolerations] + mine.tolerations + [
         {"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": cfg.node_lost_seconds}
         for taint in NODE_LOST_TAINTS]
     role = naming.ROLE_HEAD if inst.instance_id == 0 else naming.ROLE_WORKER
@@ -192,6 +201,9 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
         **{naming.LABEL_GROUP: naming.dns_label(inst.group), naming.LABEL_INSTANCE: str(inst.instance_id),
            naming.LABEL_ROLE: role, naming.LABEL_POOL: inst.pool, naming.LABEL_ATTEMPT: str(attempt)},
     )
+    meta["labels"] = {**mine.labels, **meta["labels"]}  # the operator's own always win
+    if mine.annotations:
+        meta["annotations"] = dict(mine.annotations)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

@@ -3,7 +3,9 @@
 The head group is instance 0; each instance group gets one worker group holding its instances other than the
 head (the first group's workers start at instance 1). Replicas are the granted instances, min the instances
 inside the job's minInstances, max the group's full count. Pod templates are the pod backend's instance pods,
-so the runtime contract, pool selector, tolerations, anti-affinity, resources and security are identical, and
+so the runtime contract, pool selector, tolerations, anti-affinity, resources, security and the job's pod settings
+(env, volumes, ServiceAccount, labels, annotations, affinity, tolerations, priority class: per group, since each
+group has its own worker group) are identical, and
 every container runs kubepool's runtime (`python -m kubepool.runtime`), not KubeRay's generated
 `ray start --block` (annotation `ray.io/overwrite-container-cmd`): the runtime starts Ray itself, runs the gate
 and the payload on the head, and releases the workers, exactly as with the pod backend.
@@ -38,6 +40,7 @@ from kubepool.controller.builders.common import (
     pool_named,
 )
 from kubepool.controller.builders.pods import build_instance_pod
+from kubepool.controller.builders.podsettings import pod_settings
 from kubepool.controller.config import OperatorConfig
 
 # A pod is Ready once its Ray node is up (the runtime's ready marker under Ray's --temp-dir). Our own probes
@@ -55,9 +58,9 @@ def worker_group_name(group: str) -> str:
     return naming.dns_label(group)
 
 
-def _probes(container: Obj, job: MLJob) -> None:
+def _probes(container: Obj, job: MLJob, group: str) -> None:
     if job.spec.mode is contract.RunMode.HEAD:
-        temp_dir = next((e.value for e in job.spec.env if e.name == contract.ENV_RAY_TEMP_DIR), None)
+        temp_dir = next((e.value for e in pod_settings(job, group).env if e.name == contract.ENV_RAY_TEMP_DIR), None)
         check = ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{contract.RAY_READY_FILE}"]
     else:
         # parallel and sagemaker modes start no Ray node: as with the pod backend (no probe), a running
@@ -77,7 +80,7 @@ def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, c
     meta, spec = pod["metadata"], copy.deepcopy(pod["spec"])
     labels = dict(meta["labels"])
     container = spec["containers"][0]
-    _probes(container, job)
+    _probes(container, job, inst.group)
     if not head:
         # One template for all replicas: no per-pod hostname; the replica index picks the instance.
         spec.pop("hostname", None)
@@ -89,7 +92,9 @@ def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, c
             container["env"].append({"name": contract.ENV_RAY_PORT_STRIDE, "value": str(cfg.ray_port_stride)})
     # KubeRay owns its pods (owner reference to the RayCluster) and names them; the finalizer keeps a terminated
     # pod (and its exit) until the operator has seen it.
-    return {"metadata": {"labels": labels, "finalizers": [naming.POD_FINALIZER]}, "spec": spec}
+    # The job's pod annotations go with the labels (the pod settings in the spec came with the pod).
+    annotations = {"annotations": dict(meta["annotations"])} if meta.get("annotations") else {}
+    return {"metadata": {"labels": labels, **annotations, "finalizers": [naming.POD_FINALIZER]}, "spec": spec}
 
 
 def build_raycluster(job: MLJob, pools: dict[str, ComputePool], *, granted: int, attempt: int,

@@ -6,7 +6,7 @@ local phases = {
   RUNNING = "Progressing",
   DONE = "Healthy",
   FAILED = "Degraded",
-  CANCELLED = "Suspended",   -- spec.suspend cancels a job
+  CANCELLED = "Suspended",   -- spec.cancel: stopped for good
 }
 if obj.status == nil or obj.status.phase == nil then
   hs.status = "Progressing"
@@ -22,6 +22,9 @@ if generation ~= nil and observed ~= nil and observed < generation then
 end
 local phase = obj.status.phase
 hs.status = phases[phase] or "Unknown"
+if phase == "PENDING" and obj.status.reason == "Suspended" then
+  hs.status = "Suspended"    -- spec.suspend (or a queue manager holding it), as Argo CD shows a suspended Job
+end
 local message = phase
 if obj.status.ready ~= nil then
   message = message .. " (" .. obj.status.ready .. " instances ready)"

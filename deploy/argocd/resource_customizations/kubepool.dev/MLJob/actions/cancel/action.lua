@@ -1,6 +1,6 @@
--- Cancel the job: spec.suspend, as `kubepool cancel` and the SDK's MLJob.cancel() do.
+-- Cancel the job for good: spec.cancel, as `kubepool cancel` and the SDK's MLJob.cancel() do.
 if obj.spec == nil then
   obj.spec = {}
 end
-obj.spec.suspend = true
+obj.spec.cancel = true
 return obj
