@@ -170,6 +170,10 @@ def test_cancel_list_get_delete(fake_kube: FakeKube, script: Path) -> None:
     jobs.submit_file(script, "cpu", name="b", target_instances=2)
     a.cancel()
     assert fake_kube.jobs[("team", "a")].spec.cancel is True and fake_kube.jobs[("team", "a")].spec.suspend is False
+    assert a.status == "CANCELLING"  # Snowflake's: cancelled, the operator has not removed the pods yet
+    fake_kube.set_phase("a", "CANCELLED")
+    a._obj = None
+    assert a.status == "CANCELLED"
     table = jobs.list_jobs()
     assert isinstance(table, pd.DataFrame)
     assert list(table["name"]) == ["b", "a"] and list(table["instances"]) == ["0/2", "0/1"]

@@ -17,7 +17,7 @@ from typing import Any
 from kubepool import api, naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
-from kubepool.jobs.job import JobNotFound, MLJob, parse_job_id
+from kubepool.jobs.job import JobNotFound, MLJob, parse_job_id, status_of
 from kubepool.jobs.options import Import, import_files, resolve_image
 from kubepool.jobs.payload import PayloadFile, configmap, directory_payload, file_payload, pack
 from kubepool.jobs.spec import build_mljob, check_instances, generate_name
@@ -333,7 +333,7 @@ class JobSummary:
         return cls(
             name=obj.metadata.get("name", ""),
             namespace=obj.metadata.get("namespace", ""),
-            status=str(st.phase) if st and st.phase else "PENDING",
+            status=status_of(obj),
             instances=f"{ready}/{target}",
             pool=pools,
             created=str(obj.metadata.get("creationTimestamp", "")),
