@@ -249,6 +249,9 @@ class JobContract(BaseModel):
     min_instances: int = Field(alias="minInstances")
     instances_timeout_seconds: int = Field(naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS, alias="instancesTimeoutSeconds")
     min_wait_seconds: float = Field(-1, alias="minWaitSeconds", description="-1: min(3*log2(target), timeout/10)")
+    admitted_at: float | None = Field(None, alias="admittedAt", description="when the operator admitted this attempt "
+                                      "(Unix seconds): the instances timeout counts from here, on the head's gate as in the "
+                                      "operator's status (one clock), not from the head's own start")
     groups: list[Group]
     instances: list[Instance]
     head_address: str = Field(alias="headAddress", description="DNS name of instance 0")
@@ -292,6 +295,13 @@ class JobContract(BaseModel):
     def channels_for(self, group: str) -> list[Channel]:
         """SageMaker's rule: a channel with no groups goes to every group."""
         return [c for c in self.channels if not c.instance_groups or group in c.instance_groups]
+
+    def gate_timeout(self, now: float) -> float:
+        """Seconds the head's gate may still wait at `now` (Unix seconds): what is left of instancesTimeoutSeconds
+        since admission (the whole of it when the admission time is unknown)."""
+        if self.admitted_at is None:
+            return float(self.instances_timeout_seconds)
+        return max(0.0, self.admitted_at + self.instances_timeout_seconds - now)
 
     def effective_min_wait(self) -> float:
         return effective_min_wait(self.min_wait_seconds, self.target_instances, self.instances_timeout_seconds)

@@ -18,7 +18,7 @@ def test_decide(alive: int, elapsed: float, verdict: Verdict) -> None:
 
 
 def test_timeout_message_names_counts() -> None:
-    assert decide(SPEC, 1, 60.0).message == "Timed out after 60s waiting for 2 instances, only 1 available"
+    assert decide(SPEC, 1, 60.0).message == "Timed out waiting for 2 instances, only 1 available (the instances timeout after the job was admitted)"
 
 
 class FakeClock:
@@ -67,3 +67,14 @@ def test_times_out_with_counts() -> None:
 def test_single_instance_goes_at_once() -> None:
     got, clock, _ = run(GateSpec(target=1, minimum=1, min_wait=0, timeout=10), [(0, 1)])
     assert got == 1 and clock.sleeps == []
+
+
+def test_the_gate_counts_from_admission() -> None:
+    from kubepool.contract import Entrypoint, Group, build_contract
+
+    c = build_contract(job_name="j", namespace="n", job_uid="u", groups=[Group(name="g", instance_type="cpu", count=2)],
+                       target_instances=2, min_instances=2, instances_timeout_seconds=120, entrypoint=Entrypoint(path="m.py"))
+    assert c.gate_timeout(1000.0) == 120  # admission unknown: the whole timeout
+    admitted = c.model_copy(update={"admitted_at": 1000.0})
+    assert admitted.gate_timeout(1030.0) == 90 and admitted.gate_timeout(1500.0) == 0
+    assert '"admittedAt": 1000.0' in admitted.dumps()  # what the operator writes, the runtime reads

@@ -25,7 +25,8 @@ class GateSpec:
     target: int
     minimum: int
     min_wait: float
-    timeout: float
+    timeout: float  # seconds this gate may wait (what is left of the instances timeout)
+    budget: str = "the instances timeout"  # how the timeout is named in a failure
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ def decide(spec: GateSpec, alive: int, elapsed: float) -> Decision:
     if elapsed >= spec.timeout:
         return Decision(
             Verdict.TIMEOUT,
-            f"Timed out after {elapsed:.0f}s waiting for {spec.minimum} instances, only {alive} available",
+            f"Timed out waiting for {spec.minimum} instances, only {alive} available ({spec.budget} after the job "
+            "was admitted)",
         )
     return Decision(Verdict.WAIT, f"Waiting for instances: {alive}/{spec.target} available (min {spec.minimum}), {elapsed:.0f}s elapsed")
 

@@ -120,7 +120,8 @@ def gate_instances(contract: JobContract, env: Mapping[str, str]) -> int:
             target=contract.target_instances,
             minimum=contract.min_instances,
             min_wait=contract.effective_min_wait(),
-            timeout=contract.instances_timeout_seconds,
+            timeout=contract.gate_timeout(time.time()),  # what is left since admission: the operator's clock
+            budget=f"instancesTimeoutSeconds={contract.instances_timeout_seconds}",
         )
         return gate.wait_for_instances(
             spec,

@@ -314,3 +314,12 @@ def test_the_sagemaker_instance_type_is_what_scripts_read() -> None:
     assert sagemaker.resource_config(doc, doc.identity(0))["current_instance_type"] == "ml.c5.xlarge"
     single = build_job_contract(job(instanceType="ml.m5.large"), POOLS)
     assert [g.instance_type for g in single.groups] == ["ml.m5.large"]
+
+
+def test_the_contract_carries_the_admission_time() -> None:
+    from datetime import UTC, datetime
+
+    at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    doc = build_job_contract(job(), POOLS, attempt=1, admitted_at=at)
+    assert doc.admitted_at == at.timestamp() and doc.gate_timeout(at.timestamp() + 100) == 620
+    assert build_job_contract(job(), POOLS).admitted_at is None

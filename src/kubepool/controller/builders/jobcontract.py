@@ -3,6 +3,8 @@ pools, with `contract.build_contract`. Pure."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from kubepool import contract, naming
 from kubepool.api import Channel as ApiChannel
 from kubepool.api import ComputePool, MLJob
@@ -61,9 +63,9 @@ def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
 
 
 def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: int = 0,
-                       port_shift: int = 0) -> contract.JobContract:
+                       port_shift: int = 0, admitted_at: datetime | None = None) -> contract.JobContract:
     """The contract of `attempt`: instance pods carry that attempt's names. `port_shift` moves the head's
-    Ray ports (local clusters, see `local_port_shift`).
+    Ray ports (local clusters, see `local_port_shift`); `admitted_at` starts the head's instances timeout.
 
     Raises:
         ValueError: a pool of the job is not in `pools`.
@@ -96,6 +98,8 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
                                  dashboard_port=naming.RAY_DASHBOARD_PORT + port_shift,
                                  client_port=naming.RAY_CLIENT_PORT + port_shift),
     )
+    if admitted_at is not None:
+        doc = doc.model_copy(update={"admitted_at": admitted_at.timestamp()})
     if not attempt:
         return doc
     instances = [i.model_copy(update={"pod": naming.pod_name(ref.name, i.group, i.rank_in_group, attempt)})
