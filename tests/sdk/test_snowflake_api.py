@@ -1,7 +1,7 @@
 """kubepool.jobs against the public API of Snowflake's `snowflake.ml.jobs` as published (snowflake-ml-python
 2.6.0, read from its wheel with `ast`, never imported): every public name, every parameter of the shared
 functions and of MLJob's methods. A Snowflake-only parameter is accepted where it has no Kubernetes meaning
-(logged, manager._IGNORED_SNOWFLAKE_ARGS); what kubepool does not have yet is listed in GAPS, so closing one or
+(logged, submission._IGNORED_SNOWFLAKE_ARGS); what kubepool does not have yet is listed in GAPS, so closing one or
 opening a new one fails this test until the list says so."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kubepool import jobs
-from kubepool.jobs import manager
+from kubepool.jobs import submission
 
 WHEEL_VERSION = "2.6.0"
 CACHE = Path.home() / ".cache" / "kubepool" / "wheels"
@@ -56,7 +56,7 @@ def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
 def _accepts(fn: Any, param: str) -> bool:
     ps = inspect.signature(fn).parameters
     takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values())
-    return param in ps or (takes_kwargs and param in manager._IGNORED_SNOWFLAKE_ARGS)
+    return param in ps or (takes_kwargs and param in submission._IGNORED_SNOWFLAKE_ARGS)
 
 
 def test_every_public_name(wheel: zipfile.ZipFile) -> None:

@@ -21,8 +21,6 @@ from kubepool.jobs.distributed import DistributedJobError, DistributedResult
 from kubepool.jobs.job import JOB_STATUS, JobNotFound, MLJob
 from kubepool.jobs.manager import (
     JobSummary,
-    PoolNotFound,
-    connect,
     delete_job,
     get_job,
     list_jobs,
@@ -31,6 +29,7 @@ from kubepool.jobs.manager import (
 )
 from kubepool.jobs.payload import PayloadTooLarge
 from kubepool.jobs.results import RemoteError
+from kubepool.jobs.submission import PoolNotFound, connect
 
 __all__ = [
     "JOB_STATUS", "ArgProtocol", "DistributedJobError", "MLCodeBundle", "MLJobDefinition", "delete_code_bundle",

@@ -23,10 +23,10 @@ from kubepool.api.mljob import PvcSource
 from kubepool.contract import RunMode
 from kubepool.jobs.job import MLJob
 from kubepool.jobs.locations import output_location, source_of
-from kubepool.jobs.manager import connect, submit, warn_unknown, with_imports
 from kubepool.jobs.options import Import, resolve_image
 from kubepool.jobs.payload import MANIFEST_KEY, PayloadFile, directory_payload, file_payload, pack
 from kubepool.jobs.spec import build_mljob, check_instances, check_name, generate_name
+from kubepool.jobs.submission import connect, submit, warn_unknown, with_imports
 from kubepool.kube.errors import NotFound
 from kubepool.kube.sync import Kube
 

@@ -20,10 +20,10 @@ from kubepool import naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
 from kubepool.jobs.job import MLJob
-from kubepool.jobs.manager import connect, pool_image, submit, warn_unknown, with_imports
 from kubepool.jobs.options import Import, resolve_image
 from kubepool.jobs.payload import PayloadFile
 from kubepool.jobs.spec import build_mljob, check_instances, generate_name
+from kubepool.jobs.submission import connect, pool_image, submit, warn_unknown, with_imports
 
 P = ParamSpec("P")
 R = TypeVar("R")

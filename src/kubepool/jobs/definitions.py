@@ -18,9 +18,9 @@ from kubepool.api import CodeSource, Entrypoint
 from kubepool.jobs.bundles import load, local_payload, run_from, store, template_of
 from kubepool.jobs.decorators import RUNNER_FILE, RUNNER_FUNCTION, remote_payload
 from kubepool.jobs.job import MLJob
-from kubepool.jobs.manager import connect, warn_unknown, with_imports
 from kubepool.jobs.options import Import, resolve_image
 from kubepool.jobs.spec import check_name, generate_name
+from kubepool.jobs.submission import connect, warn_unknown, with_imports
 
 
 class ArgProtocol(Enum):

@@ -16,9 +16,9 @@ from kubepool.api.mljob import MAX_GROUPS
 from kubepool.contract import CHECKPOINT_DIR, RunMode
 from kubepool.jobs.job import MLJob
 from kubepool.jobs.locations import checkpoint_location, output_location
-from kubepool.jobs.manager import connect, submit, warn_unknown
 from kubepool.jobs.payload import PayloadFile, directory_payload, file_payload
 from kubepool.jobs.spec import build_mljob, check_name, generate_name
+from kubepool.jobs.submission import connect, submit, warn_unknown
 from kubepool.kube.sync import Kube
 from kubepool.sagemaker.inputs import TrainingInput
 from kubepool.sagemaker.instance_types import is_sagemaker_type, resolve_pool
