@@ -10,8 +10,10 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import yaml
 from faultkit import (
+    duplicates,
     job,
     kill_component,
     local_up,
@@ -25,27 +27,32 @@ from kubepool.controller import backoff
 from support.operator_cluster import Operator, wait_for, wait_phase
 
 
-def test_apiserver_restart_mid_run(cluster: Any, kubectl: Any, namespace: str, operator: Operator, small_pool: Any,
-                                   recorder: Any) -> None:
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_control_plane_restart_mid_run(component: str, cluster: Any, kubectl: Any, namespace: str, operator: Operator,
+                                       small_pool: Any, recorder: Any) -> None:
+    """kube-apiserver (every watch stream drops with it) or etcd (the API server answers errors meanwhile)
+    killed while jobs run and started again."""
     pool = small_pool(max_nodes=3)
-    names = [f"api-{i}" for i in range(3)]
+    names = [f"cp-{i}" for i in range(3)]
     kubectl("apply", "-n", namespace, "-f", "-", check=True,
             input=yaml.safe_dump_all([job(n, pool, sleep_cmd(15)) for n in names]))
     for n in names:
         wait_phase(kubectl, namespace, n, {"RUNNING"}, 90, operator)
-    kill_component(cluster, "kube-apiserver")
+    kill_component(cluster, component)
     time.sleep(3)  # the operator's watches and writes fail meanwhile
-    local_up()  # restarts what is missing (the apiserver), as an operator of the cluster would
+    local_up()  # restarts what is missing, as an operator of the cluster would
     back = time.monotonic()
     kubectl("apply", "-n", namespace, "-f", "-", check=True, input=yaml.safe_dump(job("after", pool, sleep_cmd(1))))
     final = wait_terminal(kubectl, namespace, [*names, "after"], 150)
     assert all(final[n]["phase"] == "DONE" for n in [*names, "after"]), json.dumps(final, indent=1)[:3000]
     converged = max(recorder.first_time(n, {"DONE"}) or time.monotonic() for n in [*names, "after"]) - back
-    assert operator.proc is not None and operator.proc.poll() is None, "the operator died with the apiserver"
+    assert operator.proc is not None and operator.proc.poll() is None, f"the operator died with {component}"
     assert not recorder.backwards(), recorder.backwards()
-    assert converged < 60, f"converged {converged:.0f}s after the apiserver came back"
+    assert converged < 60, f"converged {converged:.0f}s after {component} came back"
+    assert not duplicates(kubectl, namespace)
     wait_for(lambda: not orphans(kubectl, namespace), 30, "no orphans")
-    record(cluster, "apiserver-restart", faults=1, jobs=4, lost=0, orphaned=0, converge_s=converged)
+    record(cluster, f"{component.removeprefix('kube-')}-restart", faults=1, jobs=4, lost=0, orphaned=0,
+           converge_s=converged)
 
 
 def guarded_update(kubectl: Any, namespace: str, name: str, change: Any, pause: float = 0.0) -> str | None:
