@@ -236,7 +236,7 @@ class InstanceStatus(Model):
     pod_uid: str | None = Field(None, max_length=NAME_MAX, description="UID of the pod: the runtime's admission policy lets a pod's token change only the job that lists it.")
     node: str | None = Field(None, description="Node the pod runs on.")
     phase: str | None = Field(None, description="Pod phase.")
-    ready: bool = Field(False, description="Pod is Ready: in head mode, its Ray node is up and has joined the head's cluster.")
+    ready: bool = Field(False, description="Pod is Ready.")
     exit_code: int | None = Field(None, description="Exit code of the instance's container once it terminated.")
     message: str | None = Field(None, max_length=LONG_STR, description="Termination message or waiting reason.")
 
@@ -252,7 +252,7 @@ class MLJobStatus(Model):
     observed_generation: int | None = Field(None, description="Spec generation this status reflects.")
     target_instances: int | None = Field(None, description="Resolved target.")
     min_instances: int | None = Field(None, description="Resolved minimum.")
-    ready_instances: int = Field(0, description="Instances whose pods are Ready (head mode: whose Ray node has joined).")
+    ready_instances: int = Field(0, description="Instances whose pods are Ready.")
     ready: str | None = Field(None, description="ready/target, for kubectl.")
     pools: str | None = Field(None, description="Compute pools of the job, comma separated.")
     instances: list[InstanceStatus] = Field(default_factory=list, description="One entry per instance.")

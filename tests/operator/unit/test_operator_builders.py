@@ -323,12 +323,3 @@ def test_the_contract_carries_the_admission_time() -> None:
     doc = build_job_contract(job(), POOLS, attempt=1, admitted_at=at)
     assert doc.admitted_at == at.timestamp() and doc.gate_timeout(at.timestamp() + 100) == 620
     assert build_job_contract(job(), POOLS).admitted_at is None
-
-
-def test_a_head_mode_instance_is_ready_once_its_ray_node_is_up() -> None:
-    head_mode = build_instance_pods(job(targetInstances=2), POOLS, granted=2, attempt=0, cfg=CFG)
-    for p in head_mode:
-        probe = p["spec"]["containers"][0]["readinessProbe"]
-        assert probe["exec"]["command"] == ["test", "-e", f"{contract.DEFAULT_RAY_TEMP_DIR}/{contract.RAY_READY_FILE}"]
-    parallel = build_instance_pods(job(targetInstances=2, mode="parallel"), POOLS, granted=2, attempt=0, cfg=CFG)
-    assert all("readinessProbe" not in p["spec"]["containers"][0] for p in parallel)  # no Ray node: running is ready

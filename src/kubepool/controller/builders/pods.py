@@ -148,20 +148,6 @@ def _security(uid: int | None) -> tuple[Obj, Obj]:
     return pod, container
 
 
-READY_PROBE_PERIOD_SECONDS = 3
-
-
-def ready_probe(job: MLJob, mine: PodSettingsOf) -> Obj | None:
-    """Head mode: an instance is ready once its Ray node is up and has joined the head's cluster (`ray start`
-    writes RAY_READY_FILE then), so the operator's ready count, RUNNING and its instances timeout mean what the
-    head's gate means. parallel and sagemaker modes start no Ray node: a running container is a ready instance."""
-    if job.spec.mode is not contract.RunMode.HEAD:
-        return None
-    temp_dir = next((e.value for e in mine.env if e.name == contract.ENV_RAY_TEMP_DIR), None)
-    check = ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{contract.RAY_READY_FILE}"]
-    return {"exec": {"command": check}, "periodSeconds": READY_PROBE_PERIOD_SECONDS, "timeoutSeconds": 2}
-
-
 def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, cfg: OperatorConfig) -> Obj:
     """The pod of one instance of one attempt."""
     ref = JobRef.of(job)
@@ -184,9 +170,6 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     env_from = _env_from(job, mine)
     if env_from:
         container["envFrom"] = env_from
-    probe = ready_probe(job, mine)
-    if probe is not None:
-        container["readinessProbe"] = probe
     account = {RuntimeAccountPolicy.PER_JOB: naming.runtime_service_account_name(ref.name),
                RuntimeAccountPolicy.PER_NAMESPACE: naming.RUNTIME_ACCOUNT}.get(cfg.runtime_account)
     account = mine.service_account_name or account  # the job's own (SageMaker's role), with its token

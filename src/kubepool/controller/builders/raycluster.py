@@ -39,12 +39,13 @@ from kubepool.controller.builders.common import (
     placement_of,
     pool_named,
 )
-from kubepool.controller.builders.pods import READY_PROBE_PERIOD_SECONDS, build_instance_pod, ready_probe
+from kubepool.controller.builders.pods import build_instance_pod
 from kubepool.controller.builders.podsettings import pod_settings
 from kubepool.controller.config import OperatorConfig
 
 # A pod is Ready once its Ray node is up (the runtime's ready marker under Ray's --temp-dir). Our own probes
 # also keep KubeRay from injecting its probes on fixed ports that local nodes shift.
+_PROBE_PERIOD_SECONDS = 5
 _LIVENESS_FAILURES = 6
 
 
@@ -58,10 +59,14 @@ def worker_group_name(group: str) -> str:
 
 
 def _probes(container: Obj, job: MLJob, group: str) -> None:
-    # KubeRay adds probes of its own to a container without one: parallel and sagemaker modes (no Ray node)
-    # get one that a running container passes.
-    ready = ready_probe(job, pod_settings(job, group)) or {
-        "exec": {"command": ["true"]}, "periodSeconds": READY_PROBE_PERIOD_SECONDS, "timeoutSeconds": 2}
+    if job.spec.mode is contract.RunMode.HEAD:
+        temp_dir = next((e.value for e in pod_settings(job, group).env if e.name == contract.ENV_RAY_TEMP_DIR), None)
+        check = ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{contract.RAY_READY_FILE}"]
+    else:
+        # parallel and sagemaker modes start no Ray node: as with the pod backend (no probe), a running
+        # container is a ready instance.
+        check = ["true"]
+    ready = {"exec": {"command": check}, "periodSeconds": _PROBE_PERIOD_SECONDS, "timeoutSeconds": 2}
     container["readinessProbe"] = ready
     # A node not up by the instances timeout has failed the job anyway; after that, a lost node restarts nothing
     # (restartPolicy Never) but tells KubeRay the pod is gone.
