@@ -182,8 +182,15 @@ print("served", data.decode())
 """
 CLIENT = """
 import socket, time
+def resolve(name):  # a peer's name exists once its pod has an address: retry, as a client of cluster DNS does
+    for _ in range(150):
+        try:
+            return socket.gethostbyname(name)
+        except OSError:
+            time.sleep(0.2)
+    return socket.gethostbyname(name)
 for name in ("algo-1", "algo-1.job-svc", "algo-1.job-svc.{ns}.svc.cluster.local"):
-    print(name, socket.gethostbyname(name))
+    print(name, resolve(name))
 for attempt in range(100):
     try:
         c = socket.create_connection(("algo-1", 47000), timeout=5)

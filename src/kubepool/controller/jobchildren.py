@@ -82,6 +82,10 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
     todo = [p for p in plan.create_pods if expected.get(p["metadata"]["name"], 0.0) <= now]
     if todo and not op.leading():  # the lease ran out during the pass: the new leader creates them
         return
+    # Pods that go are deleted before any is created: a retry's new pods start only once the failed attempt's
+    # are being deleted, so no instance ever has two live pods.
+    for name in plan.delete_pods:
+        await op.api.delete_pod(key[0], name, op.cfg.pod_termination_grace_seconds)
     try:
         await _all([op.api.create_if_absent(p) for p in todo])
     except Exception:
@@ -99,8 +103,6 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
         await op.api.delete_raycluster(key[0], raycluster_name(key[1]))
         memo.rayclusters.pop(uid, None)
     await release_pods(op, key, plan.release_pods)
-    for name in plan.delete_pods:
-        await op.api.delete_pod(key[0], name, op.cfg.pod_termination_grace_seconds)
     if plan.delete_job:
         log.info("MLJob %s/%s: ttlSecondsAfterFinished passed; deleting it", *key)
         await op.api.delete_job(key[0], key[1], job.metadata.get("uid", ""))
