@@ -49,6 +49,9 @@ def test_import_files_place_each_by_its_module_path(tmp_path: Path) -> None:
                                              "pkg/sub/m.py", "team/u.py", "z.zip"]
     with pytest.raises(ValueError, match="must end with the source's name 'u'"):
         import_files([(str(tmp_path / "u.py"), "team.other")])
+    for hostile in ("..u", "a/../u", "a..u", " "):
+        with pytest.raises(ValueError, match="not a dotted module path"):
+            import_files([(str(tmp_path / "u.py"), hostile)])
     with pytest.raises(FileNotFoundError):
         import_files([tmp_path / "missing"])
     # Laid out as the runtime lays out a payload (its dir and zips on sys.path), each imports by its path.

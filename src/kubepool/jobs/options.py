@@ -84,9 +84,12 @@ def _sources(source: Any, import_path: str | None) -> list[tuple[Path, str]]:
 def _place(path: Path, dotted: str) -> list[PayloadFile]:
     if path.is_file() and path.suffix == ".zip":
         return file_payload(path)
-    rel = dotted.strip().replace(".", "/")
+    parts = dotted.strip().split(".")
+    if not all(p.isidentifier() for p in parts):  # never '..', '/' or '' in a payload path
+        raise ValueError(f"import path {dotted!r} is not a dotted module path (e.g. 'team.utils')")
+    rel = "/".join(parts)
     own = path.stem if path.is_file() else path.name
-    if not rel or rel.rsplit("/", 1)[-1] != own:
+    if rel.rsplit("/", 1)[-1] != own:
         raise ValueError(f"import path {dotted!r} must end with the source's name {own!r} ({path})")
     if path.is_file():
         if path.suffix != ".py":
