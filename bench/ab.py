@@ -37,13 +37,21 @@ def worktree(rev: str) -> tuple[str, Path]:
 
 
 def pair_ratios(pairs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    """Per measure: median, min and max over the pairs of this tree / the base (stalled runs left out)."""
+    """Per measure: median, min and max over the pairs of this tree / the base (stalled runs left out), and
+    `balanced`: the geometric mean of the medians of the pairs this tree ran first and of those it ran second.
+    The second run of a pair is often the faster (the first warms the API server's caches), so with an odd
+    number of pairs the plain median leans towards the order that ran more often; `balanced` does not."""
     out = {}
     for k in KEYS:
-        rs = [stats.ratio(p["kubepool"][k], p[p1.BASE][k]) for p in pairs
-              if p["kubepool"].get(k) and p[p1.BASE].get(k)]  # fmt: skip
+        by_order: dict[bool, list[float]] = {True: [], False: []}
+        for i, p in enumerate(pairs):
+            if p["kubepool"].get(k) and p[p1.BASE].get(k):
+                by_order[i % 2 == 0].append(stats.ratio(p["kubepool"][k], p[p1.BASE][k]))
+        rs = by_order[True] + by_order[False]
         if rs:
             out[k] = {"median": stats.median(rs), "min": min(rs), "max": max(rs)}
+            if by_order[True] and by_order[False]:
+                out[k]["balanced"] = (stats.median(by_order[True]) * stats.median(by_order[False])) ** 0.5
     return out
 
 
@@ -51,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n\n")[0])
     ap.add_argument("rev", help="the base revision (e.g. main~3, a sha)")
     ap.add_argument("--jobs", type=int, default=50, help="P1 jobs per run (default 50)")
-    ap.add_argument("--pairs", type=int, default=3, help="timed pairs (default 3)")
+    ap.add_argument("--pairs", type=int, default=4, help="timed pairs, alternating which tree runs first (default 4)")
     ap.add_argument("--fake-nodes", type=int, default=100)
     args = ap.parse_args(argv)
     sha, tree = worktree(args.rev)
@@ -75,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratios = pair_ratios(pairs)
     print(f"this tree / {args.rev}, per pair:", flush=True)
     for k, r in ratios.items():
-        print(f"  {k:<18} median {r['median']:.2f}  (min {r['min']:.2f}, max {r['max']:.2f})", flush=True)
+        balanced = f", order-balanced {r['balanced']:.2f}" if "balanced" in r else ""
+        print(f"  {k:<18} median {r['median']:.2f}  (min {r['min']:.2f}, max {r['max']:.2f}{balanced})", flush=True)
     out = LOG_DIR / f"ab-{sha}.json"
     out.write_text(json.dumps({"base": args.rev, "sha": sha, "jobs": args.jobs, "pairs": pairs, "ratios": ratios}, indent=1))
     print(f"written: {out}", flush=True)

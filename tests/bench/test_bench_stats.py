@@ -101,3 +101,15 @@ def test_profile_top_counts_each_function_once_per_stack() -> None:
     assert top == [("reconcile (kubepool/r.py)", 0.75), ("validate (pydantic/m.py)", 0.75), ("pools (kubepool/s.py)", 0.25)]
     assert stats.profile_top(collapsed, ["kubepool/"], exclude=["s.py"]) == [("reconcile (kubepool/r.py)", 0.75)]
     assert stats.profile_top("", ["x"]) == []
+
+
+def test_ab_balances_the_order_within_pairs() -> None:
+    from bench import ab
+
+    def pair(this: float, base: float) -> dict[str, dict[str, float]]:
+        return {"kubepool": {"wall_s": this}, "kubepool-base": {"wall_s": base}}
+
+    # The second run of every pair is 20 % faster and the trees are equal: 2 of 3 pairs ran this tree first,
+    # so the plain median says 1.25; the order-balanced figure says 1.0.
+    r = ab.pair_ratios([pair(10, 8), pair(8, 10), pair(10, 8)])["wall_s"]
+    assert math.isclose(r["median"], 1.25) and math.isclose(r["balanced"], 1.0)
