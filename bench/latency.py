@@ -20,13 +20,14 @@ from typing import Any
 
 import httpx
 
-from bench import stats
+from bench import rayfloor, stats
 from bench.cluster import LOG_DIR, STATE_DIR, BenchCluster, describe_machine, machine_line, watch
 from bench.controllers import KubepoolOperator
 
 RESULTS = Path(__file__).with_name("results")
 INSTANCES = 3
-TARGET_PAYLOAD_S = 8.0
+TARGET_PAYLOAD_S = 6.0
+TARGET_FLOOR_RATIO = 1.3  # P3 payload start ÷ a bare Ray cluster formed by hand (bench/rayfloor.py), same run
 TIMEOUT_S = 300.0
 MARK = "BENCH_PAYLOAD_START"
 PAYLOAD = ["python", "-c", f"import time; print('{MARK}', time.time(), flush=True)"]
@@ -60,6 +61,7 @@ def pool() -> dict[str, Any]:
 
 # The job as submitted by default, and with Ray's dashboard off (spec.ray.dashboard: false), measured side by side.
 VARIANTS = {"p3": {}, "p3_no_dashboard": {"ray": {"dashboard": False}}}
+FLOOR = "ray_floor"  # run between the variants: the same machine's bare Ray cluster (bench/rayfloor.py)
 
 
 def job(name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -163,9 +165,14 @@ def measure(bench: BenchCluster, repeats: int) -> dict[str, dict[str, Any]]:
     op = KubepoolOperator(bench, LOG_DIR / "kubepool-p3.log", operator_env())
     op.start()
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    floor: list[float] = []
     try:
-        schedule = [("warm-up", "p3")] + [(f"run {i}", v) for i in range(1, repeats + 1) for v in VARIANTS]
+        schedule = [("warm-up", "p3")] + [(f"run {i}", v) for i in range(1, repeats + 1) for v in (*VARIANTS, FLOOR)]
         for n, (label, variant) in enumerate(schedule):
+            if variant == FLOOR:
+                floor.append(rayfloor.form(INSTANCES))
+                print(f"  {label:<8} {variant:<16} {INSTANCES} bare Ray nodes formed, seen by a driver: {floor[-1]:.2f} s", flush=True)
+                continue
             r = asyncio.run(_one(bench, ns, f"lat-{n}", VARIANTS[variant]))
             b = r["since_submit_s"]
             print(f"  {label:<8} {variant:<16} payload start {stats.fmt(b['payload_start'])} s, "
@@ -177,11 +184,15 @@ def measure(bench: BenchCluster, repeats: int) -> dict[str, dict[str, Any]]:
     finally:
         op.stop()
     # Every stage a run reached counts, also in a run that ended FAILED (its outcome is reported beside it).
-    return {v: {"instances": INSTANCES, "repeats": repeats, "runs": rs, "spec": VARIANTS[v],
+    out: dict[str, dict[str, Any]] = {v: {"instances": INSTANCES, "repeats": repeats, "runs": rs, "spec": VARIANTS[v],
                 "median": {k: stats.median([r["since_submit_s"][k] for r in rs if r["since_submit_s"][k] is not None])
                            for k, _ in STAGES},
                 "target_payload_start_s": TARGET_PAYLOAD_S}
             for v, rs in runs.items()}
+    out[FLOOR] = {"runs_s": floor, "median_s": stats.median(floor), "target_ratio": TARGET_FLOOR_RATIO}
+    for v in VARIANTS:
+        out[v]["ratio_to_floor"] = stats.ratio(out[v]["median"]["payload_start"], out[FLOOR]["median_s"])
+    return out
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -202,10 +213,22 @@ def markdown(report: dict[str, Any]) -> str:
                                 rows, right=(1, 2, 3)),
            f"Target: submit → payload start ≤ {TARGET_PAYLOAD_S:.0f} s (measured {stats.fmt(med['payload_start'])} s by "
            f"default, {stats.fmt(off.get('payload_start'))} s with the dashboard off).", "",
+           *_floor_lines(report),
            "Log stages are the arrival times of the streamed head log, which trail the line by up to ~0.5 s "
            "(the node agent's log relay), so one can show after the payload's own clock.", "",
            "Outcomes: " + "; ".join(f"run {i + 1}: {r['outcome']}" for i, r in enumerate(p3["runs"])) + "."]  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+def _floor_lines(report: dict[str, Any]) -> list[str]:
+    floor = report.get(FLOOR)
+    if not floor:
+        return []
+    runs = ", ".join(f"{x:.2f}" for x in floor["runs_s"])
+    return [f"Floor, measured between the jobs: {INSTANCES} bare Ray nodes on this machine (`ray start` head, workers "
+            f"joining when its GCS answers, a driver that sees them all; bench/rayfloor.py): {stats.fmt(floor['median_s'])} s "
+            f"(runs: {runs}). P3 ÷ floor: {stats.fmt(report['p3'].get('ratio_to_floor'))} (target ≤ {floor['target_ratio']:g}); "
+            f"dashboard off: {stats.fmt((report.get('p3_no_dashboard') or {}).get('ratio_to_floor'))}.", ""]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

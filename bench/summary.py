@@ -50,6 +50,7 @@ def scale_rows(rep: dict[str, Any]) -> list[Row]:
                          f"CPU {stats.fmt(m['controller_cpu_s'], 1)} s", "", ""])  # fmt: skip
         # kubepool-shared is kubepool too: the same targets apply.
         rows += [row(f"P1 wall {k}", v, p1["targets"].get(k.replace("kubepool-shared", "kubepool"))) for k, v in p1["ratios"].items()]
+        rows += [row(f"P1 {k}", v, p1.get("resource_targets", {}).get(k)) for k, v in p1.get("resource_ratios", {}).items()]
     p2 = rep.get("p2")
     if p2:
         if p2["stalled"]:
@@ -65,8 +66,17 @@ def latency_rows(rep: dict[str, Any]) -> list[Row]:
     off = rep.get("p3_no_dashboard")
     extra = [row("P3 submit → payload start, Ray dashboard off", off["median"]["payload_start"], off["target_payload_start_s"], 1, " s")] if off else []
     return [row("P3 submit → payload start (3 instances, process nodes)", med["payload_start"], rep["p3"]["target_payload_start_s"], 1, " s"), *extra,
+            *_floor_rows(rep),
             row("P3 submit → finished (DONE or FAILED)", med["done"], None, 1, " s"),
             ["P3 outcomes", "; ".join(r["outcome"] for r in rep["p3"]["runs"]), "", ""]]  # fmt: skip
+
+
+def _floor_rows(rep: dict[str, Any]) -> list[Row]:
+    floor = rep.get("ray_floor")
+    if not floor:
+        return []
+    return [row("P3 floor: bare 3-node Ray cluster formed, same run", floor["median_s"], None, 1, " s"),
+            row("P3 payload start ÷ floor", rep["p3"].get("ratio_to_floor"), floor["target_ratio"])]
 
 
 def distributor_rows(rep: dict[str, Any]) -> list[Row]:

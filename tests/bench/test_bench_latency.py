@@ -37,3 +37,17 @@ def test_verdicts() -> None:
     assert verdict(float("nan"), 1.0) == "NO (no value)"
     assert verdict(5.0, None) == ""
     assert row("x", 7.25, 8, 1, " s") == ["x", "7.2 s", "≤ 8 s", "yes"]
+
+
+def test_ray_floor_nodes_take_ports_apart_and_only_the_head_is_head() -> None:
+    import re
+    from pathlib import Path
+
+    from bench import rayfloor
+
+    nodes = [rayfloor.start_args(i, Path(f"/t/{i}")) for i in range(3)]
+    ports = [int(m) for args in nodes for a in args for m in re.findall(r"port=(\d+)$", a) if m != "0"]
+    assert len(ports) == len(set(ports))  # every fixed port of every node is its own
+    assert ["--head" in a for a in nodes] == [True, False, False]
+    assert all(f"--address={rayfloor.NODE_IP}:{rayfloor.PORT_BASE}" in a for a in nodes[1:])
+    assert all("--block" in a for a in nodes)  # a session of its own to stop, never `ray stop`

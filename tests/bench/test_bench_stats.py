@@ -89,6 +89,8 @@ def test_summarize_p1_ratios_pair_by_pair() -> None:
     assert s["median"]["floor"]["controller_peak_rss_mib"] is None
     assert s["ratios"]["kubepool / kuberay"] == 1.5  # median of 2.0 and 1.0, not 20 / 17.5
     assert s["ratios"]["kubepool / floor"] == 2.5
+    # The operators' own cost, pair by pair (a stalled run still used its CPU and memory).
+    assert s["resource_ratios"] == {"CPU kubepool / kuberay": 2.0, "peak RSS kubepool / kuberay": 2.0}
 
 
 def test_profile_top_counts_each_function_once_per_stack() -> None:
