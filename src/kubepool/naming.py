@@ -25,6 +25,13 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"  # retry attempt (backoffLimit) that created 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 # Kueue's LocalQueue of a job: Kueue creates such a job suspended and admits it by setting spec.suspend false.
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+# Kueue's Workload, which the operator writes for such a job when it acts as Kueue's external controller of
+# MLJobs (Kueue's configuration: integrations.externalFrameworks: [KUEUE_EXTERNAL_FRAMEWORK]).
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/v1beta2"
+WORKLOAD_KIND, WORKLOAD_PLURAL = "Workload", "workloads"
+KUEUE_EXTERNAL_FRAMEWORK = f"{MLJOB_KIND}.{VERSION}.{GROUP}"
+LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 MANAGED_BY = "kubepool"
 ROLE_HEAD, ROLE_WORKER = "head", "worker"
 # Warm capacity (ComputePool minNodes): placeholder pods carry LABEL_POOL (so instances' anti-affinity treats
@@ -102,6 +109,11 @@ def pod_name(job: str, group: str, index_in_group: int, attempt: int = 0) -> str
     add `-rN` so a retry never waits for the previous attempt's pods to be gone."""
     suffix = f"-r{attempt}" if attempt else ""
     return _fit(f"{job}-{dns_label(group)}-{index_in_group}{suffix}")
+
+
+def workload_name(job: str, uid: str) -> str:
+    """Kueue Workload of one MLJob (of this uid: a job created again under its name gets another)."""
+    return _fit(f"mljob-{job}-{uid[:5]}")
 
 
 def service_name(job: str) -> str:

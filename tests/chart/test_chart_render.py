@@ -108,7 +108,7 @@ def test_listen_on_pod_ip(render: Any) -> None:
 
 # OperatorConfig fields the chart sets from dedicated values; every other field is an `operator.settings` key.
 DEDICATED = {"default_image", "gpu_image", "default_backend", "namespaces", "liveness_port", "metrics_port", "warm_capacity",
-             "placeholder_namespace", "bind_address", "leader_election", "lease_name", "lease_namespace"}
+             "placeholder_namespace", "bind_address", "leader_election", "lease_name", "lease_namespace", "kueue"}
 
 
 def test_every_operator_setting_is_reachable_from_values() -> None:
@@ -116,6 +116,20 @@ def test_every_operator_setting_is_reachable_from_values() -> None:
     keys = schema["properties"]["operator"]["properties"]["settings"]["properties"]
     snake = {re.sub(r"(?<!^)([A-Z])", r"_\1", k).lower() for k in keys}
     assert snake | DEDICATED == set(OperatorConfig.model_fields)
+
+
+def test_kueue_value_turns_the_operator_into_kueues_controller_with_its_rbac(render: Any) -> None:
+    def rules(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for o in by_kind(objs, "ClusterRole") for r in o.get("rules") or [] if "kueue.x-k8s.io" in r["apiGroups"]]
+
+    off = render()
+    [dep] = by_kind(off, "Deployment")
+    assert operator_config(dep["spec"]["template"]["spec"]["containers"][0]).kueue is False and not rules(off)
+    on = render("--set", "operator.kueue=true")
+    [dep] = by_kind(on, "Deployment")
+    assert operator_config(dep["spec"]["template"]["spec"]["containers"][0]).kueue is True
+    granted = {(res, verb) for r in rules(on) for res in r["resources"] for verb in r["verbs"]}
+    assert {("workloads", "create"), ("workloads", "watch"), ("workloads", "delete"), ("workloads/status", "patch")} <= granted
 
 
 def test_operator_settings_reach_the_operator(render: Any, tmp_path: Any) -> None:

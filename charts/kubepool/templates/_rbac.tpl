@@ -52,6 +52,15 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, list, watch, create]
+{{- if $v.operator.kueue }}
+# Kueue's Workloads of queued MLJobs: written, read, marked finished (or their quota given back on eviction).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
+{{- end }}
 {{- if $v.rbac.kuberay }}
 # Application: RayClusters of jobs with backend kuberay (server-side applied; deleted when the job ends).
 - apiGroups: [ray.io]

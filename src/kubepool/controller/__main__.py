@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import http.server
+import importlib
 import sys
 import threading
 from collections.abc import Iterator
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = ns.verbose or ns.log_level == "debug"
     kopf.configure(verbose=debug, quiet=ns.log_level == "warning", log_format=LOG_FORMATS[ns.log_format])
     quiet_routine_logs()
+    if cfg.kueue:
+        importlib.import_module("kubepool.controller.kueuehandlers")  # import = registration (Workloads)
     memo = kopf.Memo(cfg=cfg)
     if cfg.leader_election:
         # Stand by until this replica holds the lease: kopf (its watches, handlers and writes) starts only then.

@@ -58,6 +58,10 @@ class OperatorConfig(BaseModel):
     # Warm capacity: placeholder pods keep each ComputePool's minNodes nodes held (and the runtime image pulled)
     # while fewer instances run. Off: minNodes is informational only.
     warm_capacity: bool = True
+    # Act as Kueue's controller of MLJobs (Kueue configured with integrations.externalFrameworks:
+    # [MLJob.v1alpha1.kubepool.dev]): a job labelled kueue.x-k8s.io/queue-name gets a Workload and runs only
+    # while Kueue admits it (controller/kueue.py). Needs Kueue's CRDs, and RBAC on its Workloads.
+    kueue: bool = False
     # Namespace of the placeholder pods; empty: the operator's own (in a pod), else the first watched namespace,
     # else `default`. It must be watched (the operator follows its placeholders through its pod watch).
     placeholder_namespace: str = ""

@@ -1,7 +1,7 @@
 """One MLJob's pass, level-based and safe to run any number of times: read the job from the cluster view,
 decide its status (admission under the admission lock), persist it before creating anything, wake the
-queue, announce the transition, then make the children match the plan and sleep until the next deadline.
-The steps run in this order in `reconcile_job`; the pure decisions are in jobstatus/admission/plan."""
+queue, announce the transition, then make the children match the plan and sleep until the next deadline (a
+job queued by Kueue is held or released first). The steps run in this order in `reconcile_job`; the pure decisions are in jobstatus/admission/plan."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from kubepool.controller.builders.common import placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets
 from kubepool.controller.jobchildren import apply_plan, release_pods
 from kubepool.controller.jobstatus import API_REFUSED, SUSPENDED, Observed, compute_job_status
+from kubepool.controller.kueuereconcile import kueue_step
 from kubepool.controller.leader import LeadershipLost
 from kubepool.controller.observed import PodView
 from kubepool.controller.plan import plan_job
@@ -47,6 +48,10 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
             await release_pods(op, key, [p for p in op.view.pods(key) if p.deleting])  # nothing left to decide
             return
         job, body = found
+        # 0. Kueue's gate, where the operator acts for Kueue: a queued job held or released changes its spec,
+        # and the pass that change brings decides from there.
+        if await kueue_step(op, key, job, job.status):
+            return
         prev = job.status
         pods = op.view.pods(key, job.metadata.get("uid", ""))
         op.children.pods_seen(job.metadata.get("uid", ""), pods)
@@ -69,6 +74,9 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
                 await _refused(op, key, job, body, pods, backend, new, str(e))
             raise  # the queue retries with backoff
         op.children.refused.pop(job.metadata.get("uid", ""), None)
+        if new.phase is not None and new.phase.finished and not (prev is not None and prev.phase is not None
+                                                                and prev.phase.finished):
+            await kueue_step(op, key, job, new)  # its Workload finished at once: Kueue's next job starts
         op.queue.wake_at(key, plan.wake_at)
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 

@@ -22,7 +22,7 @@ from kubepool.controller.election import Timing
 from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json, install_relist_deletions
 from kubepool.controller.leader import LeaderElector
 from kubepool.controller.state import OperatorState
-from kubepool.controller.view import INDEXES
+from kubepool.controller.view import INDEXES, OPTIONAL_INDEXES, WORKLOAD_INDEX
 from kubepool.controller.wiring import new_operator
 from kubepool.kube.aio import Api
 from kubepool.kube.errors import KubeError
@@ -87,7 +87,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
                        "(a re-list) are not seen until the operator restarts")
     own = own_namespace()
     # kopf's indexes are live views, created before the startup handlers run: captured once, here.
-    op = new_operator(cfg, Api(), indexes={name: kwargs[name] for name in INDEXES},
+    if cfg.kueue and WORKLOAD_INDEX not in kwargs:
+        raise kopf.PermanentError("kueue is on but its handlers are not registered: run `python -m kubepool.controller`")
+    indexes = {name: kwargs[name] for name in (*INDEXES, *OPTIONAL_INDEXES) if name in kwargs}
+    op = new_operator(cfg, Api(), indexes=indexes,
                       placeholder_namespace=resolve_placeholder_namespace(cfg, own))
     memo.op = op
     if cfg.leader_election:

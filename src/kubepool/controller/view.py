@@ -28,6 +28,7 @@ POD_INDEX = "pod_index"
 PLACEHOLDER_INDEX = "placeholder_index"
 POOL_INDEX = "pool_index"
 NODE_INDEX = "node_index"
+WORKLOAD_INDEX = "workload_index"  # only where the operator acts for Kueue (OperatorConfig.kueue): kueuehandlers
 def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the job index keeps of an MLJob event: the body itself (kopf never mutates an event's body), less the
     results its instances kept (up to 160 KiB each, read only by the SDK), so a finished job costs the operator
@@ -42,6 +43,7 @@ def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 INDEXES = (JOB_INDEX, POD_INDEX, PLACEHOLDER_INDEX, POOL_INDEX, NODE_INDEX)
+OPTIONAL_INDEXES = (WORKLOAD_INDEX,)  # registered with their handlers only when configured
 
 
 def _values(index: Any, key: Any) -> list[Any]:
@@ -124,6 +126,11 @@ class ClusterView:
     def pods(self, key: JobKey, uid: str | None = None) -> list[PodView]:
         """The job's pods; with uid None, also those of an earlier job of the same name."""
         return [p for p in _values(self._index(POD_INDEX), key) if uid is None or p.job_uid == uid]
+
+    def workloads(self, key: JobKey, uid: str) -> list[dict[str, Any]]:
+        """Kueue Workloads owned by job `uid` (none unless the operator acts for Kueue)."""
+        return [w for w in _values(self._index(WORKLOAD_INDEX), key)
+                if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get("ownerReferences") or [])]
 
     def pools(self) -> dict[str, ComputePool]:
         out = {}

@@ -42,7 +42,7 @@ PLURALS = {
     "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
     "NetworkPolicy": "networkpolicies", "EndpointSlice": "endpointslices", "RayCluster": "rayclusters",
     "PriorityClass": "priorityclasses", naming.MLJOB_KIND: naming.MLJOB_PLURAL, naming.POOL_KIND: naming.POOL_PLURAL,
-    "Lease": "leases",
+    "Lease": "leases", naming.WORKLOAD_KIND: naming.WORKLOAD_PLURAL,
 }  # fmt: skip
 LEASE_API = "coordination.k8s.io/v1"
 _MERGE = "application/merge-patch+json"
@@ -204,6 +204,25 @@ class Api:
         if _PATCH_TEST_FAILED in message:  # what the API server says of a failed test op, and nothing more
             raise NotFound(f"{what}: it is no longer uid {uid} (deleted; a new job may have its name)", 404)
         raise status_error(422, message or resp.text, str(status.get("reason") or ""), what)
+
+    async def set_job_suspend(self, namespace: str, name: str, suspend: bool, uid: str) -> None:
+        """Set an MLJob's spec.suspend (a queue manager's gate), only if the job of that name is still `uid`."""
+        body = [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "add", "path": "/spec/suspend", "value": suspend}]
+        await self._send("PATCH", _job_path(namespace, name), f"set spec.suspend={suspend} of MLJob {namespace}/{name}",
+                         body=body, content_type=_JSON_PATCH, params={"fieldManager": naming.FIELD_MANAGER})
+
+    async def delete_object(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete one object (in the background); one already gone counts as success."""
+        await self._delete(f"{collection_path(api_version, kind, namespace)}/{name}", f"{kind} {namespace}/{name}", None)
+
+    async def replace_status(self, obj: Obj, status: Obj) -> None:
+        """Replace an object's status as of the version `obj` was read at: a write of another controller since
+        (Kueue's, on a Workload) fails the test and the caller decides again from what it wrote."""
+        meta = obj["metadata"]
+        body = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                {"op": "add", "path": "/status", "value": {k: v for k, v in status.items() if v is not None}}]
+        await self._send("PATCH", f"{object_path(obj)}/status", f"write status of {_what(obj)}", body=body,
+                         content_type=_JSON_PATCH, params={"fieldManager": naming.FIELD_MANAGER})
 
     async def patch_pool_status(self, name: str, status: Obj) -> None:
         path = f"{collection_path(naming.API_VERSION, naming.POOL_KIND, None)}/{name}/status"

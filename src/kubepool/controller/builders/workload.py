@@ -1,0 +1,41 @@
+"""Kueue's Workload of an MLJob: one pod set per instance group, each with the group's instance count and the
+pod template Kueue reads its quota from (the instance's requests, node selector and tolerations, as the
+operator will create the pods). Pure."""
+
+from __future__ import annotations
+
+from kubepool import naming
+from kubepool.api import ComputePool, MLJob
+from kubepool.controller.builders.common import JobRef, Obj, placement_of, pool_named
+from kubepool.controller.builders.pods import build_instance_pod
+from kubepool.controller.config import OperatorConfig
+
+# What Kueue needs of an instance pod to count its quota and match flavors; the rest of the pod stays ours.
+_TEMPLATE_SPEC_KEYS = ("nodeSelector", "tolerations", "priorityClassName")
+
+
+def pod_sets(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig) -> list[Obj]:
+    """One pod set per group, in contract order (the head's group first): name, count and template."""
+    out: dict[str, Obj] = {}
+    for inst in placement_of(job):
+        name = naming.dns_label(inst.group)
+        if name in out:
+            out[name]["count"] += 1
+            continue
+        pod = build_instance_pod(job, pool_named(pools, inst.pool), inst, attempt=0, cfg=cfg)
+        spec = pod["spec"]
+        [container] = spec["containers"]
+        template = {"containers": [{"name": container["name"], "image": container["image"],
+                                    "resources": container["resources"]}],
+                    **{k: spec[k] for k in _TEMPLATE_SPEC_KEYS if spec.get(k)}}
+        out[name] = {"name": name, "count": 1, "template": {"spec": template}}
+    return list(out.values())
+
+
+def build_workload(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig, queue: str) -> Obj:
+    """The Workload Kueue admits (or not) for `job`; owned by the job, so it goes with it."""
+    ref = JobRef.of(job)
+    meta = ref.metadata(naming.workload_name(ref.name, ref.uid), **{naming.LABEL_KUEUE_JOB_UID: ref.uid})
+    meta["labels"][naming.LABEL_KUEUE_QUEUE] = queue
+    return {"apiVersion": naming.KUEUE_API_VERSION, "kind": naming.WORKLOAD_KIND, "metadata": meta,
+            "spec": {"queueName": queue, "podSets": pod_sets(job, pools, cfg)}}

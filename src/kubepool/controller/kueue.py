@@ -1,0 +1,106 @@
+"""The operator as Kueue's controller of MLJobs (Kueue's `externalFrameworks`): what to do next for one job
+labelled `kueue.x-k8s.io/queue-name`, given its Workloads. Pure; `kueuereconcile` carries the steps out.
+
+The protocol is the one Kueue's own job integrations follow: a queued job has a Workload (one pod set per
+instance group) and stays suspended until Kueue admits the Workload (condition Admitted); admitted, the job
+runs (spec.suspend false); evicted (preempted, or its admission check failed), the job is suspended again and,
+once its pods are gone, the Workload gives its quota back (its admission cleared) so Kueue can queue it again;
+finished, the Workload is marked Finished and Kueue frees the quota. The gate is spec.suspend, the same field
+a person or any other queue manager holds a job with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubepool import naming
+from kubepool.api import JobPhase, MLJob
+from kubepool.controller.jobstatus import SUSPENDED
+
+Obj = dict[str, Any]
+ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED = "Admitted", "QuotaReserved", "Evicted", "Finished"
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What one pass does, in this order."""
+
+    delete: tuple[str, ...] = ()  # stale Workloads (finished by an earlier run, or of an older spec)
+    create: Obj | None = None
+    suspend: bool | None = None  # the job's spec.suspend to write, if it must change
+    release: str = ""  # the Workload whose quota reservation to clear (evicted, and the job has stopped)
+    finish: Obj | None = None  # the Finished condition to add to the job's Workload
+    workload: Obj = field(default_factory=dict)  # the Workload that `release`/`finish` write to
+
+    @property
+    def empty(self) -> bool:
+        return not (self.delete or self.create or self.suspend is not None or self.release or self.finish)
+
+
+def condition(workload: Obj, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (workload.get("status") or {}).get("conditions") or [])
+
+
+def _counts(pod_sets: list[Obj]) -> list[tuple[str, int]]:
+    return [(str(p.get("name")), int(p.get("count", 0))) for p in pod_sets]
+
+
+def finished_condition(job: MLJob, now: datetime) -> Obj:
+    st = job.status
+    ok = st is not None and st.phase is JobPhase.DONE
+    return {"type": FINISHED, "status": "True", "reason": "Succeeded" if ok else "Failed",
+            "message": (f"MLJob {st.phase}: {st.message or st.reason or ''}" if st is not None else "")[:32768],
+            "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def decide(job: MLJob, workloads: list[Obj], wanted: Obj | None, now: datetime) -> Steps:
+    """The next steps for `job` (labelled with a LocalQueue) whose Workloads (owned by it) are `workloads`;
+    `wanted` is the Workload the job needs now (None when it cannot be built yet: a pool not there)."""
+    st = job.status
+    finished = st is not None and st.phase is not None and st.phase.finished
+    current = [w for w in workloads if not w.get("metadata", {}).get("deletionTimestamp")]
+    if finished:
+        live = [w for w in current if not condition(w, FINISHED)]
+        return Steps(finish=finished_condition(job, now), workload=live[0]) if live else Steps()
+    # A Workload finished by an earlier run of this job (it was resumed since), or one whose pod sets no longer
+    # match the job (resized while it waited) and that holds no quota yet: replaced.
+    stale = [w for w in current if condition(w, FINISHED) or (
+        wanted is not None and not condition(w, QUOTA_RESERVED)
+        and _counts(w.get("spec", {}).get("podSets") or []) != _counts(wanted["spec"]["podSets"]))]
+    current = [w for w in current if w not in stale]
+    delete = tuple(w["metadata"]["name"] for w in stale)
+    if not current:
+        # Kueue's jobs never run unadmitted: a job that is not suspended (nothing suspended it at creation) is.
+        hold = None if job.spec.suspend else True
+        if wanted is not None and wanted["metadata"]["name"] in delete:
+            return Steps(delete=delete, suspend=hold)  # the new one once the old one is gone
+        return Steps(delete=delete, create=wanted, suspend=hold)
+    wl = current[0]
+    if condition(wl, ADMITTED) and not condition(wl, EVICTED):
+        return Steps(delete=delete, suspend=False if job.spec.suspend else None)
+    if not job.spec.suspend:
+        return Steps(delete=delete, suspend=True)
+    stopped = st is not None and st.reason == SUSPENDED
+    if condition(wl, EVICTED) and stopped and (condition(wl, QUOTA_RESERVED) or (wl.get("status") or {}).get("admission")):
+        return Steps(delete=delete, release=wl["metadata"]["name"], workload=wl)
+    return Steps(delete=delete)
+
+
+def released_status(workload: Obj, now: datetime) -> Obj:
+    """The Workload's status after its job stopped on eviction: no admission, QuotaReserved and Admitted false
+    (what Kueue's own integrations write, so its queue takes the Workload back)."""
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    generation = workload.get("metadata", {}).get("generation")
+    conditions = [c for c in (workload.get("status") or {}).get("conditions") or []
+                  if c.get("type") not in (QUOTA_RESERVED, ADMITTED)]
+    for kind, reason in ((QUOTA_RESERVED, "Pending"), (ADMITTED, "NoReservation")):
+        cond = {"type": kind, "status": "False", "reason": reason, "lastTransitionTime": stamp,
+                "message": "the job stopped after its eviction"}
+        conditions.append(cond | ({"observedGeneration": generation} if generation is not None else {}))
+    return {**(workload.get("status") or {}), "admission": None, "conditions": conditions}
+
+
+def queue_of(job: MLJob) -> str:
+    return str((job.metadata.get("labels") or {}).get(naming.LABEL_KUEUE_QUEUE) or "")

@@ -1,0 +1,141 @@
+"""The operator as Kueue's controller of MLJobs, against Kueue's own controller manager (built from Go modules):
+jobs labelled with a LocalQueue get Workloads; Kueue's quota decides which runs; a finished job's Workload is
+marked Finished and frees the quota for the next; a Workload Kueue evicts (deactivated) suspends its running job,
+gives its quota back once the pods are gone, and runs again from scratch when Kueue admits it again. The real
+API server, scheduler, nodes and Kueue; no admission policy suspends the jobs at creation (the operator holds
+them itself)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubepool import naming
+from support import kueue
+from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+
+pytestmark = pytest.mark.cluster
+JOB_TIMEOUT_S = 240
+SLEEPER = "import time; print('started', flush=True); time.sleep({s}); print('finished')"
+
+
+@pytest.fixture(scope="module")
+def kueue_manager(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[kueue.Kueue]:
+    yield from kueue.running(cluster, cluster.kubectl, tmp_path_factory.mktemp("kueue"))
+
+
+@pytest.fixture
+def local_queue(kubectl: Any, namespace: str, kueue_manager: kueue.Kueue) -> Iterator[str]:
+    """A ClusterQueue with quota for one instance of a CPU_X64_S pool (3 CPUs, 13Gi), and its LocalQueue."""
+    name = f"kp-{uuid.uuid4().hex[:6]}"
+    objs = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+         "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+             {"name": name, "resources": [{"name": "cpu", "nominalQuota": "3"}, {"name": "memory", "nominalQuota": "13Gi"}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "team", "namespace": namespace},
+         "spec": {"clusterQueue": name}},
+    ]  # fmt: skip
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs), check=True)
+
+    def active() -> bool:
+        st = get_json(kubectl, "default", "clusterqueue", name).get("status") or {}
+        return any(c["type"] == "Active" and c["status"] == "True" for c in st.get("conditions") or [])
+
+    try:
+        wait_for(active, 60, f"ClusterQueue {name} Active (Kueue's log: {kueue_manager.log_path})")
+    except AssertionError:
+        raise AssertionError(f"ClusterQueue {name} not Active; Kueue's log:\n{kueue_manager.logs()[-3000:]}") from None
+    yield "team"
+    kubectl("delete", "localqueue", "team", "-n", namespace, "--wait=false")
+    kubectl("delete", "clusterqueue", name, "--wait=false")
+    kubectl("delete", "resourceflavor", name, "--wait=false")
+
+
+@pytest.fixture
+def kueue_operator(cluster: Any, crds: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log", env={"KUBEPOOL_OPERATOR_KUEUE": "true"})
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+def _workload(kubectl: Any, namespace: str, job: str) -> dict[str, Any]:
+    items = get_json(kubectl, namespace, "workloads.kueue.x-k8s.io", "-l", f"{naming.LABEL_JOB}={job}")["items"]
+    assert len(items) <= 1, [w["metadata"]["name"] for w in items]
+    return items[0] if items else {}
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _spec_suspend(kubectl: Any, namespace: str, job: str) -> bool:
+    return bool(get_json(kubectl, namespace, "mljob", job)["spec"].get("suspend"))
+
+
+def _pods(kubectl: Any, namespace: str, job: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(kubectl, namespace, "pods", "-l", f"{naming.LABEL_JOB}={job}")["items"]
+    return items
+
+
+def test_kueue_admits_queued_mljobs_by_quota_evicts_and_readmits_them(
+        kubectl: Any, namespace: str, kueue_operator: Operator, compute_pool: Any, local_queue: str,
+        kueue_manager: kueue.Kueue) -> None:
+    ns, pool = namespace, compute_pool("cpu", max_nodes=3)  # the pool could run both: Kueue's quota decides
+
+    def submit(name: str, seconds: int) -> None:
+        job = mljob(name, computePool=pool, mode="parallel", entrypoint={"command": ["python", "-c", SLEEPER.format(s=seconds)]})
+        job["metadata"]["labels"] = {naming.LABEL_KUEUE_QUEUE: local_queue}
+        kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job), check=True)
+
+    def explain() -> str:
+        return f"\nKueue's log (tail):\n{kueue_manager.logs()[-2500:]}\noperator's log (tail):\n{kueue_operator.logs()[-2500:]}"
+
+    submit("first", 40)
+    try:
+        wait_phase(kubectl, ns, "first", {"RUNNING"}, JOB_TIMEOUT_S, kueue_operator)
+    except AssertionError as e:
+        raise AssertionError(f"{e}{explain()}") from None
+    wl_first = _workload(kubectl, ns, "first")
+    assert _conditions(wl_first).get("Admitted") == "True", wl_first.get("status")
+    assert [(p["name"], p["count"]) for p in wl_first["spec"]["podSets"]] == [(naming.dns_label(naming.DEFAULT_GROUP), 1)]
+    assert wl_first["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3"
+
+    # The second does not fit the ClusterQueue's quota while the first runs: Kueue does not admit it, and the
+    # operator keeps it suspended (it was created without suspend: the operator held it).
+    submit("second", 1)
+    wait_for(lambda: _workload(kubectl, ns, "second"), 30, "the second job's Workload")
+    wait_for(lambda: _spec_suspend(kubectl, ns, "second"), 30, "the second job held (spec.suspend)")
+    st = get_json(kubectl, ns, "mljob", "second").get("status") or {}
+    assert "admittedAt" not in st and "LocalQueue team" in (st.get("message") or ""), st
+    assert _conditions(_workload(kubectl, ns, "second")).get("QuotaReserved") != "True"
+    assert not _pods(kubectl, ns, "second")
+
+    # Kueue evicts the first (its Workload deactivated): the job is suspended, its pods go, its quota is given back,
+    # and Kueue admits the second, which runs to DONE.
+    kubectl("patch", "workloads.kueue.x-k8s.io", wl_first["metadata"]["name"], "-n", ns, "--type=merge",
+            "-p", json.dumps({"spec": {"active": False}}), check=True)
+    wait_for(lambda: _spec_suspend(kubectl, ns, "first"), 60, f"the evicted first job suspended{explain()}")
+    wait_for(lambda: not _pods(kubectl, ns, "first"), 60, "the first job's pods gone")
+    st = wait_phase(kubectl, ns, "second", {"DONE", "FAILED"}, JOB_TIMEOUT_S, kueue_operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1) + explain()
+    wl_second = wait_for(lambda: (w := _workload(kubectl, ns, "second")) and _conditions(w).get("Finished") == "True" and w,
+                         60, "the second job's Workload Finished")
+    assert next(c for c in wl_second["status"]["conditions"] if c["type"] == "Finished")["reason"] == "Succeeded"
+
+    # Reactivated, the first is admitted again (the quota is free) and runs from scratch to DONE.
+    kubectl("patch", "workloads.kueue.x-k8s.io", wl_first["metadata"]["name"], "-n", ns, "--type=merge",
+            "-p", json.dumps({"spec": {"active": True}}), check=True)
+    st = wait_phase(kubectl, ns, "first", {"DONE", "FAILED"}, JOB_TIMEOUT_S, kueue_operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1) + explain()
+    assert st["suspendedAttempts"] >= 1 and st["attempt"] >= 1, st
+    assert _conditions(_workload(kubectl, ns, "first")).get("Finished") == "True"
