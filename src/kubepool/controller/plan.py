@@ -97,12 +97,15 @@ def _shared_children(c: _Context, plan: Plan) -> None:
 
 def _instances(c: _Context, plan: Plan) -> None:
     """The granted instances: the RayCluster sized to them, or their pods. After a shrink (scale_cluster) the
-    pods past the grant go; never below minInstances, and never the head: a grant that small is a stale or
+    pods of instances no longer granted go; never below minInstances, and never the head: a grant that small is a stale or
     inconsistent view, and acting on it would kill a running job."""
     st, pods = c.st, c.pods
     granted = len(st.instances)
     shrink_ok = granted >= max(1, c.job.spec.resolved_min())
-    beyond = [p for p in c.live if shrink_ok and p.attempt == st.attempt and p.instance_id >= granted]
+    # Ids are stable across resizes (builders.layout): a shrink's pods are those whose id left the layout, which
+    # need not be the highest ids (a group before the last one shrank).
+    kept = {i.instance_id for i in st.instances}
+    beyond = [p for p in c.live if shrink_ok and p.attempt == st.attempt and p.instance_id not in kept]
     if c.kuberay:
         doomed: dict[str, list[str]] = {}
         for p in beyond:
