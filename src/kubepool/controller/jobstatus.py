@@ -13,8 +13,8 @@ from kubepool.api import Condition, ConditionStatus, JobPhase, MLJob, MLJobStatu
 from kubepool.api.mljob import JobOutputs
 from kubepool.contract import RunMode, output_artifacts
 from kubepool.controller.builders.common import placement_of
-from kubepool.controller.builders.layout import layout_record
 from kubepool.controller.builders.jobcontract import output_target
+from kubepool.controller.builders.layout import layout_record
 from kubepool.controller.jobsteps import (
     API_REFUSED,
     CANCELLED,
