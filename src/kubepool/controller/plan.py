@@ -112,6 +112,10 @@ def _instances(c: _Context, plan: Plan) -> None:
             doomed.setdefault(p.group, []).append(p.name)
         plan.apply_raycluster = build_raycluster(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg,
                                                  workers_to_delete=doomed)
+        # A first group shrunk back to the head alone has no worker group any more, and KubeRay leaves the pods
+        # of a group it no longer has: the operator deletes them (the outcome finalizer is released as usual).
+        kept_groups = {g["groupName"] for g in plan.apply_raycluster["spec"].get("workerGroupSpecs") or []}
+        plan.delete_pods = [p.name for p in beyond if p.group not in kept_groups]
         return
     have = {p.name for p in pods}
     wanted = build_instance_pods(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg)

@@ -144,7 +144,7 @@ def test_suspending_a_resized_job_forgets_its_layout() -> None:
 def _kuberay_pod(template: dict[str, Any], name: str, index: int) -> PodView:
     body = {"metadata": {"name": name, "uid": name, "labels": {**template["metadata"]["labels"], LABEL_REPLICA_INDEX: str(index)},
                          "annotations": dict(template["metadata"].get("annotations") or {})},
-            "spec": {"nodeName": "n"}, "status": {"phase": "Running"}}
+            "spec": {"nodeName": "n"}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
     return PodView.of(body)
 
 
@@ -197,3 +197,26 @@ def test_scale_patch_resizes_the_named_group() -> None:
         scale_patch(spec, "b", 2)
     with pytest.raises(ValueError, match="leaves no instance in the head's group"):
         scale_patch(spec, "a", 2)
+
+
+def test_kuberay_shrinking_the_first_group_to_the_head_deletes_its_worker_itself() -> None:
+    """a 1 -> 2 -> 1: a's worker group goes from the RayCluster, and KubeRay leaves the pods of a group it no
+    longer has, so the plan deletes a's worker pod (never b's)."""
+    j = _job(1, 1)
+    j = with_status(j, compute_job_status(j, Observed(pods=[], now=T0, decision=Decision(True, granted=2))))
+    grown = _resized(j, 2, 1, [], 1)
+    rc = build_raycluster(grown, POOLS, granted=3, attempt=0, cfg=CFG)
+    head = _kuberay_pod(rc["spec"]["headGroupSpec"]["template"], "head", 0)
+    a, b = (g["template"] for g in rc["spec"]["workerGroupSpecs"])
+    pods = [head, _kuberay_pod(a, "a-0", 0), _kuberay_pod(b, "b-0", 0)]
+    assert [p.instance_id for p in pods] == [0, 2, 1]
+    running = with_status(grown, compute_job_status(grown, Observed(pods=pods, now=at(2), backend=Backend.KUBERAY,
+                                                                    kuberay_installed=True)))
+    assert running.status is not None and running.status.phase is JobPhase.RUNNING
+    shrunk = _resized(running, 1, 1, pods, 3)
+    assert shrunk.status is not None
+    plan = plan_job(shrunk, shrunk.status, pods, POOLS, cfg=CFG, now=at(3), backend=Backend.KUBERAY)
+    assert plan.apply_raycluster is not None
+    assert [g["groupName"] for g in plan.apply_raycluster["spec"]["workerGroupSpecs"]] == ["b"]
+    assert plan.delete_pods == ["a-0"]
+
