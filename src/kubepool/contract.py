@@ -42,12 +42,16 @@ ENV_HEAD_LOST_TIMEOUT = "KUBEPOOL_HEAD_LOST_TIMEOUT"  # seconds a worker keeps g
 # the pod's replica index (downward API) and the port stride shift both (`resolve_replica_index`).
 ENV_REPLICA_INDEX = "KUBEPOOL_REPLICA_INDEX"
 ENV_RAY_PORT_STRIDE = "KUBEPOOL_RAY_PORT_STRIDE"
+# A worker group whose instance ids are not consecutive (a resized job: new instances take new ids) lists them,
+# replica index order, comma separated; the replica index picks its own (`replica_instance_id`).
+ENV_INSTANCE_IDS = "KUBEPOOL_INSTANCE_IDS"
 
 # Every variable the operator sets on an instance (pods, and KubeRay's templates): an MLJob's spec.env may not
 # name one (the CRD refuses it), since the user's value would be dropped or the runtime would read a lie.
 OPERATOR_ENV = (
     ENV_CONTRACT_FILE, ENV_INSTANCE_ID, ENV_POD_IP, ENV_POD_NAME, ENV_NAMESPACE, ENV_BASE_DIR, ENV_PAYLOAD_DIR,
     ENV_RESULT_DIR, ENV_RAY_AUTH_TOKEN, ENV_RAY_AUTH_MODE, ENV_RAY_PORT_OFFSET, ENV_REPLICA_INDEX, ENV_RAY_PORT_STRIDE,
+    ENV_INSTANCE_IDS,
 )
 
 CONTRACT_DIR = "/etc/kubepool"
@@ -319,13 +323,14 @@ def effective_min_wait(min_wait: float, target: int, timeout: float) -> float:
     return min(3 * math.log2(target), timeout / 10)
 
 
-def build_instances(job_name: str, groups: Sequence[Group]) -> list[Instance]:
-    """Instances in group order; instance 0 (the head) is the first group's first instance."""
+def build_instances(job_name: str, groups: Sequence[Group], ids: Mapping[str, Sequence[int]] | None = None) -> list[Instance]:
+    """Instances in instance id order; instance 0 (the head) is the first group's first instance. `ids`: each
+    group's instance ids in rank order (default: consecutive in group order, as for a job never resized)."""
     svc = naming.service_name(job_name)
     out: list[Instance] = []
     for g in groups:
-        for r in range(g.count):
-            iid = len(out)
+        mine = list(ids[g.name]) if ids is not None else range(len(out), len(out) + g.count)
+        for r, iid in enumerate(mine):
             out.append(
                 Instance(
                     instance_id=iid,
@@ -336,7 +341,8 @@ def build_instances(job_name: str, groups: Sequence[Group]) -> list[Instance]:
                     pod=naming.pod_name(job_name, g.name, r),
                 )
             )
-    return out
+    # Id order: a group grown later appends its new hosts, so the others keep their place in `hosts`.
+    return sorted(out, key=lambda i: i.instance_id)
 
 
 def build_contract(
@@ -358,8 +364,9 @@ def build_contract(
     pip_requirements: Sequence[str] = (),
     output: OutputTarget | None = None,
     checkpoint_s3: OutputTarget | None = None,
+    instance_ids: Mapping[str, Sequence[int]] | None = None,
 ) -> JobContract:
-    instances = build_instances(job_name, groups)
+    instances = build_instances(job_name, groups, instance_ids)
     return JobContract(
         job_name=job_name,
         namespace=namespace,
@@ -399,9 +406,18 @@ def load_contract(env: Mapping[str, str] | None = None) -> tuple[JobContract, in
     return parse_contract(path.read_text()), int(env[ENV_INSTANCE_ID])
 
 
+def replica_instance_id(base: int, index: int, ids: str | None = None) -> int | None:
+    """The instance id of replica `index` of a KubeRay worker group whose template carries `base` (its first
+    instance id) and, once the group's ids are not consecutive, `ids` (ENV_INSTANCE_IDS). None: no such replica."""
+    if not ids:
+        return base + index
+    listed = [int(i) for i in ids.split(",") if i.strip().isdigit()]
+    return listed[index] if index < len(listed) else None
+
+
 def resolve_replica_index(env: Mapping[str, str]) -> dict[str, str]:
     """This pod's instance id and Ray port offset when it is replica N of a KubeRay worker group: the template's
-    values shifted by N. Unchanged without a replica index (the pod backend sets both per pod)."""
+    values moved to the replica's instance id. Unchanged without a replica index (the pod backend sets both per pod)."""
     out = dict(env)
     if ENV_REPLICA_INDEX not in env:
         return out
@@ -409,10 +425,13 @@ def resolve_replica_index(env: Mapping[str, str]) -> dict[str, str]:
     if not raw.isdigit():
         raise ValueError(f"{ENV_REPLICA_INDEX}={raw!r}: the KubeRay operator must run with --feature-gates="
                          "RayMultiHostIndexing=true (the default from KubeRay v1.6.0)")
-    index = int(raw)
-    out[ENV_INSTANCE_ID] = str(int(env[ENV_INSTANCE_ID]) + index)
+    base = int(env[ENV_INSTANCE_ID])
+    iid = replica_instance_id(base, int(raw), env.get(ENV_INSTANCE_IDS))
+    if iid is None:
+        raise ValueError(f"{ENV_REPLICA_INDEX}={raw} is past the worker group's instances ({env.get(ENV_INSTANCE_IDS)})")
+    out[ENV_INSTANCE_ID] = str(iid)
     if ENV_RAY_PORT_OFFSET in env:
-        out[ENV_RAY_PORT_OFFSET] = str(int(env[ENV_RAY_PORT_OFFSET]) + index * int(env.get(ENV_RAY_PORT_STRIDE, "0")))
+        out[ENV_RAY_PORT_OFFSET] = str(int(env[ENV_RAY_PORT_OFFSET]) + (iid - base) * int(env.get(ENV_RAY_PORT_STRIDE, "0")))
     return out
 
 

@@ -44,6 +44,9 @@ ANNOTATION_PLACEHOLDER_SPEC = f"{GROUP}/placeholder-spec"  # hash of the pod spe
 # adds to it, api.kuberay.kuberay_instance_id); the finalizer on KubeRay's pods, which KubeRay deletes (and
 # recreates) as soon as they end, so the exit the job's status is decided from is seen before the pod goes.
 LABEL_INSTANCE_BASE = f"{GROUP}/instance-base"
+# ... and, once the group's ids are not consecutive (a resized job), all of them in replica index order (comma
+# separated; too long for a label). Outside kopf's annotation prefix.
+ANNOTATION_INSTANCE_IDS = f"instances.{GROUP}/ids"
 POD_FINALIZER = f"{GROUP}/instance-outcome"
 
 # A Secret named by a channel's credentialsSecret must carry this label with value "true" (its owner's opt-in): a

@@ -113,22 +113,24 @@ def current_size(spec: Mapping[str, Any]) -> int:
     return int(spec.get("targetInstances") or 1)
 
 
-def scale_patch(spec: Mapping[str, Any], head_group: str, size: int) -> JsonPatch:
-    """JSON patch that makes the job `size` instances: `targetInstances` for a single pool, the head's
-    group's `instanceCount` for grouped jobs (other groups keep theirs); `minInstances` follows a shrink
+def scale_patch(spec: Mapping[str, Any], group: str, size: int) -> JsonPatch:
+    """JSON patch that makes the job `size` instances: `targetInstances` for a single pool (its one group),
+    `group`'s `instanceCount` for grouped jobs (other groups keep theirs); `minInstances` follows a shrink
     because the CRD requires minInstances <= the total."""
     if size < 1:
         raise ValueError(f"expected_cluster_size must be >= 1 (the head), got {size}")
     groups = spec.get("instanceGroups")
     if groups:
-        index = next((i for i, g in enumerate(groups) if g.get("name") == head_group), None)
+        index = next((i for i, g in enumerate(groups) if g.get("name") == group), None)
         if index is None:
-            raise ValueError(f"head group {head_group!r} not in spec.instanceGroups")
+            names = [g.get("name") for g in groups]
+            raise ValueError(f"group {group!r} is not in the job's instanceGroups {names}")
         others = current_size(spec) - int(groups[index]["instanceCount"])
         if size - others < 1:
-            raise ValueError(f"size {size} leaves no instance in the head's group (other groups hold {others})")
+            whose = "the head's group" if index == 0 else f"group {group!r}"
+            raise ValueError(f"size {size} leaves no instance in {whose} (other groups hold {others})")
         ops: JsonPatch = [
-            {"op": "test", "path": f"/spec/instanceGroups/{index}/name", "value": head_group},
+            {"op": "test", "path": f"/spec/instanceGroups/{index}/name", "value": group},
             {"op": "replace", "path": f"/spec/instanceGroups/{index}/instanceCount", "value": size - others},
         ]
     else:
@@ -187,7 +189,7 @@ class JobScaler:
 
 def scale(
     scaler: JobScaler,
-    head_group: str,
+    group: str,
     expected_cluster_size: int,
     *,
     is_async: bool,
@@ -201,7 +203,7 @@ def scale(
     before = current_size(spec)
     if expected_cluster_size == before:
         return True
-    scaler.patch(scale_patch(spec, head_group, expected_cluster_size))
+    scaler.patch(scale_patch(spec, group, expected_cluster_size))
     log.info("MLJob %s/%s: %d -> %d instances", scaler.namespace, scaler.name, before, expected_cluster_size)
     if is_async:
         return True
@@ -210,7 +212,7 @@ def scale(
     if wait_for_size(count_nodes, target=target, grow=grow, timeout=options.rollback_after_seconds, clock=clock, sleep=sleep):
         return True
     log.warning("MLJob %s: %d nodes not reached in %ss, rolling back to %d", scaler.name, target, options.rollback_after_seconds, before)
-    scaler.patch(scale_patch(scaler.spec(), head_group, before))
+    scaler.patch(scale_patch(scaler.spec(), group, before))
     return False
 
 
@@ -220,6 +222,7 @@ def scale_cluster(
     notebook_name: str | None = None,
     is_async: bool = False,
     options: Mapping[str, Any] | None = None,
+    group: str | None = None,
 ) -> bool:
     """Resize the running job to `expected_cluster_size` instances (head included).
 
@@ -227,17 +230,24 @@ def scale_cluster(
     unless `is_async`; on timeout (`rollback_after_seconds`, default 720) restores the old size and
     returns False. `notebook_name` is accepted for Snowflake compatibility and ignored.
 
+    `group` (kubepool's addition, for jobs with instanceGroups): the group that grows or shrinks to make the
+    total `expected_cluster_size`; default the head's group. Every other instance keeps its id, host (algo-N) and
+    rank: new instances take new ids past every id the job used, and a shrink removes the group's highest ranks.
+
     Raises:
         FileNotFoundError/KeyError: not running inside a kubepool job (no runtime contract).
-        ValueError: a size the job cannot take.
+        ValueError: a size the job cannot take, or a group it does not have.
     """
     del notebook_name
     contract, _ = load_contract()
+    names = [g.name for g in contract.groups]
+    if group is not None and group not in names:  # before anything is patched or Ray is asked
+        raise ValueError(f"group {group!r} is not one of the job's groups {names}")
     scaler = JobScaler(contract.job_name, contract.namespace)
     ray = _ray()
     return scale(
         scaler,
-        contract.groups[0].name,  # the head is the first group's first instance
+        group or contract.groups[0].name,  # the head is the first group's first instance
         expected_cluster_size,
         is_async=is_async,
         options=ScaleOptions.parse(options),

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from kubepool import naming
-from kubepool.api.kuberay import LABEL_CLUSTER, LABEL_NODE_TYPE
+from kubepool.api.kuberay import LABEL_CLUSTER, LABEL_GROUP, LABEL_NODE_TYPE, kuberay_instance_id
 from kubepool.runtime_cluster import scale_patch
 from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
@@ -136,9 +136,49 @@ def test_scale_cluster_resizes_the_worker_group(kubectl: Any, env: dict[str, Any
     resize(3)
     reaches(("RUNNING", 2, 3, 3), JOB_TIMEOUT_S)
     st = get_json(kubectl, ns, "mljob", "elastic")["status"]
-    assert sorted(i["instanceId"] for i in st["instances"]) == [0, 1, 2]
+    # The regrown instance takes a new id (3, algo-4), never the removed one's: KubeRay gives its pod replica
+    # index 1, and the template's id list (1,3) maps that index to it.
+    assert sorted(i["instanceId"] for i in st["instances"]) == [0, 1, 3]
+    assert all(i["pod"] and i["ready"] for i in st["instances"]), st["instances"]
     kubectl("delete", "mljob", "elastic", "-n", ns, "--wait=true", check=True)
     wait_for(lambda: not _pods(kubectl, ns, "elastic"), 120, "no pods left after deleting the job")
+
+
+def test_resizing_the_first_of_two_groups_keeps_the_other_groups_pod(kubectl: Any, env: dict[str, Any]) -> None:
+    ns, pool = env["ns"], env["pool"]
+    groups = [{"name": "a", "computePool": pool, "instanceCount": 1}, {"name": "b", "computePool": pool, "instanceCount": 1}]
+    _apply(kubectl, ns, mljob("pair", instanceGroups=groups, backend="kuberay", entrypoint={"file": "sleep.py"},
+                              args=["600"], code={"configMap": "payload"}, instancesTimeoutSeconds=240))
+    assert wait_phase(kubectl, ns, "pair", {"RUNNING", "FAILED"}, JOB_TIMEOUT_S, env["op"])["phase"] == "RUNNING"
+
+    def resize(size: int) -> None:
+        spec = get_json(kubectl, ns, "mljob", "pair")["spec"]
+        kubectl("patch", "mljob", "pair", "-n", ns, "--type=json", "-p", json.dumps(scale_patch(spec, "a", size)), check=True)
+
+    def live() -> list[dict[str, Any]]:
+        return [p for p in _pods(kubectl, ns, "pair") if not p["metadata"].get("deletionTimestamp")]
+
+    def b_pod() -> tuple[str, str]:
+        [b] = [p for p in live() if p["metadata"]["labels"].get(LABEL_GROUP) == "b"]
+        return b["metadata"]["name"], b["metadata"]["uid"]
+
+    b_before = b_pod()
+    resize(3)
+    st = wait_for(lambda: (s := get_json(kubectl, ns, "mljob", "pair")["status"]) and s["readyInstances"] == 3 and s
+                  or s["phase"] != "RUNNING" and s, JOB_TIMEOUT_S, "a's second instance ready")
+    assert st["phase"] == "RUNNING", st
+    assert sorted((i["group"], i["instanceId"], i["host"]) for i in st["instances"]) == [
+        ("a", 0, "algo-1"), ("a", 2, "algo-3"), ("b", 1, "algo-2")]
+    ids = [kuberay_instance_id(p["metadata"]["labels"], p["metadata"].get("annotations")) for p in live()]
+    assert sorted(i for i in ids if i is not None) == [1, 2], ids  # the workers: b's 1, a's new 2 (head: 0)
+    assert b_pod() == b_before
+    resize(2)
+    wait_for(lambda: len(live()) == 2, 120, "a's added worker removed")
+    st = get_json(kubectl, ns, "mljob", "pair")["status"]
+    assert st["phase"] == "RUNNING" and sorted((i["group"], i["instanceId"]) for i in st["instances"]) == [("a", 0), ("b", 1)]
+    assert b_pod() == b_before
+    kubectl("delete", "mljob", "pair", "-n", ns, "--wait=true", check=True)
+    wait_for(lambda: not _pods(kubectl, ns, "pair"), 120, "no pods left after deleting the job")
 
 
 def test_head_failure_keeps_its_message(kubectl: Any, env: dict[str, Any]) -> None:

@@ -151,7 +151,7 @@ def _pod(instance_id: int, phase: str = "Running", attempt: int = 0, deleting: b
 def _status(phase: JobPhase, granted: int = 3, attempt: int = 0) -> MLJobStatus:
     return MLJobStatus.model_validate({
         "phase": phase, "admittedAt": T0, "attempt": attempt, "completionTime": T0 if phase.finished else None,
-        "instances": [{"instanceId": i, "group": "g", "rankInGroup": i, "host": "h", "pod": "p"} for i in range(granted)]})
+        "instances": [{"instanceId": i, "group": naming.DEFAULT_GROUP, "rankInGroup": i, "host": "h", "pod": "p"} for i in range(granted)]})
 
 
 def test_plan_running_applies_the_cluster_not_pods() -> None:

@@ -67,3 +67,64 @@ def test_scale_cluster_from_the_payload_adds_then_removes_a_pod(kubectl: Any, na
     third = naming.pod_name("elastic", naming.DEFAULT_GROUP, 2, 0)
     wait_for(lambda: third not in {p["metadata"]["name"] for p in _live_pods(kubectl, namespace, "elastic")}, 60,
              f"{third} removed")
+
+
+# Two groups on the three CPU nodes: a (the head) grows from 1 to 2 and shrinks back, b (1) stays. With ids by
+# position, a's new instance took b's id and host (algo-2) while b's pod lived, and the shrink deleted b's pod.
+GROUPS_PY = """
+import time
+from kubepool import runtime_cluster as rc
+
+def nodes():
+    return len(rc.get_nodes())
+
+print("before", nodes(), flush=True)
+print("grown", rc.scale_cluster(3, group="a", options={"rollback_after_seconds": 300}), nodes(), flush=True)
+time.sleep(15)
+print("shrunk", rc.scale_cluster(2, group="a", options={"rollback_after_seconds": 120}), nodes(), flush=True)
+"""
+
+
+def test_scale_cluster_of_the_first_of_two_groups_keeps_every_identity(kubectl: Any, namespace: str, operator: Operator,
+                                                                      compute_pool: Any, apply: Any) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "scale-groups"}, "data": {"groups.py": GROUPS_PY}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
+    pool = compute_pool("cpu", max_nodes=3)
+    groups = [{"name": "a", "computePool": pool, "instanceCount": 1}, {"name": "b", "computePool": pool, "instanceCount": 1}]
+    apply(mljob("twogroups", instanceGroups=groups, entrypoint={"file": "groups.py"}, code={"configMap": "scale-groups"},
+                instancesTimeoutSeconds=240))
+
+    b_uids: set[str] = set()
+    grown: list[dict[str, Any]] = []
+
+    def watch() -> bool:
+        """Every observation: no two live pods share an instance id or a host, and b's one pod never changes."""
+        live = _live_pods(kubectl, namespace, "twogroups")
+        ids = [p["metadata"]["labels"][naming.LABEL_INSTANCE] for p in live]
+        hosts = [p["spec"]["hostname"] for p in live]
+        assert len(set(ids)) == len(ids) and len(set(hosts)) == len(hosts), [(p["metadata"]["name"], i, h) for p, i, h in zip(live, ids, hosts, strict=True)]
+        b_uids.update(p["metadata"]["uid"] for p in live if p["metadata"]["labels"][naming.LABEL_GROUP] == "b")
+        if len(live) == 3 and all(p["status"].get("phase") == "Running" for p in live) and not grown:
+            grown.extend(live)
+        return get_json(kubectl, namespace, "mljob", "twogroups").get("status", {}).get("phase") in ("DONE", "FAILED")
+
+    wait_for(watch, JOB_TIMEOUT_S, "twogroups to finish", interval=1.0)
+    st = get_json(kubectl, namespace, "mljob", "twogroups")["status"]
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    assert len(b_uids) == 1, f"b's pod was replaced: {b_uids}"
+    # Grown: a's new instance took a new id and host (2, algo-3); b kept instance 1 (algo-2).
+    who = sorted((p["metadata"]["labels"][naming.LABEL_GROUP], p["metadata"]["labels"][naming.LABEL_INSTANCE],
+                  p["spec"]["hostname"]) for p in grown)
+    assert who == [("a", "0", "algo-1"), ("a", "2", "algo-3"), ("b", "1", "algo-2")], who
+    # Shrunk: the removed instance is a's highest; the status records the ids given out.
+    assert sorted((i["group"], i["instanceId"]) for i in st["instances"]) == [("a", 0), ("b", 1)]
+    assert st["instanceLayout"] == {"groups": [{"group": "a", "ids": [0]}, {"group": "b", "ids": [1]}], "nextId": 3}
+    added = naming.pod_name("twogroups", "a", 1, 0)
+    assert added in {p["metadata"]["name"] for p in grown}
+    wait_for(lambda: added not in {p["metadata"]["name"] for p in _live_pods(kubectl, namespace, "twogroups")}, 60,
+             f"{added} removed")
+    head = next(p for p in grown if p["metadata"]["labels"][naming.LABEL_ROLE] == "head")
+    logs = kubectl("logs", "-n", namespace, head["metadata"]["name"], check=True).stdout
+    seen = {m.group(1): (m.group(2), int(m.group(3))) for m in re.finditer(r"^(grown|shrunk) (\w+) (\d+)$", logs, re.M)}
+    assert re.search(r"^before 2$", logs, re.M), logs[-3000:]
+    assert seen == {"grown": ("True", 3), "shrunk": ("True", 2)}, logs[-3000:]

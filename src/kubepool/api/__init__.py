@@ -15,7 +15,9 @@ from kubepool.api.mljob import (
     ChannelSource,
     CodeSource,
     Entrypoint,
+    GroupInstanceIds,
     InstanceGroup,
+    InstanceLayout,
     InstanceStatus,
     JobPhase,
     MLJob,
@@ -26,7 +28,7 @@ from kubepool.api.podsettings import EnvVar, PodSettings
 
 __all__ = [
     "FAMILIES", "Backend", "Channel", "ChannelSource", "CodeSource", "ComputePool", "ComputePoolSpec",
-    "ComputePoolStatus", "Condition", "ConditionStatus", "Entrypoint", "EnvVar", "FamilySize", "InstanceFamily",
-    "InstanceGroup", "InstanceResources", "InstanceStatus", "JobPhase", "MLJob", "MLJobSpec", "MLJobStatus",
+    "ComputePoolStatus", "Condition", "ConditionStatus", "Entrypoint", "EnvVar", "FamilySize", "GroupInstanceIds",
+    "InstanceFamily", "InstanceGroup", "InstanceLayout", "InstanceResources", "InstanceStatus", "JobPhase", "MLJob", "MLJobSpec", "MLJobStatus",
     "PodSettings", "PoolPhase", "Toleration",
 ]

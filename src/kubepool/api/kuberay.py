@@ -12,6 +12,7 @@ from pydantic import Field
 
 from kubepool import naming
 from kubepool.api.common import Model
+from kubepool.contract import replica_instance_id
 
 RAY_GROUP = "ray.io"
 RAY_VERSION = "v1"
@@ -31,12 +32,15 @@ LABEL_REPLICA_INDEX = "ray.io/worker-group-replica-index"
 ANNOTATION_OVERWRITE_CMD = "ray.io/overwrite-container-cmd"
 
 
-def kuberay_instance_id(labels: Mapping[str, str]) -> int | None:
+def kuberay_instance_id(labels: Mapping[str, str], annotations: Mapping[str, str] | None = None) -> int | None:
     """A KubeRay worker pod's instance id: KubeRay names worker pods itself from one template per group, so it is
-    the template's first instance id (naming.LABEL_INSTANCE_BASE) plus the pod's replica index (0.., lowest
-    free first). None for any other pod."""
+    the template's first instance id (naming.LABEL_INSTANCE_BASE) moved by the pod's replica index (0.., lowest
+    free first): the index-th of the template's ids where it lists them (naming.ANNOTATION_INSTANCE_IDS, a
+    resized job), else base + index (contract.replica_instance_id, as the runtime reads it). None for any other pod."""
     base, index = labels.get(naming.LABEL_INSTANCE_BASE, ""), labels.get(LABEL_REPLICA_INDEX, "")
-    return int(base) + int(index) if base.isdigit() and index.isdigit() else None
+    if not (base.isdigit() and index.isdigit()):
+        return None
+    return replica_instance_id(int(base), int(index), (annotations or {}).get(naming.ANNOTATION_INSTANCE_IDS))
 
 
 class HeadGroupSpec(Model):

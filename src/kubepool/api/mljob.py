@@ -241,6 +241,20 @@ class InstanceStatus(Model):
     message: str | None = Field(None, max_length=LONG_STR, description="Termination message or waiting reason.")
 
 
+class GroupInstanceIds(Model):
+    group: str = Field(description="Instance group.")
+    ids: list[int] = Field(description="Its instances' global ids, in rank order.")
+
+
+class InstanceLayout(Model):
+    """Which instance ids each group holds once the job was resized (absent while they are the consecutive ids in
+    group order): a group that grows takes new ids past every id handed out, one that shrinks gives up its
+    highest ranks, so no instance's id, host (algo-N) or rank ever changes or goes to another while the job runs."""
+
+    groups: list[GroupInstanceIds] = Field(description="Every group's ids, in spec order.")
+    next_id: int = Field(description="The next id to hand out: past every id used so far, live or removed.")
+
+
 class MLJobStatus(Model):
     """Observed state of an MLJob, computed by a pure function and written only when it changes."""
 
@@ -256,6 +270,8 @@ class MLJobStatus(Model):
     ready: str | None = Field(None, description="ready/target, for kubectl.")
     pools: str | None = Field(None, description="Compute pools of the job, comma separated.")
     instances: list[InstanceStatus] = Field(default_factory=list, description="One entry per instance.")
+    instance_layout: InstanceLayout | None = Field(None, description="Each group's instance ids after a resize "
+                                                   "(scale_cluster); absent while they are consecutive in group order.")
     admitted_at: datetime | None = Field(None, description="When capacity was granted (the instances timeout counts from here).")
     start_time: datetime | None = Field(None, description="When the payload started (RUNNING).")
     completion_time: datetime | None = Field(None, description="When the job finished.")

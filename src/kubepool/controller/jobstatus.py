@@ -14,6 +14,7 @@ from kubepool.api.mljob import JobOutputs
 from kubepool.contract import RunMode, output_artifacts
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.builders.jobcontract import output_target
+from kubepool.controller.builders.layout import layout_record
 from kubepool.controller.jobsteps import (
     API_REFUSED,
     CANCELLED,
@@ -80,6 +81,7 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
     st = prev.model_copy(deep=True)
     st.target_instances, st.min_instances = job.spec.resolved_target(), job.spec.resolved_min()
     st.pools = ",".join(dict.fromkeys(p.pool for p in placement_of(job)))
+    st.instance_layout = layout_record(job)  # what every reader derives from the spec and `prev` (builders.layout)
     generation = job.metadata.get("generation")
     st.observed_generation = generation
     if prev.phase is not None and prev.phase.finished:

@@ -131,6 +131,7 @@ def _suspended(p: _Pass) -> bool:
         st.attempt += 1
         st.suspended_attempts += 1
     st.admitted_at, st.start_time, st.ray_dashboard, st.instances = None, None, None, []
+    st.instance_layout = None  # the resumed job starts from scratch: consecutive ids again
     queue = (p.job.metadata.get("labels") or {}).get(naming.LABEL_KUEUE_QUEUE)
     st.phase, st.reason = JobPhase.PENDING, SUSPENDED
     st.message = (f"suspended until Kueue admits it from LocalQueue {queue} (it sets spec.suspend to false)" if queue

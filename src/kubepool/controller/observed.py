@@ -60,7 +60,7 @@ class PodView:
                             if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
         return cls(
             name=meta.get("name", ""),
-            instance_id=instance_id_of(labels),
+            instance_id=instance_id_of(labels, meta.get("annotations")),
             attempt=int(labels.get(naming.LABEL_ATTEMPT, "0")),
             job_uid=labels.get(naming.LABEL_JOB_UID, ""),
             phase=status.get("phase") or PENDING,
@@ -78,12 +78,12 @@ class PodView:
         )
 
 
-def instance_id_of(labels: Mapping[str, str]) -> int:
+def instance_id_of(labels: Mapping[str, str], annotations: Mapping[str, str] | None = None) -> int:
     """The pod backend labels each pod with its instance id; a KubeRay worker's derives from its labels
     (api.kuberay.kuberay_instance_id). -1: none."""
     if naming.LABEL_INSTANCE in labels:
         return int(labels[naming.LABEL_INSTANCE])
-    kuberay = kuberay_instance_id(labels)
+    kuberay = kuberay_instance_id(labels, annotations)
     return -1 if kuberay is None else kuberay
 
 

@@ -97,18 +97,25 @@ def _shared_children(c: _Context, plan: Plan) -> None:
 
 def _instances(c: _Context, plan: Plan) -> None:
     """The granted instances: the RayCluster sized to them, or their pods. After a shrink (scale_cluster) the
-    pods past the grant go; never below minInstances, and never the head: a grant that small is a stale or
+    pods of instances no longer granted go; never below minInstances, and never the head: a grant that small is a stale or
     inconsistent view, and acting on it would kill a running job."""
     st, pods = c.st, c.pods
     granted = len(st.instances)
     shrink_ok = granted >= max(1, c.job.spec.resolved_min())
-    beyond = [p for p in c.live if shrink_ok and p.attempt == st.attempt and p.instance_id >= granted]
+    # Ids are stable across resizes (builders.layout): a shrink's pods are those whose id left the layout, which
+    # need not be the highest ids (a group before the last one shrank).
+    kept = {i.instance_id for i in st.instances}
+    beyond = [p for p in c.live if shrink_ok and p.attempt == st.attempt and p.instance_id not in kept]
     if c.kuberay:
         doomed: dict[str, list[str]] = {}
         for p in beyond:
             doomed.setdefault(p.group, []).append(p.name)
         plan.apply_raycluster = build_raycluster(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg,
                                                  workers_to_delete=doomed)
+        # A first group shrunk back to the head alone has no worker group any more, and KubeRay leaves the pods
+        # of a group it no longer has: the operator deletes them (the outcome finalizer is released as usual).
+        kept_groups = {g["groupName"] for g in plan.apply_raycluster["spec"].get("workerGroupSpecs") or []}
+        plan.delete_pods = [p.name for p in beyond if p.group not in kept_groups]
         return
     have = {p.name for p in pods}
     wanted = build_instance_pods(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg)

@@ -260,13 +260,16 @@ class MLJob:
     def _pod(self, instance_id: int) -> Pod:
         pods = self.kube.list_pods({naming.LABEL_JOB: self._name, naming.LABEL_INSTANCE: str(instance_id)},
                                    self._namespace)
-        if not pods:  # KubeRay names worker pods from one template per group: base id + replica index
+        if not pods:  # KubeRay names worker pods from one template per group: its ids + replica index
             pods = [p for p in self.kube.list_pods({naming.LABEL_JOB: self._name}, self._namespace)
-                    if kuberay_instance_id((p.metadata.labels if p.metadata else None) or {}) == instance_id]
+                    if kuberay_instance_id((p.metadata.labels if p.metadata else None) or {},
+                                           (p.metadata.annotations if p.metadata else None) or {}) == instance_id]
         if not pods:
-            target = self.target_instances
-            if not 0 <= instance_id < target:
-                raise ValueError(f"job {self.id} has {target} instances: instance_id must be in 0..{target - 1}")
+            # A resized job's ids need not be 0..target-1 (new instances take new ids): the status lists them.
+            ids = [i.instance_id for i in self.instances] or list(range(self.target_instances))
+            if instance_id not in ids:
+                which = f"in 0..{len(ids) - 1}" if ids == list(range(len(ids))) else f"one of {ids}"
+                raise ValueError(f"job {self.id} has {len(ids)} instances: instance_id must be {which}")
             status = self.status
             when = ("its pod was removed when the job ended" if status in TERMINAL
                     else "its logs are readable once the instance has started")

@@ -184,7 +184,8 @@ def test_condition_transition_time_kept() -> None:
 
 def test_shrink_then_grow_waits_for_the_new_instance_while_the_old_pod_leaves() -> None:
     """scale_cluster(2) then scale_cluster(3) at once: the shrunk instance's pod is still terminating when the
-    grown job counts its members. That pod is leaving, not a lost member (KubeRay already runs its successor)."""
+    grown job counts its members. The grown instance takes a new id (algo-3), never the leaving one's (algo-2), and
+    that pod, no longer an instance of the job, is not a lost member."""
     from dataclasses import replace
 
     j = admitted(job(targetInstances=3))
@@ -193,13 +194,15 @@ def test_shrink_then_grow_waits_for_the_new_instance_while_the_old_pod_leaves() 
     leaving = replace(pod(2), deleting=True)
     shrunk = with_status(shrunk_job, run(shrunk_job, [pod(0), pod(1), leaving], 2, decision=Decision(True, granted=2)))
     assert shrunk.status is not None and (shrunk.status.phase, len(shrunk.status.instances)) == (JobPhase.RUNNING, 2)
+    assert shrunk.status.instance_layout is not None and shrunk.status.instance_layout.next_id == 3
     grown_job = job(targetInstances=3, status=shrunk.status.model_dump(by_alias=True, mode="json"))
     grown = with_status(grown_job, run(grown_job, [pod(0), pod(1), leaving], 3, decision=Decision(True, granted=3)))
     assert grown.status is not None and grown.status.phase is JobPhase.RUNNING
-    assert grown.status.instances[2].phase == S.TERMINATING
+    assert [(i.instance_id, i.host, i.phase) for i in grown.status.instances] == [
+        (0, "algo-1", "Running"), (1, "algo-2", "Running"), (3, "algo-4", None)]
     st = run(grown, [pod(0), pod(1), leaving], 4)  # the next pass reads that entry back: still not lost
     assert st.phase is JobPhase.RUNNING, st.message
-    successor = replace(pod(2, "Pending", False), name="train-successor")
+    successor = replace(pod(3, "Pending", False), name="train-successor")
     st = run(grown, [pod(0), pod(1), leaving, successor], 5)
     assert st.phase is JobPhase.RUNNING and st.instances[2].pod == "train-successor"
 

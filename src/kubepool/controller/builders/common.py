@@ -11,7 +11,8 @@ from typing import Any
 from lightkube.utils.quantity import parse_quantity as _parse_quantity
 
 from kubepool import naming
-from kubepool.api import ComputePool, MLJob
+from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.controller.builders.layout import group_counts, instance_ids
 
 Obj = dict[str, Any]
 RAY_TOKEN_KEY = "token"  # key of the Ray token in the job's Secret
@@ -62,18 +63,13 @@ class Placement:
     pool: str
 
 
-def placement_of(job: MLJob) -> list[Placement]:
-    """Every instance of the job in contract order: instance 0 (the head) is the first group's first."""
-    spec = job.spec
-    if spec.instance_groups:
-        groups = [(g.name, g.compute_pool, g.instance_count) for g in spec.instance_groups]
-    else:
-        groups = [(naming.DEFAULT_GROUP, spec.compute_pool or "", spec.resolved_target())]
-    out: list[Placement] = []
-    for group, pool, count in groups:
-        first = len(out)
-        out.extend(Placement(first + r, group, r, pool) for r in range(count))
-    return out
+def placement_of(job: MLJob, st: MLJobStatus | None = None) -> list[Placement]:
+    """Every instance of the job in instance id order: instance 0 (the head) is the first group's first. The ids
+    are stable across resizes (builders.layout), from `st` (default the job's own status)."""
+    ids = instance_ids(job, st)
+    out = [Placement(iid, group, rank, pool) for group, pool, _ in group_counts(job)
+           for rank, iid in enumerate(ids[group])]
+    return sorted(out, key=lambda p: p.instance_id)
 
 
 def pool_image(pool: ComputePool, default_image: str, gpu_image: str) -> str:

@@ -10,6 +10,7 @@ from kubepool.api import Channel as ApiChannel
 from kubepool.api import ComputePool, MLJob
 from kubepool.api.mljob import OutputLocation
 from kubepool.controller.builders.common import JobRef, parse_quantity, placement_of, pool_named
+from kubepool.controller.builders.layout import instance_ids
 
 CHANNELS_DIR = "/opt/kubepool/channels"  # PVC and ConfigMap channels are mounted at CHANNELS_DIR/<name>
 
@@ -93,6 +94,7 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
                                             s3_endpoint_url=spec.checkpoint.s3.endpoint_url)
         if spec.checkpoint is not None and spec.checkpoint.s3 is not None else None,
         distribution_instance_groups=list(spec.distribution_instance_groups or []),
+        instance_ids=instance_ids(job),
         ray=contract.RaySettings(auth_mode=spec.ray.auth_mode, dashboard=spec.ray.dashboard,
                                  gcs_port=naming.RAY_GCS_PORT + port_shift,
                                  dashboard_port=naming.RAY_DASHBOARD_PORT + port_shift,

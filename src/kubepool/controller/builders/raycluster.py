@@ -12,7 +12,9 @@ and the payload on the head, and releases the workers, exactly as with the pod b
 
 KubeRay names worker pods itself, so a worker template carries its group's first instance id and Ray port
 offset; the pod's `ray.io/worker-group-replica-index` label (downward API) shifts both at start
-(`contract.resolve_replica_index`). The operator maps pods to instances the same way (`observed.PodView`).
+(`contract.resolve_replica_index`), to the index-th of the group's ids where the template lists them (a resized
+job's group, whose new instances took new ids). The operator maps pods to instances the same way
+(`observed.PodView`).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _probes(container: Obj, job: MLJob, group: str) -> None:
 
 
 def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, cfg: OperatorConfig,
-              head: bool) -> Obj:
+              head: bool, ids: list[int] | None = None) -> Obj:
     pod = build_instance_pod(job, pool, inst, attempt=attempt, cfg=cfg)
     meta, spec = pod["metadata"], copy.deepcopy(pod["spec"])
     labels = dict(meta["labels"])
@@ -90,6 +92,12 @@ def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, c
             "fieldPath": f"metadata.labels['{LABEL_REPLICA_INDEX}']"}}})
         if cfg.ray_port_stride:
             container["env"].append({"name": contract.ENV_RAY_PORT_STRIDE, "value": str(cfg.ray_port_stride)})
+        if ids and ids != list(range(ids[0], ids[0] + len(ids))):
+            # A resized group's ids have gaps: the replica index picks its id from the list. A grow appends to
+            # it and a shrink drops its tail, so a pod made from an older template still reads its own id.
+            listed = ",".join(map(str, ids))
+            container["env"].append({"name": contract.ENV_INSTANCE_IDS, "value": listed})
+            meta = {**meta, "annotations": {**(meta.get("annotations") or {}), naming.ANNOTATION_INSTANCE_IDS: listed}}
     # KubeRay owns its pods (owner reference to the RayCluster) and names them; the finalizer keeps a terminated
     # pod (and its exit) until the operator has seen it.
     # The job's pod annotations go with the labels (the pod settings in the spec came with the pod).
@@ -105,19 +113,23 @@ def build_raycluster(job: MLJob, pools: dict[str, ComputePool], *, granted: int,
     ref = JobRef.of(job)
     placement = placement_of(job)
     head = placement[0]
-    minimum = job.spec.resolved_min()
+    granted_ids = {p.instance_id for p in placement[:granted]}
+    minimum_ids = {p.instance_id for p in placement[:job.spec.resolved_min()]}
     groups: list[WorkerGroupSpec] = []
     for name in dict.fromkeys(p.group for p in placement):
-        workers = [p for p in placement if p.group == name and p.instance_id != 0]
+        workers = sorted((p for p in placement if p.group == name and p.instance_id != 0), key=lambda p: p.rank)
         if not workers:
             continue  # a one-instance first group is just the head
         first = workers[0]
-        replicas = sum(1 for p in workers if p.instance_id < granted)
+        # The grant is a prefix in id order; inside a group, id order is rank order (new ids are always higher),
+        # so the granted workers are replica indexes 0..replicas-1, the ones KubeRay fills first.
+        replicas = sum(1 for p in workers if p.instance_id in granted_ids)
         group = worker_group_name(name)
         groups.append(WorkerGroupSpec(
             group_name=group, replicas=replicas,
-            min_replicas=min(replicas, sum(1 for p in workers if p.instance_id < minimum)), max_replicas=len(workers),
-            template=_template(job, pool_named(pools, first.pool), first, attempt=attempt, cfg=cfg, head=False),
+            min_replicas=min(replicas, sum(1 for p in workers if p.instance_id in minimum_ids)), max_replicas=len(workers),
+            template=_template(job, pool_named(pools, first.pool), first, attempt=attempt, cfg=cfg, head=False,
+                               ids=[p.instance_id for p in workers]),
             scale_strategy=ScaleStrategy(workers_to_delete=sorted(doomed[group])) if doomed.get(group) else None,
         ))
     # KubeRay's worker init container waits on the head's GCS at `port`, and sets RAY_ADDRESS from it.
