@@ -53,7 +53,7 @@ def test_a_pods_token_patches_only_the_job_that_lists_its_uid(kubectl: Any, clus
             kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(_job(job)), check=True)
             kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(_pod(pod)), check=True)
             uids[pod] = kubectl.json("get", "pod", pod, "-n", ns)["metadata"]["uid"]
-            # What the operator writes once it sees the pod (jobsteps.instances_of).
+            # What the operator writes once it sees the pod (jobpass.instances_of).
             status = {"status": {"instances": [{"instanceId": 0, "group": "g", "rankInGroup": 0, "host": "algo-1",
                                                 "pod": pod, "podUid": uids[pod]}]}}
             kubectl("patch", "mljob", job, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status),

@@ -15,7 +15,7 @@ from kubepool.contract import RunMode, output_artifacts
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.builders.jobcontract import output_target
 from kubepool.controller.builders.layout import layout_record
-from kubepool.controller.jobsteps import (
+from kubepool.controller.jobpass import (
     API_REFUSED,
     CANCELLED,
     COMPLETED,
@@ -34,10 +34,10 @@ from kubepool.controller.jobsteps import (
     TERMINATING,
     WAITING_FOR_INSTANCES,
     Observed,
-    advance,
     first_admitted,
     instances_of,
 )
+from kubepool.controller.jobsteps import advance
 
 # The reasons (status.reason and Event reasons) and Observed are part of this module's face.
 __all__ = [

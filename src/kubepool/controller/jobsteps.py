@@ -1,127 +1,48 @@
 """PURE: how an unfinished MLJob moves along PENDING → RUNNING → DONE/FAILED, as named steps in order of
-precedence (STEPS), each reading one pass over the job (`_Pass`). `jobstatus.compute_job_status` runs them."""
+precedence (STEPS), each reading one pass over the job (`Pass`). `jobstatus.compute_job_status` runs them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from collections.abc import Callable, Mapping
+from datetime import timedelta
 
 from kubepool import naming
-from kubepool.api import Backend, ConditionStatus, InstanceStatus, JobPhase, MLJob, MLJobSpec, MLJobStatus
-from kubepool.contract import INSTANCES_UNAVAILABLE as _INSTANCES_UNAVAILABLE
+from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
 from kubepool.contract import RunMode, runtime_failure_error, runtime_failure_reason
 from kubepool.controller.admission import Decision
-from kubepool.controller.builders.common import placement_of
-from kubepool.controller.observed import FAILED, SUCCEEDED, PodView
-
-MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enough for `kubectl get -o yaml`
-
-# Reasons (status.reason and Event reasons).
-WAITING_FOR_INSTANCES = "WaitingForInstances"
-INSTANCES_READY = "InstancesReady"
-INSTANCES_UNAVAILABLE = _INSTANCES_UNAVAILABLE  # the runtime's gate gives it too (contract)
-INSTANCES_LOST = "InstancesLost"
-COMPLETED = "Completed"
-HEAD_FAILED = "HeadFailed"
-INSTANCE_FAILED = "InstanceFailed"
-RETRYING = "Retrying"
-DEADLINE_EXCEEDED = "DeadlineExceeded"
-SUSPENDED = "Suspended"
-RESUMED = "Resumed"  # a suspended job set to run again: back in its pools' queue
-CANCELLED = "Cancelled"
-KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
-CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
-API_REFUSED = "ApiRefused"  # the API server refused a write of the job's children (quota, policy, RBAC)
-
-
-@dataclass(frozen=True)
-class Observed:
-    """Everything the job's status depends on besides the job itself."""
-
-    pods: Sequence[PodView]
-    now: datetime
-    decision: Decision | None = None  # for a job not admitted yet
-    backend: Backend = Backend.PODS  # resolved (spec or operator default)
-    kuberay_installed: bool = False
-    # Labels of each Secret a channel takes credentials from (None: no such Secret); read before admission only.
-    credentials: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
-    refused: str = ""  # the API server's last refusal of a write of the job's children ("": none since)
-
-
-def _cut(text: str | None) -> str | None:
-    return text if text is None or len(text) <= MESSAGE_MAX else "…" + text[-(MESSAGE_MAX - 1):]
-
-
-TERMINATING = "Terminating"  # an instance entry's phase while its pod is being deleted and still runs (as kubectl says)
-
-
-def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) -> list[InstanceStatus]:
-    # An instance can have two pods for a while: one leaving (deleted by a shrink) and its successor (KubeRay
-    # names pods itself, so a grow right after a shrink makes a new one at once). The live one is the instance.
-    mine = {p.instance_id: p for p in sorted((p for p in pods if p.attempt == attempt), key=lambda p: not p.deleting)}
-    out = []
-    for inst in placement_of(job)[:granted]:
-        pod = mine.get(inst.instance_id)
-        out.append(InstanceStatus(
-            instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
-            host=naming.sagemaker_host(inst.instance_id),
-            pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
-            pod_uid=(pod.uid or None) if pod else None,
-            node=pod.node if pod else None, ready=bool(pod and pod.ready),
-            phase=(TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,
-            exit_code=pod.exit_code if pod else None, message=_cut(pod.message) if pod else None,
-        ))
-    return out
-
-
-def first_admitted(st: MLJobStatus) -> datetime | None:
-    """When the job was first admitted: activeDeadlineSeconds counts from here, across retries (the Admitted
-    condition keeps its transition time while it stays True; admittedAt restarts with each attempt)."""
-    cond = next((c for c in st.conditions if c.type == "Admitted" and c.status == ConditionStatus.TRUE), None)
-    return cond.last_transition_time if cond is not None and cond.last_transition_time else st.admitted_at
-
-
-def _finish(st: MLJobStatus, phase: JobPhase, reason: str, message: str, now: datetime) -> None:
-    st.phase, st.reason, st.message = phase, reason, _cut(message)
-    st.completion_time = st.completion_time or now
-
-
-@dataclass
-class _Pass:
-    """What the steps of one pass over an unfinished job share. `st` is the status being built."""
-
-    job: MLJob
-    st: MLJobStatus
-    obs: Observed
-    # Instances whose pod was scheduled and not yet leaving, as the previous status recorded them.
-    placed_before: set[int]
-    current: list[PodView] = field(default_factory=list)  # the pods of the attempt that runs (set by _observe)
-    head: PodView | None = None
-
-    @property
-    def spec(self) -> MLJobSpec:
-        return self.job.spec
-
-    @property
-    def now(self) -> datetime:
-        return self.obs.now
-
-    def finish(self, phase: JobPhase, reason: str, message: str) -> bool:
-        _finish(self.st, phase, reason, message, self.now)
-        return True
-
-    def observeinstances_of(self) -> None:
-        self.st.instances = instances_of(self.job, len(self.st.instances), self.obs.pods, self.st.attempt)
+from kubepool.controller.jobpass import (
+    API_REFUSED,
+    CANCELLED,
+    COMPLETED,
+    CREDENTIALS_NOT_ALLOWED,
+    DEADLINE_EXCEEDED,
+    HEAD_FAILED,
+    INSTANCE_FAILED,
+    INSTANCES_LOST,
+    INSTANCES_READY,
+    INSTANCES_UNAVAILABLE,
+    KUBERAY_NOT_INSTALLED,
+    RESUMED,
+    RETRYING,
+    SUSPENDED,
+    TERMINATING,
+    WAITING_FOR_INSTANCES,
+    Observed,
+    Pass,
+    cut,
+    first_admitted,
+    instances_of,
+)
+from kubepool.controller.observed import FAILED, SUCCEEDED
 
 
 # Each step reads the pass and either decides the job's status for this pass (returns True: the later steps do
 # not run) or leaves it to the next one. The order is the order of precedence.
-def _cancelled(p: _Pass) -> bool:
+def _cancelled(p: Pass) -> bool:
     return p.spec.cancel and p.finish(JobPhase.CANCELLED, CANCELLED, "the job was cancelled; its pods are removed")
 
 
-def _suspended(p: _Pass) -> bool:
+def _suspended(p: Pass) -> bool:
     """Paused (spec.suspend): no pods, no capacity, PENDING. An attempt it interrupts ends without counting
     against backoffLimit; the resumed job starts the next one from scratch."""
     if not p.spec.suspend:
@@ -140,7 +61,7 @@ def _suspended(p: _Pass) -> bool:
     return True
 
 
-def _resumed(p: _Pass) -> bool:
+def _resumed(p: Pass) -> bool:
     """A suspended job set to run again joins the end of its pools' queue (queuedAt) before it takes a decision."""
     st = p.st
     if st.reason != SUSPENDED:
@@ -150,7 +71,7 @@ def _resumed(p: _Pass) -> bool:
     return True
 
 
-def _kuberay_missing(p: _Pass) -> bool:
+def _kuberay_missing(p: Pass) -> bool:
     return p.obs.backend is Backend.KUBERAY and not p.obs.kuberay_installed and p.finish(
         JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
         "backend kuberay needs the ray.io RayCluster CRD, which is not installed")
@@ -166,12 +87,12 @@ def refused_credentials(credentials: Mapping[str, Mapping[str, str] | None]) -> 
     return "; ".join(why) + "; channels[].source.s3.credentialsSecret" if why else ""
 
 
-def _credentials_refused(p: _Pass) -> bool:
+def _credentials_refused(p: Pass) -> bool:
     message = refused_credentials(p.obs.credentials)
     return bool(message) and p.finish(JobPhase.FAILED, CREDENTIALS_NOT_ALLOWED, message)
 
 
-def _admission(p: _Pass) -> bool:
+def _admission(p: Pass) -> bool:
     """A job not admitted yet takes the decision (and stays PENDING while refused); an admitted one follows a
     new grant (scale_cluster resized it)."""
     st, decision = p.st, p.obs.decision
@@ -187,36 +108,36 @@ def _admission(p: _Pass) -> bool:
     return False
 
 
-def _deadline(p: _Pass) -> bool:
+def _deadline(p: Pass) -> bool:
     limit, since = p.spec.active_deadline_seconds, first_admitted(p.st)
     return bool(limit and since and p.now >= since + timedelta(seconds=limit)) and p.finish(
         JobPhase.FAILED, DEADLINE_EXCEEDED, f"the job ran longer than activeDeadlineSeconds={limit}")
 
 
-def _observe(p: _Pass) -> bool:
+def _observe(p: Pass) -> bool:
     p.current = [pod for pod in p.obs.pods if pod.attempt == p.st.attempt]
     p.head = next((pod for pod in p.current if pod.is_head), None)
     return False
 
 
-def _every(p: _Pass) -> bool:
+def _every(p: Pass) -> bool:
     """parallel and sagemaker modes run the payload on every instance: as on SageMaker, the job is done when
     every instance succeeded and failed when any instance failed; in head mode the head's exit decides."""
     return p.spec.mode is not RunMode.HEAD
 
 
-def _succeeded(p: _Pass) -> bool:
+def _succeeded(p: Pass) -> bool:
     granted = len(p.st.instances)
     if _every(p) and granted and sum(1 for pod in p.current if pod.phase == SUCCEEDED) >= granted:
-        p.observeinstances_of()
+        p.observe_instances()
         return p.finish(JobPhase.DONE, COMPLETED, f"all {granted} instances finished successfully")
     if not _every(p) and p.head is not None and p.head.phase == SUCCEEDED:
-        p.observeinstances_of()
+        p.observe_instances()
         return p.finish(JobPhase.DONE, COMPLETED, "the head finished successfully")
     return False
 
 
-def _failed(p: _Pass) -> bool:
+def _failed(p: Pass) -> bool:
     """A head that failed, vanished while RUNNING or is being deleted (by hand, eviction, node loss) is a failed
     head: retried per backoffLimit, never merely counted as one lost instance. In parallel and sagemaker modes a
     failed peer fails the job the same way; a head that succeeded has only to wait for its peers, even while
@@ -234,17 +155,17 @@ def _failed(p: _Pass) -> bool:
     if st.attempt - st.suspended_attempts < spec.backoff_limit:
         st.attempt += 1
         st.admitted_at = p.now  # the new attempt gets the whole instances timeout again
-        p.observeinstances_of()
+        p.observe_instances()
         st.phase, st.reason = JobPhase.PENDING, RETRYING
-        st.message = _cut(f"attempt {st.attempt - st.suspended_attempts} of {spec.backoff_limit} after the head failed: {why}")
+        st.message = cut(f"attempt {st.attempt - st.suspended_attempts} of {spec.backoff_limit} after the head failed: {why}")
         return True
-    p.observeinstances_of()
+    p.observe_instances()
     head_failed = head is None or head_deleted or head.phase == FAILED
     said = head if head_failed else failed_peer
     said_message = said.message if said is not None else None
     named = runtime_failure_reason(said_message)
     if named is not None:  # the runtime said what failed (e.g. PipInstallFailed): that is the job's reason
-        return p.finish(JobPhase.FAILED, named, _cut(runtime_failure_error(said_message) or why) or why)
+        return p.finish(JobPhase.FAILED, named, cut(runtime_failure_error(said_message) or why) or why)
     return p.finish(JobPhase.FAILED, HEAD_FAILED if head_failed else INSTANCE_FAILED, why)
 
 
@@ -257,7 +178,7 @@ def _ready_count(st: MLJobStatus) -> int:
     return sum(1 for i in st.instances if i.ready)
 
 
-def _running(p: _Pass) -> bool:
+def _running(p: Pass) -> bool:
     """A RUNNING job stays RUNNING unless it lost instances below its minimum. Only definite losses count: a
     failed, deleted or vanished pod. A scheduled pod that is briefly not Ready or not Running (its node agent
     restarting) is not lost; a never-scheduled one is not alive. A worker exits 0 only when the head releases it:
@@ -286,7 +207,7 @@ def _head_ready(st: MLJobStatus) -> bool:
     return bool(st.instances) and st.instances[0].ready  # the gate counts the head: nothing runs without it
 
 
-def _started(p: _Pass) -> bool:
+def _started(p: Pass) -> bool:
     st, ready = p.st, _ready_count(p.st)
     if ready < p.spec.resolved_min() or not _head_ready(st):
         return False
@@ -295,7 +216,7 @@ def _started(p: _Pass) -> bool:
     return True
 
 
-def _instances_timeout(p: _Pass) -> bool:
+def _instances_timeout(p: Pass) -> bool:
     st, spec = p.st, p.spec
     assert st.admitted_at is not None
     if p.now < st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds):
@@ -306,7 +227,7 @@ def _instances_timeout(p: _Pass) -> bool:
                     + (f"; the API server refused: {p.obs.refused}" if p.obs.refused else ""))
 
 
-def _waiting(p: _Pass) -> bool:
+def _waiting(p: Pass) -> bool:
     st, spec = p.st, p.spec
     if p.obs.refused:
         st.phase, st.reason = JobPhase.PENDING, API_REFUSED
@@ -318,13 +239,13 @@ def _waiting(p: _Pass) -> bool:
     return True
 
 
-def _instances_observed(p: _Pass) -> bool:
-    p.observeinstances_of()
+def _instances_observed(p: Pass) -> bool:
+    p.observe_instances()
     return False
 
 
 # PENDING → RUNNING → DONE/FAILED, in order of precedence.
-STEPS: tuple[Callable[[_Pass], bool], ...] = (
+STEPS: tuple[Callable[[Pass], bool], ...] = (
     _cancelled, _suspended, _resumed, _kuberay_missing, _credentials_refused, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
     _running, _started, _instances_timeout, _waiting,
 )
@@ -334,7 +255,7 @@ def advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     """Move an unfinished job along PENDING → RUNNING → DONE/FAILED: the first of STEPS that decides wins."""
     # A pod that was already Terminating when its entry was written is the leftover of a shrink (scale_cluster
     # down, then up again), not a member that can be lost.
-    p = _Pass(job, st, obs, placed_before={i.instance_id for i in st.instances if i.node and i.phase != TERMINATING})
+    p = Pass(job, st, obs, placed_before={i.instance_id for i in st.instances if i.node and i.phase != TERMINATING})
     for step in STEPS:
         if step(p):
             return

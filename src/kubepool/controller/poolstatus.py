@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from kubepool.api import ComputePool, ComputePoolStatus, Condition, ConditionStatus, PoolPhase
 from kubepool.controller.admission import Claim, usage
 from kubepool.controller.builders.placeholders import desired_placeholders
-from kubepool.controller.jobsteps import SUSPENDED
+from kubepool.controller.jobpass import SUSPENDED
 from kubepool.controller.observed import NodeView, PlaceholderView
 
 

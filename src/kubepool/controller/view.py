@@ -16,7 +16,7 @@ from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller.admission import Claim
 from kubepool.controller.builders.common import placement_of
-from kubepool.controller.jobsteps import SUSPENDED
+from kubepool.controller.jobpass import SUSPENDED
 from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 
 log = logging.getLogger(__name__)

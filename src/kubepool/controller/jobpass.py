@@ -1,0 +1,115 @@
+"""PURE: what one pass over an unfinished MLJob's status shares: the reasons it can give, what it observed
+(`Observed`), the instance entries of the status, and the pass itself (`Pass`), which the steps in `jobsteps`
+read and write."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kubepool import naming
+from kubepool.api import Backend, ConditionStatus, InstanceStatus, JobPhase, MLJob, MLJobSpec, MLJobStatus
+from kubepool.contract import INSTANCES_UNAVAILABLE as _INSTANCES_UNAVAILABLE
+from kubepool.controller.admission import Decision
+from kubepool.controller.builders.common import placement_of
+from kubepool.controller.observed import PodView
+
+MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enough for `kubectl get -o yaml`
+
+# Reasons (status.reason and Event reasons).
+WAITING_FOR_INSTANCES = "WaitingForInstances"
+INSTANCES_READY = "InstancesReady"
+INSTANCES_UNAVAILABLE = _INSTANCES_UNAVAILABLE  # the runtime's gate gives it too (contract)
+INSTANCES_LOST = "InstancesLost"
+COMPLETED = "Completed"
+HEAD_FAILED = "HeadFailed"
+INSTANCE_FAILED = "InstanceFailed"
+RETRYING = "Retrying"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+SUSPENDED = "Suspended"
+RESUMED = "Resumed"  # a suspended job set to run again: back in its pools' queue
+CANCELLED = "Cancelled"
+KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
+CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
+API_REFUSED = "ApiRefused"  # the API server refused a write of the job's children (quota, policy, RBAC)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything the job's status depends on besides the job itself."""
+
+    pods: Sequence[PodView]
+    now: datetime
+    decision: Decision | None = None  # for a job not admitted yet
+    backend: Backend = Backend.PODS  # resolved (spec or operator default)
+    kuberay_installed: bool = False
+    # Labels of each Secret a channel takes credentials from (None: no such Secret); read before admission only.
+    credentials: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    refused: str = ""  # the API server's last refusal of a write of the job's children ("": none since)
+
+
+def cut(text: str | None) -> str | None:
+    return text if text is None or len(text) <= MESSAGE_MAX else "…" + text[-(MESSAGE_MAX - 1):]
+
+
+TERMINATING = "Terminating"  # an instance entry's phase while its pod is being deleted and still runs (as kubectl says)
+
+
+def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) -> list[InstanceStatus]:
+    # An instance can have two pods for a while: one leaving (deleted by a shrink) and its successor (KubeRay
+    # names pods itself, so a grow right after a shrink makes a new one at once). The live one is the instance.
+    mine = {p.instance_id: p for p in sorted((p for p in pods if p.attempt == attempt), key=lambda p: not p.deleting)}
+    out = []
+    for inst in placement_of(job)[:granted]:
+        pod = mine.get(inst.instance_id)
+        out.append(InstanceStatus(
+            instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
+            host=naming.sagemaker_host(inst.instance_id),
+            pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
+            pod_uid=(pod.uid or None) if pod else None,
+            node=pod.node if pod else None, ready=bool(pod and pod.ready),
+            phase=(TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,
+            exit_code=pod.exit_code if pod else None, message=cut(pod.message) if pod else None,
+        ))
+    return out
+
+
+def first_admitted(st: MLJobStatus) -> datetime | None:
+    """When the job was first admitted: activeDeadlineSeconds counts from here, across retries (the Admitted
+    condition keeps its transition time while it stays True; admittedAt restarts with each attempt)."""
+    cond = next((c for c in st.conditions if c.type == "Admitted" and c.status == ConditionStatus.TRUE), None)
+    return cond.last_transition_time if cond is not None and cond.last_transition_time else st.admitted_at
+
+
+def finish_status(st: MLJobStatus, phase: JobPhase, reason: str, message: str, now: datetime) -> None:
+    st.phase, st.reason, st.message = phase, reason, cut(message)
+    st.completion_time = st.completion_time or now
+
+
+@dataclass
+class Pass:
+    """What the steps of one pass over an unfinished job share. `st` is the status being built."""
+
+    job: MLJob
+    st: MLJobStatus
+    obs: Observed
+    # Instances whose pod was scheduled and not yet leaving, as the previous status recorded them.
+    placed_before: set[int]
+    current: list[PodView] = field(default_factory=list)  # the pods of the attempt that runs (set by _observe)
+    head: PodView | None = None
+
+    @property
+    def spec(self) -> MLJobSpec:
+        return self.job.spec
+
+    @property
+    def now(self) -> datetime:
+        return self.obs.now
+
+    def finish(self, phase: JobPhase, reason: str, message: str) -> bool:
+        finish_status(self.st, phase, reason, message, self.now)
+        return True
+
+    def observe_instances(self) -> None:
+        self.st.instances = instances_of(self.job, len(self.st.instances), self.obs.pods, self.st.attempt)
