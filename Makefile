@@ -78,7 +78,7 @@ images-cuda:  # what the CUDA variant is where no nvidia/cuda base can be pulled
 	hack/images/build.sh runtime-cuda
 
 test-realnode: venv lint k8s-bin  # real nodes (kubelet + containerd) running the built images: docs/local-nodes.md
-	hack/images/build.sh operator runtime-lean
+	hack/images/build.sh operator runtime-lean runtime-marked
 	$(BIN)/pytest -m realnode tests/realnode $(PYTEST_ARGS)
 
 images-test: venv  # the built images under runc (tests/images, marker `images`); skips images not built

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kubepool's container images without a Docker engine (see docs/images.md):
-#   hack/images/build.sh [operator] [runtime] [runtime-cuda] [runtime-lean]     (default: operator runtime)
+#   hack/images/build.sh [operator] [runtime] [runtime-cuda] [runtime-lean] [runtime-marked]   (default: operator runtime)
 # The base is a Debian rootfs from mmdebstrap, packed as an OCI layout; buildah builds the project's own
 # Dockerfiles FROM it (chroot isolation, host network) with the host's pip cache mounted; each image is
 # written as an OCI archive under $KUBEPOOL_IMAGES_CACHE with its digest. An image whose inputs (Dockerfile,
@@ -52,7 +52,10 @@ run() {
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(operator runtime)
 for t in "${targets[@]}"; do
-    case $t in operator | runtime | runtime-cuda | runtime-lean) ;; *) echo "unknown image: $t (operator, runtime, runtime-cuda, runtime-lean)" >&2; exit 2 ;; esac
+    case $t in
+    operator | runtime | runtime-cuda | runtime-lean | runtime-marked) ;;
+    *) echo "unknown image: $t (operator, runtime, runtime-cuda, runtime-lean, runtime-marked)" >&2; exit 2 ;;
+    esac
 done
 
 # --- tools (a fresh machine has none of them) ---------------------------------------------------------------
@@ -273,7 +276,42 @@ build_runtime_lean() {
     REPO=$ctx TAG=$TAG-lean build_image runtime
 }
 
+# runtime-marked: runtime-lean plus one file, /etc/kubepool-image, holding the image's own name: a second
+# runtime image that differs observably, for the real-node test that a ComputePool's spec.image is what its
+# instances run. Its layers are runtime-lean's, so a node that has that image unpacks only the marker.
+build_runtime_marked() {
+    local tag=$TAG-lean-marked lean="localhost/kubepool/runtime:$TAG-lean"
+    local ref="kubepool/runtime:$tag" archive="$CACHE/runtime-$tag.oci.tar" stamp="$CACHE/runtime-$tag.inputs" key ctr
+    build_runtime_lean
+    buildah inspect --type image "$lean" >/dev/null 2>&1 ||
+        { echo "$lean is not in the build storage: FORCE=1 hack/images/build.sh runtime-lean" >&2; exit 1; }
+    key=$( (declare -f build_runtime_marked; cat "$CACHE/runtime-$TAG-lean.digest") | hash_of)
+    if [[ ${FORCE:-0} != 1 && -f $archive && "$(cat "$stamp" 2>/dev/null)" == "$key" ]]; then
+        step "runtime-marked: runtime-lean unchanged ($key), keeping $archive"
+        TAG=$tag report runtime
+        return
+    fi
+    rm -f "$stamp"
+    step "runtime-marked: $lean + /etc/kubepool-image"
+    printf '%s\n' "$ref" >"$TMPDIR/kubepool-image"
+    chmod 0644 "$TMPDIR/kubepool-image"
+    ctr=$(buildah from --pull-never "$lean")
+    run marked-copy buildah copy "$ctr" "$TMPDIR/kubepool-image" /etc/kubepool-image
+    run marked-commit buildah commit --format oci --rm "$ctr" "$ref"
+    rm -f "$archive.tmp"
+    run marked-push buildah push --digestfile "$CACHE/runtime-$tag.digest" "localhost/$ref" \
+        "oci-archive:$archive.tmp:docker.io/$ref"
+    mv "$archive.tmp" "$archive"
+    buildah images --noheading --format "{{.Size}}" "localhost/$ref" >"$CACHE/runtime-$tag.size" || true
+    echo "$key" >"$stamp"
+    TAG=$tag report runtime
+}
+
 for t in "${targets[@]}"; do
-    if [[ $t == runtime-lean ]]; then build_runtime_lean; else build_image "$t"; fi
+    case $t in
+    runtime-lean) build_runtime_lean ;;
+    runtime-marked) build_runtime_marked ;;
+    *) build_image "$t" ;;
+    esac
 done
 step "done"

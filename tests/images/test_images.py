@@ -3,7 +3,8 @@ runtime bundle by umoci and run by runc, a real OCI runtime, as the image's own 
 
 Checks per image: the image config's user is the Dockerfile's numeric non-root USER and its entrypoint is the
 Dockerfile's ENTRYPOINT; inside the container `id -u` prints that uid, the entrypoint's program resolves, and
-the image's Python imports what its entrypoint needs. Skips (with the reason) when an archive is missing, so
+the image's Python imports what its entrypoint needs (every runtime variant: SageMaker's training toolkit too), and
+no compiler came along from the runtime's builder stage. Skips (with the reason) when an archive is missing, so
 `make test` on a machine without built images skips them; `make images-test` runs only these.
 """
 
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +40,10 @@ class Image:
     imports: str  # what `python -c` must import inside
 
 
+# Every runtime variant carries SageMaker's training toolkit (framework-image scripts run unchanged), its C
+# extension (`gethostname`, compiled in the builder stage) included.
+TOOLKIT = "sagemaker_training.environment, gethostname"
+RUNTIME_IMPORTS = f"import kubepool.runtime, ray, torch, xgboost, {TOOLKIT}"
 IMAGES = [
     Image(
         "operator", f"docker.io/kubepool/operator:{TAG}", "operator/Dockerfile", "import kubepool.controller"
@@ -46,15 +52,38 @@ IMAGES = [
         "runtime",
         f"docker.io/kubepool/runtime:{TAG}",
         "runtime-image/Dockerfile",
-        "import kubepool.runtime, ray, torch, xgboost",
+        RUNTIME_IMPORTS,
     ),
     Image(
         "runtime-cuda",
         f"docker.io/kubepool/runtime:{TAG}-cuda",
         "runtime-image/Dockerfile",
-        "import kubepool.runtime, ray, torch, xgboost",
+        RUNTIME_IMPORTS,
+    ),
+    # The real-node tier's runtime: no torch (hack/images/build.sh runtime-lean); archive runtime-<tag>-lean.
+    Image(
+        "runtime-lean",
+        f"docker.io/kubepool/runtime:{TAG}-lean",
+        "runtime-image/Dockerfile",
+        f"import kubepool.runtime, ray, xgboost, {TOOLKIT}",
     ),
 ]
+
+
+def _archive(image: Image) -> Path:
+    stem = f"runtime-{TAG}-lean" if image.name == "runtime-lean" else f"{image.name}-{TAG}"
+    return CACHE / f"{stem}.oci.tar"
+
+
+def _sweep_stale_unpacks(smoke: Path) -> None:
+    """Unpack dirs of runs that were killed (an unpacked runtime image is 11 GB): each dir is named after the
+    pid of the test run that made it, so a dir whose process is gone is stale; live runs (other checkouts
+    share the cache) keep theirs. A dir without a pid (older test code) goes after an hour."""
+    for d in smoke.iterdir() if smoke.is_dir() else ():
+        pid = d.name.split("-")[-2] if d.name.count("-") >= 2 else ""
+        stale = not Path(f"/proc/{pid}").exists() if pid.isdigit() else time.time() - d.stat().st_mtime > 3600
+        if stale:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _dockerfile_final(dockerfile: str) -> tuple[str, list[str]]:
@@ -78,14 +107,15 @@ def tools() -> None:
 @pytest.fixture(params=IMAGES, ids=[i.name for i in IMAGES])
 def bundle(request: pytest.FixtureRequest, tools: None) -> Iterator[tuple[Image, Path, dict]]:
     image: Image = request.param
-    archive = CACHE / f"{image.name}-{TAG}.oci.tar"
+    archive = _archive(image)
     if not archive.exists():
-        target = "make images-cuda" if image.name.endswith("cuda") else "make images"
-        pytest.skip(f"{archive} not built: run `{target}` first")
+        target = {"runtime-cuda": "make images-cuda", "runtime-lean": "hack/images/build.sh runtime-lean"}
+        pytest.skip(f"{archive} not built: run `{target.get(image.name, 'make images')}` first")
     # Beside the archives, not in pytest's tmp_path: an unpacked runtime image is GBs, and pytest keeps the
     # last runs' temporary directories.
+    _sweep_stale_unpacks(CACHE / "smoke")
     (CACHE / "smoke").mkdir(exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{image.name}-", dir=CACHE / "smoke"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{image.name}-{os.getpid()}-", dir=CACHE / "smoke"))
     try:
         yield _unpack(image, archive, tmp)
     finally:
@@ -160,6 +190,10 @@ def test_image(bundle: tuple[Image, Path, dict], tmp_path: Path) -> None:
     assert spec["args"][: len(entrypoint)] == entrypoint
 
     script = f"id -u; command -v {entrypoint[0]} >/dev/null || {{ echo 'no {entrypoint[0]}' >&2; exit 3; }}; "
+    # The builder stage's compiler stays there (the runtime's toolkit is compiled in it).
+    script += (
+        'for cc in gcc cc; do ! command -v $cc >/dev/null || { echo "$cc in the image" >&2; exit 4; }; done; '
+    )
     script += f"python -c '{image.imports}; print(\"imports ok\")'"
     proc = _run(path, script, tmp_path / "runc")
     print(f"{image.name}: id -u -> {proc.stdout.splitlines()[:1]}, entrypoint {entrypoint}")

@@ -148,8 +148,22 @@ def test_disk_check_asks_for_the_unpacked_images_and_a_margin(tmp_path: Path) ->
     with huge.open("wb") as f:
         f.truncate(1 << 42)  # sparse: a 4 TiB archive on paper
     with pytest.raises(images.ImageError, match="GiB free on the filesystem"):
-        images.check_disk(tmp_path, [huge])
+        images.check_disk(tmp_path, [("n1", huge)])
     images.check_disk(tmp_path, [])
+
+
+def test_disk_check_counts_a_layer_that_images_share_once_per_node(tmp_path: Path) -> None:
+    base = {"etc/a": (b"x" * 1000, 0o644)}
+    archives = {}
+    for name, files in (("lean", base), ("marked", {**base, "etc/marker": (b"m", 0o644)})):
+        archives[name] = tmp_path / f"{name}.oci.tar"
+        archives[name].write_bytes(images.oci_archive(f"x/{name}:1", files, ["/x"], "1000")[0])
+    lean, marked = images.archive_layers(archives["lean"]), images.archive_layers(archives["marked"])
+    assert len(lean) == len(marked) == 1 and lean != marked  # one-layer images: nothing shared
+    shared = {"sha256:" + "a" * 64: 900, "sha256:" + "b" * 64: 100}
+    on_top = {**shared, "sha256:" + "c" * 64: 5}
+    assert sorted(images.layer_sizes([("n1", shared), ("n1", on_top), ("n2", shared), ("n2", on_top)])) == \
+        [5, 5, 100, 100, 900, 900]
 
 
 def test_a_refused_host_command_fails_naming_it_and_what_it_said() -> None:

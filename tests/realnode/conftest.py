@@ -25,7 +25,8 @@ from kubetest import Cluster, Kubectl
 STATE_DIR = Path(os.environ.get("KUBEPOOL_REALNODE_STATE_DIR") or controlplane.REPO_ROOT / ".kubepool-realnode").resolve()
 SLOT = int(os.environ.get("KUBEPOOL_REALNODE_SLOT") or 4)
 NODES = 2
-IMAGES = ("operator", "runtime-lean")
+# runtime-marked: a second runtime image, for the pool-image test (test_pool_image_and_toolkit.py).
+IMAGES = ("operator", "runtime-lean", "runtime-marked")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -65,7 +66,7 @@ def _cli(args: list[str], say: Callable[[str], None]) -> None:
 def real_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     missing = [name for name in IMAGES if images.built_image(name) is None]
     if missing:
-        pytest.skip(f"images not built: {', '.join(missing)} (make images; hack/images/build.sh runtime-lean)")
+        pytest.skip(f"images not built: {', '.join(missing)} (hack/images/build.sh operator runtime-lean runtime-marked)")
     say = _say(request.config)
     before = Layout.load(STATE_DIR)
     was_running = before is not None and controlplane.alive(before, "kube-apiserver")

@@ -25,15 +25,19 @@ CACHE = Path(os.environ.get("KUBEPOOL_CACHE") or Path.home() / ".cache" / "kubep
 IMAGES_CACHE = Path(os.environ.get("KUBEPOOL_IMAGES_CACHE") or CACHE / "images")
 PAUSE_VERSION = PAUSE_IMAGE.rsplit(":", 1)[1]
 # name in `make images`' cache -> the image reference pods use. runtime-lean is the runtime without torch
-# (hack/images/build.sh runtime-lean); the full runtime (7 GB unpacked, per node) only when asked for.
+# (hack/images/build.sh runtime-lean); the full runtime (7 GB unpacked, per node) only when asked for;
+# runtime-marked is runtime-lean plus a marker file (/etc/kubepool-image), a second runtime image for tests of
+# a pool's `spec.image` (its layers are runtime-lean's: a node with both unpacks the marker only).
 KNOWN_IMAGES = {
     "operator": "docker.io/kubepool/operator:dev",
     "runtime-lean": "docker.io/kubepool/runtime:dev-lean",
     "runtime": "docker.io/kubepool/runtime:dev",
+    "runtime-marked": "docker.io/kubepool/runtime:dev-lean-marked",
 }
 DEFAULT_IMAGES = ("operator", "runtime-lean")
 # Their files in that cache (hack/images/build.sh names them <image>-<tag>).
-ARCHIVE_STEMS = {"operator": "operator-dev", "runtime-lean": "runtime-dev-lean", "runtime": "runtime-dev"}
+ARCHIVE_STEMS = {"operator": "operator-dev", "runtime-lean": "runtime-dev-lean", "runtime": "runtime-dev",
+                 "runtime-marked": "runtime-dev-lean-marked"}
 
 
 class ImageError(RuntimeError):
@@ -135,19 +139,42 @@ DISK_PER_ARCHIVE_BYTE = 3.5
 DISK_MARGIN = 2 << 30
 
 
-def disk_needed(archive_sizes: list[int]) -> int:
-    """Free bytes `import_image` needs for archives of these sizes, with a margin for everyone else (pure)."""
-    return int(sum(archive_sizes) * DISK_PER_ARCHIVE_BYTE) + DISK_MARGIN if archive_sizes else 0
+def disk_needed(layer_sizes: list[int]) -> int:
+    """Free bytes `import_image` needs for compressed layers of these sizes, with a margin for everyone else
+    (pure)."""
+    return int(sum(layer_sizes) * DISK_PER_ARCHIVE_BYTE) + DISK_MARGIN if layer_sizes else 0
 
 
-def check_disk(where: Path, archives: list[Path]) -> None:
-    """Refuse to import when the filesystem of `where` cannot hold the images: a full disk breaks every
-    process on the machine, not just the nodes."""
-    need = disk_needed([a.stat().st_size for a in archives])
+def archive_layers(archive: Path) -> dict[str, int]:
+    """Compressed layer digest -> size of the image in an OCI archive; a file that is no OCI archive counts as
+    one layer of its own size."""
+    try:
+        with tarfile.open(archive, "r:") as tar:  # uncompressed, as buildah and oci_archive write them
+            index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+            digest = index["manifests"][0]["digest"].split(":", 1)[1]
+            manifest = json.load(tar.extractfile(f"blobs/sha256/{digest}"))  # type: ignore[arg-type]
+        return {layer["digest"]: layer["size"] for layer in manifest["layers"]}
+    except (tarfile.TarError, OSError, KeyError, IndexError, ValueError, AttributeError):
+        return {str(archive): archive.stat().st_size}
+
+
+def layer_sizes(imports: list[tuple[str, dict[str, int]]]) -> list[int]:
+    """Sizes of what (node, layers) imports store (pure): a layer that images share (runtime-marked is
+    runtime-lean plus a marker) is stored once per node, containerd keying content and snapshots by digest."""
+    per_node: dict[str, dict[str, int]] = {}
+    for node, layers in imports:
+        per_node.setdefault(node, {}).update(layers)
+    return [size for layers in per_node.values() for size in layers.values()]
+
+
+def check_disk(where: Path, imports: list[tuple[str, Path]]) -> None:
+    """Refuse to import (node, archive) pairs when the filesystem of `where` cannot hold the images: a full
+    disk breaks every process on the machine, not just the nodes."""
+    need = disk_needed(layer_sizes([(node, archive_layers(archive)) for node, archive in imports]))
     free = shutil.disk_usage(where).free
     if need > free:
         raise ImageError(
-            f"importing {len(archives)} image archive(s) into the nodes' containerd needs ~{need / 2**30:.1f} GiB "
+            f"importing {len(imports)} image archive(s) into the nodes' containerd needs ~{need / 2**30:.1f} GiB "
             f"free on the filesystem of {where} (unpacked images + {DISK_MARGIN >> 30} GiB margin), "
             f"{free / 2**30:.1f} GiB are: free space, or use fewer nodes or images (--real-node-images)"
         )

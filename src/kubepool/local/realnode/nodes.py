@@ -194,7 +194,7 @@ def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[s
             wanted.append((name, *found))
     missing = [(n, name, archive) for n in nodes for name, archive, digest in wanted
                if images.imported("ctr", node_paths[n.name].containerd_socket).get(_ref(name)) != digest]
-    images.check_disk(rn_dir(lay), [archive for _, _, archive in missing])
+    images.check_disk(rn_dir(lay), [(n.name, archive) for n, _, archive in missing])
 
     def import_all(n: RealNode) -> None:
         for name, archive, digest in wanted:
