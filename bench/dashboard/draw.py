@@ -23,6 +23,11 @@ TICK_SECONDS = (10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800)  # Grafana-l
 WIDTH_IN, UNIT_IN, HEADER_IN, DPI = 16.0, 0.3, 0.45, 90  # a grid row is 30 px in Grafana: 0.3 in here
 
 
+def _x(unix: float) -> float:
+    """matplotlib's date axis unit (days) of a unix time."""
+    return float(mdates.date2num(datetime.fromtimestamp(unix, UTC)))
+
+
 def _value(unit: str, v: float) -> str:
     """Axis labels in the panel's unit, as Grafana writes them."""
     if unit == "s":
@@ -51,7 +56,7 @@ def _panel(fig: plt.Figure, p: Panel, height: int, body_top: float, span: tuple[
         s.set_visible(False)
     ax.grid(color=GRID, linewidth=0.6)
     ax.tick_params(colors=MUTED, labelsize=7, length=0)
-    ax.set_xlim(datetime.fromtimestamp(span[0], UTC), datetime.fromtimestamp(span[1], UTC))  # one range, as Grafana
+    ax.set_xlim(_x(span[0]), _x(span[1]))  # one time range for every panel, as Grafana
     step = next((t for t in TICK_SECONDS if (span[1] - span[0]) / t <= 7), None)
     ax.xaxis.set_major_locator(mdates.SecondLocator(bysecond=range(0, 60, step), tz=UTC) if step and step < 60 else
                                mdates.MinuteLocator(byminute=range(0, 60, step // 60), tz=UTC) if step else
@@ -64,7 +69,7 @@ def _panel(fig: plt.Figure, p: Panel, height: int, body_top: float, span: tuple[
             if all(math.isnan(v) for _, v in points):
                 continue
             color = PALETTE[drawn % len(PALETTE)]
-            xs = [datetime.fromtimestamp(t, UTC) for t, _ in points]
+            xs = [_x(t) for t, _ in points]
             ax.plot(xs, [v for _, v in points], color=color, linewidth=1.4, label=legend(target.legend, labels))
             ax.fill_between(xs, [v for _, v in points], color=color, alpha=0.08, linewidth=0)
             drawn += 1

@@ -97,7 +97,8 @@ def test_the_workload_queues_fails_and_is_refused_on_its_own_nodes() -> None:
     for name, stage in workload.STAGES.items():  # the env each stage selects on is the jobs' env
         doc = yaml.safe_load(stage)
         assert doc["metadata"]["name"] == name
-        assert re.search(r'"(\w+)"', doc["spec"]["selector"]["matchExpressions"][2]["key"]).group(1) in env.values()
+        selected = re.search(r'"(\w+)"', doc["spec"]["selector"]["matchExpressions"][2]["key"])
+        assert selected and selected.group(1) in env.values()
 
 
 def test_a_target_with_no_number_is_named_with_its_panel() -> None:
