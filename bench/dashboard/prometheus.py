@@ -4,10 +4,10 @@ the operator's /metrics, and its HTTP API's range queries."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import httpx
 import yaml
 
 from bench.cluster import ROOT, free_port
+from bench.controllers import Controller
 
 BUILD = ROOT / "hack" / "prometheus" / "build.sh"
 Series = tuple[dict[str, str], list[tuple[float, float]]]  # labels, (unix time, value) with NaN for gaps
@@ -32,40 +33,36 @@ def config(target: str, scrape_s: float) -> dict[str, Any]:
             "scrape_configs": [{"job_name": "kubepool-operator", "static_configs": [{"targets": [target]}]}]}
 
 
-@dataclass
-class Prometheus:
-    """`prometheus` on 127.0.0.1 with its TSDB under `work`; `stop` ends it (and only it)."""
+class Prometheus(Controller):
+    """`prometheus` on 127.0.0.1 with its config, log and TSDB under `work`; started and stopped as the
+    benchmarks' controllers are (bench.controllers.Controller)."""
 
-    work: Path
-    target: str  # host:port of the operator's metrics endpoint
-    scrape_s: float = 1.0
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
+    def __init__(self, work: Path, target: str, scrape_s: float = 1.0) -> None:
+        self.work, self.target, self.scrape_s = work, target, scrape_s  # target: host:port of the operator's /metrics
+        self.port = free_port()
+        argv = [str(binary()), f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}"]
+        super().__init__("prometheus", argv, dict(os.environ), work / "prometheus.log")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)  # an earlier run's samples would be drawn too
         self.work.mkdir(parents=True)
-        cfg = self.work / "prometheus.yml"
-        cfg.write_text(yaml.safe_dump(config(self.target, self.scrape_s)))
-        with (self.work / "prometheus.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                [str(binary()), f"--config.file={cfg}", f"--storage.tsdb.path={self.work / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while not self._up():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Prometheus did not start scraping {self.target}; see {self.work / 'prometheus.log'}")
-            time.sleep(0.5)
+        (self.work / "prometheus.yml").write_text(yaml.safe_dump(config(self.target, self.scrape_s)))
+        super().start()
 
-    def _up(self) -> bool:
+    def ready(self) -> bool:
+        """Ready once it has scraped the operator: `up` is 1."""
         try:
             return any(v == 1 for _, points in self.query_range("up", time.time() - 5, time.time(), 1.0) for _, v in points)
         except httpx.HTTPError:
             return False
+
+    def settle(self, quiet_s: float = 0.0, timeout: float = 0.0) -> None:
+        """Nothing to wait for: no clock starts after it."""
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         r = httpx.get(f"{self.url}/api/v1/query_range", timeout=30,
@@ -74,17 +71,6 @@ class Prometheus:
         if body.get("status") != "success":
             raise RuntimeError(f"Prometheus refused {expr!r}: {body.get('errorType')}: {body.get('error')}")
         return [(s["metric"], [(float(t), float(v)) for t, v in s["values"]]) for s in body["data"]["result"]]
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
 
 
 def has_data(series: list[Series]) -> bool:
