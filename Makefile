@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 export KUBECONFIG ?= $(CURDIR)/.kubepool/kubeconfig
 PYTEST_ARGS ?=
 
-.PHONY: demo-plan help venv k8s-bin kuberay-bin cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
+.PHONY: demo-plan help venv k8s-bin kuberay-bin prometheus-bin dashboard-picture cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
 
 help:
 	@echo "make demo        set up everything, run a 3-instance job on the local cluster, print its logs and result"
@@ -16,6 +16,7 @@ help:
 	@echo "make cluster-up  start the local cluster (make cluster-down stops it)"
 	@echo "make crds        regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make bench       benchmarks (not part of make test)"
+	@echo "make dashboard-picture  re-render docs/images/dashboard.png from a real run (Prometheus, private cluster; not part of make test)"
 	@echo "make images      build kubepool/operator:dev and kubepool/runtime:dev as OCI archives, no Docker (docs/images.md)"
 	@echo "make images-cuda the runtime image's CUDA variant; make images-test runs the built images under runc"
 	@echo "make test-realnode  the real-node tier: kubelet + containerd nodes running the built images (root)"
@@ -69,6 +70,13 @@ demo-plan:
 
 bench: venv k8s-bin kuberay-bin
 	$(BIN)/python -m bench
+
+prometheus-bin:  # Prometheus from its Go module, cached in ~/.cache/kubepool/prometheus (the dashboard's picture)
+	@hack/prometheus/build.sh >/dev/null
+
+dashboard-picture: venv k8s-bin prometheus-bin  # the chart's dashboard drawn from a real run, without Grafana (docs/install.md)
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q --progress-bar off -e '.[dashboard]'
+	$(BIN)/python -m bench.dashboard
 
 .PHONY: images-cuda images-test test-realnode
 images:  # no Docker engine: a Debian base from mmdebstrap, buildah, the Dockerfiles; cached in ~/.cache/kubepool/images

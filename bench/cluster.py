@@ -36,11 +36,15 @@ FAKE_POOL_LABEL = {"kubepool.dev/node-pool": "fake"}
 COMPLETE_ENV = "BENCH_COMPLETE"  # jobs whose head pods the completion stage below moves to Succeeded
 COMPLETE_AFTER_MS = 2000
 
-# kwok Stage: a Running kubepool head pod of a churn job (env BENCH_COMPLETE=true) succeeds 2 s later.
-COMPLETE_STAGE = f"""apiVersion: kwok.x-k8s.io/v1alpha1
+
+def head_exit_stage(name: str, env: str, exit_code: int, delay_ms: int, jitter_ms: int | None = None) -> str:
+    """A kwok Stage: a Running kubepool head pod whose container has env `env`=true ends `delay_ms` later (up to
+    `jitter_ms`, uniformly, when given) with `exit_code`: Succeeded for 0, else Failed."""
+    jitter = f"\n    jitterDurationMilliseconds: {jitter_ms}" if jitter_ms else ""
+    return f"""apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
-  name: bench-head-complete
+  name: {name}
 spec:
   resourceRef:
     apiGroup: v1
@@ -54,11 +58,11 @@ spec:
     - key: '.status.phase'
       operator: 'In'
       values: ['Running']
-    - key: '.spec.containers.[].env.[] | select( .name == "{COMPLETE_ENV}" ) | .value'
+    - key: '.spec.containers.[].env.[] | select( .name == "{env}" ) | .value'
       operator: 'In'
       values: ['true']
   delay:
-    durationMilliseconds: {COMPLETE_AFTER_MS}
+    durationMilliseconds: {delay_ms}{jitter}
   next:
     statusTemplate: |
       {{{{ $now := Now }}}}
@@ -71,13 +75,17 @@ spec:
         started: false
         state:
           terminated:
-            exitCode: 0
+            exitCode: {exit_code}
             finishedAt: {{{{ $now | Quote }}}}
-            reason: Completed
+            reason: {"Completed" if exit_code == 0 else "Error"}
             startedAt: {{{{ $now | Quote }}}}
       {{{{ end }}}}
-      phase: Succeeded
+      phase: {"Succeeded" if exit_code == 0 else "Failed"}
 """
+
+
+# A Running head pod of a churn job (env BENCH_COMPLETE=true) succeeds 2 s later.
+COMPLETE_STAGE = head_exit_stage("bench-head-complete", COMPLETE_ENV, 0, COMPLETE_AFTER_MS)
 
 
 def free_port() -> int:
@@ -141,11 +149,23 @@ class BenchCluster:
         bench = cls(lay, seconds)
         bench.wait_nodes_ready(fake_nodes, [str(n["name"]) for n in nodes_config(process_nodes)["nodes"]])
         if fake_nodes:
-            bench.install_complete_stage()
+            bench.install_stages({"bench-head-complete": COMPLETE_STAGE})
         bench.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-        for crd in ("mljobs.kubepool.dev", "computepools.kubepool.dev"):
-            bench.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        bench.wait_established("mljobs.kubepool.dev", "computepools.kubepool.dev")
         return bench
+
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Polls: `kubectl wait --for=condition=Established` fails outright on a CRD with no conditions yet."""
+        deadline = time.monotonic() + timeout
+        def established(crd: str) -> bool:
+            conditions = json.loads(self.kubectl("get", f"crd/{crd}", "-o", "json")).get("status", {}).get("conditions")
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions or [])
+
+        for crd in crds:
+            while not established(crd):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"CRD {crd} not Established after {timeout:.0f} s")
+                time.sleep(0.5)
 
     def down(self) -> None:
         cli_down(self.lay.state_dir)
@@ -164,12 +184,14 @@ class BenchCluster:
                 raise RuntimeError(f"nodes not Ready after {timeout:.0f} s: {fake}/{fake_nodes} fake, {ready}")
             time.sleep(1)
 
-    def install_complete_stage(self) -> None:
-        """kwok reads its stages at start: append ours to the config `up` wrote, then restart kwok."""
+    def install_stages(self, stages: dict[str, str]) -> None:
+        """kwok reads its stages at start: append ours (name: Stage document) to the config `up` wrote, then
+        restart kwok."""
         path = kwok.config_path(self.lay)
         text = path.read_text()
-        if "bench-head-complete" not in text:
-            path.write_text(text.rstrip("\n") + "\n---\n" + COMPLETE_STAGE)
+        todo = [doc for name, doc in stages.items() if f"name: {name}\n" not in text]
+        if todo:
+            path.write_text(text.rstrip("\n") + "".join("\n---\n" + doc for doc in todo))
         controlplane.stop(self.lay, kwok.NAME)
         controlplane.ensure(self.lay, [controlplane.kwok_component(self.lay)], say=lambda _: None)
 

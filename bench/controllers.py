@@ -133,4 +133,4 @@ class KubeRayOperator(Controller):
 
 def install_kuberay_crds(bench: BenchCluster, home: Path) -> None:
     bench.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(home / "crds"))
-    bench.kubectl("wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=60s")
+    bench.wait_established("rayclusters.ray.io")
