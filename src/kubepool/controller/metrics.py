@@ -9,7 +9,7 @@ from datetime import datetime
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from kubepool.api import ComputePoolStatus, MLJobStatus
+from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
 
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
 
@@ -73,7 +73,19 @@ def observe_job(created: str | None, pool: str, prev: MLJobStatus | None, new: M
         histogram.labels(**labels).observe(value)
 
 
+# A series Prometheus has never seen at 0 shows no increase at its first observation (rate() needs two samples):
+# the first job a pool finishes, queues or fails would be missing from the dashboard. Every pool's job series
+# exist, at 0, from the moment the pool does.
+_FINISHED = tuple(str(p) for p in JobPhase if p.finished)
+
+
+def _job_series(name: str) -> list[tuple[Histogram, tuple[str, ...]]]:
+    return [(QUEUED_SECONDS, (name,)), (START_SECONDS, (name,)), *((DURATION_SECONDS, (name, p)) for p in _FINISHED)]
+
+
 def set_pool(name: str, max_nodes: int, st: ComputePoolStatus) -> None:
+    for histogram, values in _job_series(name):
+        histogram.labels(*values)
     POOL_MAX.labels(pool=name).set(max_nodes)
     POOL_IN_USE.labels(pool=name).set(st.instances_in_use or 0)
     POOL_QUEUED.labels(pool=name).set(st.queued_jobs or 0)
@@ -82,8 +94,9 @@ def set_pool(name: str, max_nodes: int, st: ComputePoolStatus) -> None:
 
 
 def forget_pool(name: str) -> None:
-    for gauge in _POOL_GAUGES:
+    series: list[tuple[Gauge | Histogram, tuple[str, ...]]] = [(g, (name,)) for g in _POOL_GAUGES]
+    for metric, values in [*series, *_job_series(name)]:
         try:
-            gauge.remove(name)
+            metric.remove(*values)
         except KeyError:  # never set for this pool
             pass

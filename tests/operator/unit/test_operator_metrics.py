@@ -63,3 +63,17 @@ def test_dashboard_queries_name_exported_metrics() -> None:
         for name in names:
             base = re.sub(r"_(bucket|sum|count|total|created)$", "", name)
             assert base in exported or name in exported, f"{expr}: {name} is not exported by the operator"
+
+
+def test_a_pools_job_series_exist_at_zero_so_its_first_failure_shows() -> None:
+    from kubepool.api import ComputePoolStatus
+
+    def count(name: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(name, labels)
+
+    metrics.set_pool("fresh-pool", 2, ComputePoolStatus())
+    assert count("kubepool_mljob_duration_seconds_count", pool="fresh-pool", phase="FAILED") == 0.0
+    assert count("kubepool_mljob_queued_seconds_count", pool="fresh-pool") == 0.0
+    metrics.forget_pool("fresh-pool")
+    assert count("kubepool_mljob_duration_seconds_count", pool="fresh-pool", phase="FAILED") is None
+    assert count("kubepool_pool_max_instances", pool="fresh-pool") is None
