@@ -269,7 +269,8 @@ def fanout(bench: BenchCluster, jobs: int, repeats: int, warmup_jobs: int) -> di
 
 
 # --- P2 -------------------------------------------------------------------------------------------------------
-async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: KubepoolOperator) -> dict[str, Any]:
+async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: KubepoolOperator,
+                 delete: bool = True) -> dict[str, Any]:
     succeeded: dict[str, float] = {}
     done: dict[str, float] = {}
     gone: set[str] = set()
@@ -327,7 +328,7 @@ async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: Kubepo
             print(f"  {stalled}", flush=True)
         await asyncio.sleep(5)  # let the operator settle (status writes, GC of its own structures) before reading RSS
         live = op.usage()
-        if stalled is None:
+        if stalled is None and delete:
             td = time.perf_counter()
             for w in range(waves):
                 names = [f"job-{i}" for i in range(w * per_wave, (w + 1) * per_wave)]

@@ -1,5 +1,5 @@
 """`python -m bench.summary [--quick]`: one table of every benchmark's headline numbers beside its target,
-from the JSON the parts wrote (bench/results/{operator_scale,latency,distributors}.json, or the `-quick`
+from the JSON the parts wrote (bench/results/{operator_scale,live_jobs,latency,distributors}.json, or the `-quick`
 files of a quick run); writes results/summary.md (summary-quick.md). A part that has not run is left out."""
 
 from __future__ import annotations
@@ -79,6 +79,13 @@ def _floor_rows(rep: dict[str, Any]) -> list[Row]:
             row("P3 payload start ÷ floor", rep["p3"].get("ratio_to_floor"), floor["target_ratio"])]
 
 
+def live_rows(rep: dict[str, Any]) -> list[Row]:
+    t = rep["targets"]
+    return [row(f"P6 operator RSS at {rep['live_jobs']} live jobs", rep["rss_mib_at_live_jobs"], t["rss_mib_at_live_jobs"], 0, " MiB"),
+            row("P6 status lag p99", rep["status_lag_p99_s"], t["status_lag_p99_s"], 2, " s"),
+            row("P6 restart to every job reconciled", rep["restart_to_reconciled_s"], t["restart_to_reconciled_s"], 1, " s")]  # fmt: skip
+
+
 def distributor_rows(rep: dict[str, Any]) -> list[Row]:
     return [row(f"distributors: {k}", v, rep["targets"].get(k)) for k, v in rep["ratios"].items()]
 
@@ -86,7 +93,8 @@ def distributor_rows(rep: dict[str, Any]) -> list[Row]:
 def markdown(suffix: str = "") -> str:
     rows: list[Row] = []
     machine = None
-    for name, fn in (("operator_scale", scale_rows), ("latency", latency_rows), ("distributors", distributor_rows)):
+    for name, fn in (("operator_scale", scale_rows), ("live_jobs", live_rows), ("latency", latency_rows),
+                     ("distributors", distributor_rows)):
         rep = _load(name + suffix)
         if rep:
             rows += fn(rep)

@@ -1,0 +1,121 @@
+"""P6: the operator at 5000 live jobs. One-instance jobs on kwok fake nodes, created in waves (each wave DONE
+before the next, as P2), kept: the operator's RSS with all of them live, the status lag (head pod Succeeded →
+MLJob DONE, p99), then the operator restarted and the time until it has reconciled every job again (its own
+`kubepool_reconcile_seconds_count` reaching the number of jobs; also until its CPU is quiet, its start-up over).
+
+`python -m bench.live_jobs [--jobs N] [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import stats
+from bench.cluster import LOG_DIR, BenchCluster, describe_machine, free_port, machine_line
+from bench.controllers import KubepoolOperator
+from bench.operator_scale import POOLS, _churn, _kwok_ready, create_pools, pool, shared_pool
+
+RESULTS = Path(__file__).with_name("results")
+TARGETS = {"rss_mib_at_live_jobs": 400.0, "status_lag_p99_s": 2.0, "restart_to_reconciled_s": 15.0}
+WAVE = 500
+RESTART_TIMEOUT_S = 600.0
+
+
+def reconciled(metrics_text: str) -> int:
+    """Passes the operator finished, from its own metrics (`kubepool_reconcile_seconds_count`)."""
+    m = re.search(r"^kubepool_reconcile_seconds_count\s+([0-9.e+]+)$", metrics_text, re.MULTILINE)
+    return int(float(m.group(1))) if m else 0
+
+
+def _scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def restart(op: KubepoolOperator, port: int, jobs: int) -> dict[str, float]:
+    """Stop the operator, start it again; seconds until it has reconciled `jobs` jobs, and until it is quiet."""
+    op.stop()
+    t0 = time.monotonic()
+    op.start()  # returns once configured and its CPU is quiet (its start-up over)
+    quiet = time.monotonic() - t0
+    while (done := reconciled(_scrape(port))) < jobs:
+        if time.monotonic() - t0 > RESTART_TIMEOUT_S:
+            raise RuntimeError(f"P6: {done}/{jobs} jobs reconciled {RESTART_TIMEOUT_S:.0f} s after the restart")
+        time.sleep(0.2)
+    return {"restart_to_reconciled_s": time.monotonic() - t0, "restart_to_quiet_s": quiet,
+            "rss_mib_after_restart": op.usage().rss_mib}
+
+
+def measure(bench: BenchCluster, jobs: int) -> dict[str, Any]:
+    ns, port = "p6-live", free_port()
+    bench.create_namespace(ns)
+    create_pools(bench, [pool(shared_pool(i), 100) for i in range(POOLS)])
+    env = {"KUBEPOOL_OPERATOR_METRICS_PORT": str(port), "KUBEPOOL_OPERATOR_BIND_ADDRESS": "127.0.0.1"}
+    op = KubepoolOperator(bench, LOG_DIR / "kubepool-p6.log", env)
+    op.start()
+    try:
+        waves = max(jobs // WAVE, 1)
+        print(f"P6: {jobs} one-instance jobs in {waves} waves, kept live; then the operator restarted", flush=True)
+        live = asyncio.run(_churn(bench, ns, jobs, waves, op, delete=False))
+        print(f"  RSS at {live['live_jobs']} live jobs {live['rss_mib_at_live_jobs']:.0f} MiB, lag p99 "
+              f"{live['status_lag_p99_s']:.2f} s; restarting the operator", flush=True)
+        again = restart(op, port, live["live_jobs"])
+        print(f"  restart: all {live['live_jobs']} reconciled after {again['restart_to_reconciled_s']:.1f} s "
+              f"(quiet after {again['restart_to_quiet_s']:.1f} s), RSS {again['rss_mib_after_restart']:.0f} MiB", flush=True)
+    finally:
+        op.stop()
+    bench.delete_namespaces([ns])
+    keep = ("jobs", "live_jobs", "stalled", "rss_mib_at_live_jobs", "peak_rss_mib", "status_lag_p50_s",
+            "status_lag_p99_s", "wave_s", "cpu_s", "requests_per_job")
+    return {**{k: live[k] for k in keep}, **again, "targets": TARGETS}
+
+
+def markdown(r: dict[str, Any]) -> str:
+    rows = [[f"operator RSS at {r['live_jobs']} live jobs (MiB)", stats.fmt(r["rss_mib_at_live_jobs"], 0), f"≤ {TARGETS['rss_mib_at_live_jobs']:.0f}"],
+            ["status lag p50 / p99 (s)", f"{stats.fmt(r['status_lag_p50_s'])} / {stats.fmt(r['status_lag_p99_s'])}", f"p99 ≤ {TARGETS['status_lag_p99_s']:g}"],
+            ["restart to every job reconciled (s)", stats.fmt(r["restart_to_reconciled_s"], 1), f"≤ {TARGETS['restart_to_reconciled_s']:g}"],
+            ["restart to a quiet operator (s)", stats.fmt(r["restart_to_quiet_s"], 1), ""],
+            ["operator RSS after the restart (MiB)", stats.fmt(r["rss_mib_after_restart"], 0), ""],
+            ["waves create → DONE (s)", ", ".join(f"{w:.1f}" for w in r["wave_s"]), ""]]  # fmt: skip
+    return "\n".join([f"# P6: {r['jobs']} live jobs", "", f"{r['when']}. {machine_line(r['machine'])}", "",
+                      stats.markdown_table(["measure", "value", "target"], rows, right=(1,))]) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.live_jobs", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="500 jobs")
+    ap.add_argument("--jobs", type=int, help="live jobs (default 5000)")
+    args = ap.parse_args(argv)
+    jobs = args.jobs or (500 if args.quick else 5000)
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": describe_machine()}
+    bench = BenchCluster.up(100)
+    try:
+        bench.create_namespace("kwok-probe")  # a freshly started kwok takes its old leases' time first
+        print(f"  kwok marks pods Running after {asyncio.run(_kwok_ready(bench, 'kwok-probe')):.1f} s (untimed)", flush=True)
+        bench.delete_namespaces(["kwok-probe"])
+        report.update(measure(bench, jobs))
+    finally:
+        bench.down()
+    name = "live_jobs-quick" if args.quick else "live_jobs"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1))
+    (RESULTS / f"{name}.md").write_text(markdown(report))
+    print("\n" + markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
