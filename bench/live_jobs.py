@@ -44,15 +44,17 @@ def _scrape(port: int) -> str:
         return ""
 
 
-def restart(op: KubepoolOperator, port: int, jobs: int) -> dict[str, float]:
+def restart(op: KubepoolOperator, port: int, jobs: int) -> dict[str, float | None]:
     """Stop the operator, start it again; seconds until it has reconciled `jobs` jobs, and until it is quiet."""
     op.stop()
     t0 = time.monotonic()
     op.start()  # returns once configured and its CPU is quiet (its start-up over)
     quiet = time.monotonic() - t0
     while (done := reconciled(_scrape(port))) < jobs:
-        if time.monotonic() - t0 > RESTART_TIMEOUT_S:
-            raise RuntimeError(f"P6: {done}/{jobs} jobs reconciled {RESTART_TIMEOUT_S:.0f} s after the restart")
+        if time.monotonic() - t0 > RESTART_TIMEOUT_S:  # a result too: how far it got
+            print(f"  P6: only {done}/{jobs} jobs reconciled {RESTART_TIMEOUT_S:.0f} s after the restart", flush=True)
+            return {"restart_to_reconciled_s": None, "reconciled_at_timeout": done, "restart_to_quiet_s": quiet,
+                    "rss_mib_after_restart": op.usage().rss_mib}
         time.sleep(0.2)
     return {"restart_to_reconciled_s": time.monotonic() - t0, "restart_to_quiet_s": quiet,
             "rss_mib_after_restart": op.usage().rss_mib}
@@ -72,8 +74,8 @@ def measure(bench: BenchCluster, jobs: int) -> dict[str, Any]:
         print(f"  RSS at {live['live_jobs']} live jobs {live['rss_mib_at_live_jobs']:.0f} MiB, lag p99 "
               f"{live['status_lag_p99_s']:.2f} s; restarting the operator", flush=True)
         again = restart(op, port, live["live_jobs"])
-        print(f"  restart: all {live['live_jobs']} reconciled after {again['restart_to_reconciled_s']:.1f} s "
-              f"(quiet after {again['restart_to_quiet_s']:.1f} s), RSS {again['rss_mib_after_restart']:.0f} MiB", flush=True)
+        print(f"  restart: all {live['live_jobs']} reconciled after {stats.fmt(again['restart_to_reconciled_s'], 1)} s "
+              f"(quiet after {stats.fmt(again['restart_to_quiet_s'], 1)} s), RSS {stats.fmt(again['rss_mib_after_restart'], 0)} MiB", flush=True)
     finally:
         op.stop()
     bench.delete_namespaces([ns])
