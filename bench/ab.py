@@ -10,7 +10,6 @@ is shared) cancels out; the median and the spread of the pair ratios are printed
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import subprocess
 import tempfile
@@ -69,9 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = BenchCluster.up(args.fake_nodes)
     pairs: list[dict[str, dict[str, Any]]] = []
     try:
-        bench.create_namespace("kwok-probe")
-        print(f"  kwok marks pods Running after {asyncio.run(p1._kwok_ready(bench, 'kwok-probe')):.1f} s (untimed)", flush=True)
-        bench.delete_namespaces(["kwok-probe"])
+        p1.wait_for_kwok(bench)  # a freshly started kwok first waits out its old leases
         home = kuberay_dir()
         for s in ("kubepool", p1.BASE):
             p1.fanout_run(bench, s, max(args.jobs // 4, 5), "warmup", home)

@@ -22,7 +22,7 @@ from typing import Any
 from bench import stats
 from bench.cluster import LOG_DIR, BenchCluster, describe_machine, free_port, machine_line
 from bench.controllers import KubepoolOperator
-from bench.operator_scale import POOLS, _churn, _kwok_ready, create_pools, pool, shared_pool
+from bench.operator_scale import POOLS, _churn, create_pools, pool, shared_pool, wait_for_kwok
 
 RESULTS = Path(__file__).with_name("results")
 TARGETS = {"rss_mib_at_live_jobs": 400.0, "status_lag_p99_s": 2.0, "restart_to_reconciled_s": 15.0}
@@ -105,9 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": describe_machine()}
     bench = BenchCluster.up(100)
     try:
-        bench.create_namespace("kwok-probe")  # a freshly started kwok takes its old leases' time first
-        print(f"  kwok marks pods Running after {asyncio.run(_kwok_ready(bench, 'kwok-probe')):.1f} s (untimed)", flush=True)
-        bench.delete_namespaces(["kwok-probe"])
+        wait_for_kwok(bench)  # a freshly started kwok first waits out its old leases
         report.update(measure(bench, jobs))
     finally:
         bench.down()

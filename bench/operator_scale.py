@@ -250,6 +250,16 @@ async def _kwok_ready(bench: BenchCluster, ns: str, timeout: float = 180.0) -> f
     return time.perf_counter() - t0
 
 
+def wait_for_kwok(bench: BenchCluster) -> float:
+    """Seconds until kwok marks a probe pod Running (in a namespace of its own, deleted after), printed: waited for
+    before any timed run, never inside one."""
+    bench.create_namespace("kwok-probe")
+    ready = asyncio.run(_kwok_ready(bench, "kwok-probe"))
+    bench.delete_namespaces(["kwok-probe"])
+    print(f"  kwok marks pods Running after {ready:.1f} s (untimed)", flush=True)
+    return ready
+
+
 def fanout(bench: BenchCluster, jobs: int, repeats: int, warmup_jobs: int) -> dict[str, Any]:
     home = kuberay_dir()
     install_kuberay_crds(bench, home)
@@ -462,10 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["cluster_up_s"] = bench.up_seconds
     print(f"  up to Ready in {bench.up_seconds:.1f} s (cached binaries); cold build: {report['cold_build']}", flush=True)
     try:
-        bench.create_namespace("kwok-probe")
-        report["kwok_ready_s"] = asyncio.run(_kwok_ready(bench, "kwok-probe"))
-        print(f"  kwok marks pods Running after {report['kwok_ready_s']:.1f} s (untimed)", flush=True)
-        bench.delete_namespaces(["kwok-probe"])
+        report["kwok_ready_s"] = wait_for_kwok(bench)
         if not args.skip_p1:
             report["p1"] = fanout(bench, jobs, repeats, max(jobs // 4, 5))
         if churn_jobs:

@@ -10,6 +10,7 @@ a person or any other queue manager holds a job with."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,12 +21,16 @@ from kubepool.controller.jobstatus import SUSPENDED
 
 Obj = dict[str, Any]
 ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED = "Admitted", "QuotaReserved", "Evicted", "Finished"
+# A LocalQueue's name (a DNS subdomain, as Kueue's Workload.spec.queueName requires); a label value may be
+# `Team_A`, which no Workload can name.
+_QUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclass(frozen=True)
 class Steps:
     """What one pass does, in this order."""
 
+    invalid: str = ""  # why no Workload can be written (the job is held, and says so)
     delete: tuple[str, ...] = ()  # stale Workloads (finished by an earlier run, or of an older spec)
     create: Obj | None = None
     suspend: bool | None = None  # the job's spec.suspend to write, if it must change
@@ -35,7 +40,8 @@ class Steps:
 
     @property
     def empty(self) -> bool:
-        return not (self.delete or self.create or self.suspend is not None or self.release or self.finish)
+        return not (self.invalid or self.delete or self.create or self.suspend is not None or self.release
+                    or self.finish)
 
 
 def condition(workload: Obj, kind: str) -> bool:
@@ -60,6 +66,11 @@ def decide(job: MLJob, workloads: list[Obj], wanted: Obj | None, now: datetime) 
     `wanted` is the Workload the job needs now (None when it cannot be built yet: a pool not there)."""
     st = job.status
     finished = st is not None and st.phase is not None and st.phase.finished
+    queue = queue_of(job)
+    if not finished and (len(queue) > 253 or not _QUEUE_NAME.match(queue)):
+        return Steps(invalid=f"label {naming.LABEL_KUEUE_QUEUE}={queue!r} is not a LocalQueue name (lower case "
+                             "letters, digits, '-' and '.'): the job is held and no Workload is written",
+                     suspend=None if job.spec.suspend else True)
     current = [w for w in workloads if not w.get("metadata", {}).get("deletionTimestamp")]
     if finished:
         live = [w for w in current if not condition(w, FINISHED)]

@@ -37,6 +37,11 @@ async def kueue_step(op: OperatorState, key: JobKey, job: MLJob, status: MLJobSt
     if steps.empty:
         return False
     ns, name = key
+    if steps.invalid:
+        log.warning("MLJob %s/%s: %s", ns, name, steps.invalid)
+        op.post_event({"apiVersion": naming.API_VERSION, "kind": naming.MLJOB_KIND,
+                       "metadata": {"name": name, "namespace": ns, "uid": uid}},
+                      type="Warning", reason="InvalidLocalQueue", message=steps.invalid)
     for stale in steps.delete:
         await op.api.delete_object(naming.KUEUE_API_VERSION, naming.WORKLOAD_KIND, ns, stale)
     if steps.create is not None and await op.api.create_if_absent(steps.create):

@@ -97,3 +97,12 @@ def test_a_workload_of_another_shape_or_an_earlier_run_is_replaced() -> None:
 def test_a_pool_not_there_yet_creates_nothing() -> None:
     steps = kueue.decide(queued(suspend=False), [], None, T0)
     assert steps.create is None and steps.suspend is True
+
+
+def test_a_label_no_localqueue_can_have_holds_the_job_and_says_why() -> None:
+    j = queued(suspend=False)
+    j = j.model_copy(update={"metadata": {**j.metadata, "labels": {naming.LABEL_KUEUE_QUEUE: "Team_A"}}})
+    steps = kueue.decide(j, [], None, T0)
+    assert steps.suspend is True and steps.create is None and "Team_A" in steps.invalid and not steps.empty
+    long = j.model_copy(update={"metadata": {**j.metadata, "labels": {naming.LABEL_KUEUE_QUEUE: "a" * 254}}})
+    assert kueue.decide(long, [], None, T0).invalid
