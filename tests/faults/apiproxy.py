@@ -28,6 +28,9 @@ import aiohttp
 from aiohttp import web
 
 FORCE_AT = 8
+# An operator opens only a handful of watches in a run, so a cut forced at the 8th would often never come: every
+# watch is cut until one cut has happened.
+FORCE_AT_KIND = {"watch-cut": 1}
 logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # each injected reset would print a traceback
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "host", "content-length"}
 
@@ -115,11 +118,13 @@ class FaultProxy:
     # --- one request ---------------------------------------------------------------------------------------
     def _draw(self, kind: str, p: float) -> bool:
         """A draw for one fault kind; the FORCE_AT-th chance of a kind not injected yet always hits, so every
-        kind happens in a run of a few dozen requests whatever the seed."""
+        kind happens in a run of a few dozen requests whatever the seed (a watch-cut counts only once the stream
+        outlived its deadline, so until then every watch is cut)."""
         if not self._enabled:
             return False
         self._chances[kind] += 1
-        return self._rng.random() < p or (self.counts[kind] == 0 and self._chances[kind] >= FORCE_AT)
+        forced = self.counts[kind] == 0 and self._chances[kind] >= FORCE_AT_KIND.get(kind, FORCE_AT)
+        return self._rng.random() < p or forced
 
     @staticmethod
     def _status(code: int, reason: str, retry_after: int | None = None) -> web.Response:
