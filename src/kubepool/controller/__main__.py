@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import http.server
 import importlib
+import logging
 import sys
 import threading
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import kopf
 
 from kubepool.controller import main as _main  # import = registration of the handlers
 from kubepool.controller.config import OperatorConfig
-from kubepool.controller.kopf_fence import quiet_routine_logs
+from kubepool.controller.kopf_fence import install_lean_readiness, quiet_routine_logs
 from kubepool.controller.leader import LeaderElector
 from kubepool.kube.aio import Api
 
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = ns.verbose or ns.log_level == "debug"
     kopf.configure(verbose=debug, quiet=ns.log_level == "warning", log_format=LOG_FORMATS[ns.log_format])
     quiet_routine_logs()
+    if not install_lean_readiness():
+        logging.getLogger(__name__).warning("kopf's readiness set is not what kubepool expects: a restart with "
+                                            "many jobs waits quadratically long for its first pass")
     if cfg.kueue:
         importlib.import_module("kubepool.controller.kueuehandlers")  # import = registration (Workloads)
     memo = kopf.Memo(cfg=cfg)

@@ -13,10 +13,15 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
   cache or etcd compacted past the stream's resourceVersion; an API server restart), kopf lists again and
   resumes, but an object deleted in the gap is simply absent from the list: no DELETED event, and kopf's
   indexes keep it forever. Each stream remembers what it has seen; when a re-list ends, what it lacks is
-  delivered as a DELETED event (before kopf's end-of-listing mark), so the indexes and every handler resync."""
+  delivered as a DELETED event (before kopf's end-of-listing mark), so the indexes and every handler resync.
+- `install_lean_readiness`: kopf holds every handler until each object of the first listings is indexed, with
+  one toggle per listed object in one set, and wakes every waiting worker on each toggle added or dropped:
+  N² wake-ups for N listed objects (a restart with thousands of jobs and pods never got to its first pass).
+  Waiters are woken only when the set's answer changes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -25,6 +30,7 @@ from typing import Any, cast
 
 import kopf
 import orjson
+from kopf._cogs.aiokits import aiotoggles
 
 from kubepool import naming
 
@@ -130,6 +136,52 @@ def install_relist_deletions() -> bool:
     if hasattr(current, "__wrapped__"):
         return True
     watching.continuous_watch = relist_deletions(current, mark)
+    return True
+
+
+# --- start-up readiness --------------------------------------------------------------------------------------
+_KopfToggleSet = aiotoggles.ToggleSet
+
+
+class LeanToggleSet(_KopfToggleSet):
+    """kopf's ToggleSet, notifying its waiters only when `is_on()` changed. What a waiter waits for is that
+    answer alone, so a wake-up that leaves it unchanged only makes every waiter re-take the lock in turn. A
+    toggle of the set turned on or off still notifies (kopf's Toggle.turn_to, unchanged)."""
+
+    async def make_toggle(self, __val: bool = False, *, name: str | None = None) -> aiotoggles.Toggle:
+        toggle = aiotoggles.Toggle(__val, name=name, condition=self._condition)
+        async with self._condition:
+            before = self.is_on()
+            self._toggles.add(toggle)
+            self._notify_if_changed(before)
+        return toggle
+
+    async def drop_toggle(self, toggle: aiotoggles.Toggle) -> None:
+        await self.drop_toggles([toggle])
+
+    async def drop_toggles(self, toggles: Iterable[aiotoggles.Toggle]) -> None:
+        async with self._condition:
+            before = self.is_on()
+            self._toggles.difference_update(toggles)
+            self._notify_if_changed(before)
+
+    def _notify_if_changed(self, before: bool) -> None:
+        if self.is_on() != before:
+            self._condition.notify_all()
+
+
+def install_lean_readiness() -> bool:
+    """Make the toggle sets kopf creates from now on `LeanToggleSet`s (before `kopf.run`: kopf makes its
+    readiness set when its orchestrator starts). False (and nothing changed) if kopf's ToggleSet no longer keeps
+    its toggles and condition where LeanToggleSet reads them."""
+    current = aiotoggles.ToggleSet
+    if current is LeanToggleSet:
+        return True
+    probe = current(all)
+    if current is not _KopfToggleSet or not isinstance(getattr(probe, "_toggles", None), set) \
+            or not isinstance(getattr(probe, "_condition", None), asyncio.Condition):
+        return False
+    aiotoggles.ToggleSet = LeanToggleSet  # type: ignore[misc]  # kopf reads it from the module when it makes a set
     return True
 
 

@@ -6,6 +6,8 @@ built, a ComputePool's creation handled with kopf's own diff base stored, kopf's
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -14,11 +16,12 @@ from typing import Any
 import kopf
 import orjson
 import pytest
-from kopf._cogs.clients import api, patching
+from kopf._cogs.aiokits import aiotoggles
+from kopf._cogs.clients import api, patching, watching
 from kopf._cogs.structs import references
 from kopf._core.engines import indexing
 from kopf._core.intents import registries
-from kopf._core.reactor import inventory, processing
+from kopf._core.reactor import inventory, processing, queueing
 
 from kubepool import naming
 from kubepool.controller import handlers, kopf_fence, view
@@ -46,6 +49,78 @@ def test_decodes_like_the_standard_library() -> None:
     edges = json.dumps({"max": 2**63 - 1, "min": -(2**63), "f": 1.7976931348623157e308, "tiny": 5e-324})
     assert kopf_fence.loads(edges) == json.loads(edges)
     assert kopf_fence.loads(b'{"a": [1, 2]}') == {"a": [1, 2]}
+
+
+# --- start-up readiness --------------------------------------------------------------------------------------
+def test_lean_readiness_is_what_kopf_makes_its_sets_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aiotoggles, "ToggleSet", aiotoggles.ToggleSet)  # undone after the test
+    assert kopf_fence.install_lean_readiness() is True
+    assert type(aiotoggles.ToggleSet(all)) is kopf_fence.LeanToggleSet
+    assert kopf_fence.install_lean_readiness() is True  # idempotent
+
+
+async def _first_listing(toggle_set: type[aiotoggles.ToggleSet], objects: int,
+                         monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[int]]:
+    """kopf's own watcher, workers and event processing over a first listing of `objects` pods, with a readiness
+    set of `toggle_set`: how often a waiter re-checked the set, and how many toggles were left each time a
+    worker's processing went past it (kopf holds handlers until every listed object is indexed)."""
+    pods = [{"type": None, "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"p{i}", "namespace": "ns", "uid": f"u{i}", "resourceVersion": str(i)}}} for i in range(objects)]
+
+    async def listing(**_: Any) -> AsyncIterator[Any]:
+        for event in pods:
+            yield event
+        yield watching.Bookmark.LISTED
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(watching, "infinite_watch", listing)
+    indexed = toggle_set(all)
+    checks, left = 0, []
+    real_is_on = indexed.is_on
+
+    def is_on() -> bool:
+        nonlocal checks
+        checks += 1
+        return real_is_on()
+
+    monkeypatch.setattr(indexed, "is_on", is_on)
+    settings = kopf.OperatorSettings()
+    settings.queueing.idle_timeout = settings.queueing.exit_timeout = 0.01
+    resource = references.Resource("", "v1", "pods", kind="Pod", namespaced=True)
+    real = functools.partial(processing.process_resource_event, lifecycle=kopf.lifecycles.all_at_once,
+                             indexers=indexing.OperatorIndexers(), registry=registries.OperatorRegistry(),
+                             settings=settings, memories=inventory.ResourceMemories(), memobase=kopf.Memo(),
+                             resource=resource, event_queue=asyncio.Queue())
+
+    async def processor(**kwargs: Any) -> Any:
+        out = await real(**kwargs)
+        left.append(len(indexed))
+        return out
+
+    kind_indexed = await indexed.make_toggle(name="pods")
+    watcher = asyncio.create_task(queueing.watcher(namespace=None, settings=settings, resource=resource,
+                                                   processor=processor, operator_indexed=indexed,
+                                                   resource_indexed=kind_indexed))
+    for _ in range(3000):
+        if len(left) == objects:
+            break
+        await asyncio.sleep(0.01)
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher
+    return checks, left
+
+
+async def test_a_first_listing_wakes_the_waiting_workers_once_not_once_per_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = 300
+    kopf_checks, kopf_left = await _first_listing(aiotoggles.ToggleSet, objects, monkeypatch)
+    lean_checks, lean_left = await _first_listing(kopf_fence.LeanToggleSet, objects, monkeypatch)
+    # Both hold every handler until the whole listing is indexed (no toggle left when any processing goes on).
+    assert kopf_left == lean_left == [0] * objects
+    # kopf's own set is re-checked by every waiter for every object listed or indexed: quadratic. The lean one a
+    # few times per object (before and after each change, once per waiter when it starts and when it is woken).
+    assert kopf_checks > objects * objects / 4, kopf_checks
+    assert lean_checks < 10 * objects, lean_checks
 
 
 # --- watch gaps -----------------------------------------------------------------------------------------------
