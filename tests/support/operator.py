@@ -37,4 +37,14 @@ def operator_state(jobs: Sequence[MLJob] = (), pools: Sequence[ComputePool] = ()
         view.POOL_INDEX: {p.metadata["name"]: [wire(p)] for p in pools},
         view.NODE_INDEX: {},
     }
+    op.view.track_open_jobs()  # as main.configure does: a job added later goes through `index_job`
     return op, fake, events
+
+
+def index_job(op: OperatorState, j: MLJob | dict[str, Any]) -> None:
+    """The job's body stored in the job index as kopf does it: its index handler, the store, its event handler."""
+    b = wire(j) if isinstance(j, MLJob) else j
+    key = (b["metadata"].get("namespace", "ns"), b["metadata"]["name"])
+    op.view.job_indexed(key)
+    op.view.indexes[view.JOB_INDEX][key] = [b]
+    op.view.job_event(key)

@@ -28,8 +28,13 @@ def _op(memo: kopf.Memo) -> OperatorState:
 
 # --- indexes: the operator reads the cluster from these, never by listing ------------------------------------
 @kopf.index(naming.GROUP, naming.MLJOB_PLURAL, id=view.JOB_INDEX)
-async def mljob_index(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], Any]:
-    return {(namespace or "default", name): view.indexed_job(body)}
+async def mljob_index(body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo,
+                      **_: Any) -> dict[tuple[str, str], Any]:
+    key = (namespace or "default", name)
+    op: OperatorState | None = getattr(memo, "op", None)
+    if op is not None:
+        op.view.job_indexed(key)
+    return {key: view.indexed_job(body)}
 
 
 @kopf.index("pods", labels=MANAGED, id=view.POD_INDEX)
@@ -63,6 +68,7 @@ async def reconcile_mljob(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
     annotation write and diff base. The pass runs in the background (retried on errors)."""
     op, key = _op(memo), job_key(body)
     meta = body.get("metadata", {})
+    op.view.job_event(key)
     if event["type"] == "DELETED":
         op.forget(key, meta.get("uid", ""))
         spec = body.get("spec", {})

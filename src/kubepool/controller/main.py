@@ -92,6 +92,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     indexes = {name: kwargs[name] for name in (*INDEXES, *OPTIONAL_INDEXES) if name in kwargs}
     op = new_operator(cfg, Api(), indexes=indexes,
                       placeholder_namespace=resolve_placeholder_namespace(cfg, own))
+    op.view.track_open_jobs()  # the job handlers keep the unfinished jobs' keys from here on
     memo.op = op
     if cfg.leader_election:
         # `python -m kubepool.controller` waited for the lease before kopf started; `kopf run` waits here.

@@ -152,10 +152,7 @@ def _schedule_auto_suspend(op: OperatorState, pool: ComputePool, st: ComputePool
 
 
 def export_job_gauges(op: OperatorState) -> None:
-    counts = dict.fromkeys(JobPhase, 0)
-    for _, job in op.view.jobs():
-        if job.status and job.status.phase:
-            counts[job.status.phase] += 1
-    for phase, n in counts.items():
-        metrics.JOBS.labels(phase=str(phase)).set(n)
+    counts = op.view.phase_counts()
+    for phase in JobPhase:
+        metrics.JOBS.labels(phase=str(phase)).set(counts.get(str(phase), 0))
     metrics.QUEUED.set(sum(1 for c in op.view.claims() if c.waiting))

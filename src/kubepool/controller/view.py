@@ -6,14 +6,14 @@ from the watches after a restart."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from kubepool import naming
-from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.api import ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.controller.admission import Claim
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.jobpass import SUSPENDED
@@ -42,6 +42,7 @@ def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "metadata": {**meta, "annotations": kept}}
 
 
+_FINISHED_PHASES = frozenset(str(p) for p in JobPhase if p.finished)
 INDEXES = (JOB_INDEX, POD_INDEX, PLACEHOLDER_INDEX, POOL_INDEX, NODE_INDEX)
 OPTIONAL_INDEXES = (WORKLOAD_INDEX,)  # registered with their handlers only when configured
 
@@ -69,6 +70,9 @@ class ClusterView:
     # costs O(unfinished jobs), not O(all jobs). By uid: a job created under a finished one's name (a delete seen
     # late, after a watch gap) is a new claim.
     finished: set[str] = field(default_factory=set)
+    # Where claims() looks: None, every job in the index; else a superset of the unfinished jobs' keys, kept by
+    # the handlers (`job_event`), so a decision costs O(unfinished jobs) however many finished jobs are kept.
+    open_keys: set[JobKey] | None = None
     # What the event handlers last acted on: a job's (uid, generation, deleting), a node as the pools read it.
     seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)
     node_views: dict[str, NodeView] = field(default_factory=dict)
@@ -79,9 +83,33 @@ class ClusterView:
         self.finished.discard(uid)
         if self.superseded(key, uid):
             return
+        if self.open_keys is not None:
+            self.open_keys.discard(key)
         self.seen_jobs.pop(key, None)
         self.parsed_jobs.pop(key, None)
         self.claim_cache.pop(key, None)
+
+    def track_open_jobs(self) -> None:
+        """From now on claims() reads only `open_keys`, starting with every job the index holds."""
+        self.open_keys = set(self._index(JOB_INDEX))
+
+    def job_indexed(self, key: JobKey) -> None:
+        """A body of the job is about to be stored in the index (kopf calls the index handler first): it may be
+        unfinished, so claims() must look at it."""
+        if self.open_keys is not None:
+            self.open_keys.add(key)
+
+    def job_event(self, key: JobKey) -> None:
+        """An event of the job was indexed (its handler runs after kopf stored it): claims() stops looking at the
+        job once what the index holds of it is finished, or gone."""
+        if self.open_keys is None:
+            return
+        body = _newest(_values(self._index(JOB_INDEX), key))
+        phase = ((body or {}).get("status") or {}).get("phase")
+        if body is None or (phase is not None and phase in _FINISHED_PHASES):
+            self.open_keys.discard(key)
+        else:
+            self.open_keys.add(key)
 
     def superseded(self, key: JobKey, uid: str) -> bool:
         """Whether a job named `key` other than `uid` is watched."""
@@ -117,11 +145,20 @@ class ClusterView:
             self.parsed_jobs[key] = (rv, job)
         return job
 
-    def jobs(self) -> Iterator[tuple[JobKey, MLJob]]:
-        for key in list(self._index(JOB_INDEX)):
-            found = self.job(key)
-            if found is not None:
-                yield key, found[0]
+    def phase_counts(self) -> dict[str, int]:
+        """How many jobs are in each phase (the status this process last wrote, else the watch's), read without
+        parsing a model: the job gauges read it every second."""
+        counts: dict[str, int] = {}
+        index = self._index(JOB_INDEX)
+        for key in list(index):
+            body = _newest(_values(index, key))
+            if body is None:
+                continue
+            mine = self.written.get((body.get("metadata") or {}).get("uid", ""))
+            phase = mine.phase if mine is not None else (body.get("status") or {}).get("phase")
+            if phase:
+                counts[str(phase)] = counts.get(str(phase), 0) + 1
+        return counts
 
     def pods(self, key: JobKey, uid: str | None = None) -> list[PodView]:
         """The job's pods; with uid None, also those of an earlier job of the same name."""
@@ -168,7 +205,7 @@ class ClusterView:
         capacity and waits for none."""
         out = []
         index = self._index(JOB_INDEX)
-        for key in list(index):
+        for key in list(index if self.open_keys is None else self.open_keys):
             body = _newest(_values(index, key))
             if body is None or (body.get("metadata") or {}).get("uid", "") in self.finished:
                 continue

@@ -14,10 +14,9 @@ from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PlaceholderView
 from kubepool.controller.poolreconcile import reconcile_pool
 from kubepool.controller.state import OperatorState
-from kubepool.controller.view import JOB_INDEX
 from support.factories import job, pool
 from support.fake_api import FakeApi
-from support.operator import operator_state, wire
+from support.operator import index_job, operator_state
 
 
 def state(p: ComputePool, jobs: list[MLJob] | None = None, placeholders: list[PlaceholderView] | None = None,
@@ -96,6 +95,6 @@ async def test_the_auto_suspend_wake_up_is_scheduled_only_while_idle() -> None:
     await reconcile_pool(op, "cpu")
     handle = op.pool_memo.suspend_timers["cpu"]
     assert 500 < handle.when() - asyncio.get_running_loop().time() <= 601
-    op.view.indexes[JOB_INDEX] = {("ns", "train"): [wire(admitted_job(1))]}
+    index_job(op, admitted_job(1))
     await reconcile_pool(op, "cpu")
     assert "cpu" not in op.pool_memo.suspend_timers and handle.cancelled()

@@ -123,3 +123,54 @@ def test_the_job_index_keeps_no_kept_results() -> None:
     assert naming.result_annotation(0) in body["metadata"]["annotations"]  # the event's body is left as it was
     plain = {"metadata": {"name": "j"}}
     assert indexed_job(plain) == plain
+
+
+def test_tracked_claims_never_look_at_a_finished_job_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the operator runs (open_keys kept by the job handlers): a finished job, once its event was handled,
+    costs a decision nothing; a job is seen from the moment its index handler ran, and gone once deleted."""
+    view = ClusterView(written={})
+    view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")]}}
+    view.track_open_jobs()
+    done = body(job(name="old", status={"phase": "DONE", "reason": "Completed"}), "2")
+    view.job_indexed(("ns", "old"))
+    view.indexes[JOB_INDEX][("ns", "old")] = [done]
+    view.job_event(("ns", "old"))
+    assert view.open_keys == {("ns", "train")}
+    looked: list[object] = []
+    original = ClusterView._parsed_job
+    monkeypatch.setattr(ClusterView, "_parsed_job", lambda self, k, b: looked.append(k) or original(self, k, b))
+    assert [c.name for c in view.claims()] == ["train"] and looked == [("ns", "train")]
+    view.job_indexed(("ns", "new"))  # kopf stores the body after its index handler, before the event handler
+    view.indexes[JOB_INDEX][("ns", "new")] = [body(job(name="new"), "3")]
+    assert {c.name for c in view.claims()} == {"train", "new"}
+    del view.indexes[JOB_INDEX][("ns", "train")]  # deleted: out of the index before the handler runs
+    view.job_event(("ns", "train"))
+    assert {c.name for c in view.claims()} == {"new"} and ("ns", "train") not in view.open_keys
+
+
+def test_tracked_claims_see_a_job_recreated_under_a_finished_jobs_name() -> None:
+    """A re-list after a watch gap: the new job of a finished job's name is indexed while the old body is still
+    held. claims() never drops a key itself, so a decision between the index handler and the store cannot lose
+    the new job; its event keeps it tracked."""
+    view = ClusterView(written={})
+    old = body(job(status={"phase": "DONE", "reason": "Completed"}), "1")
+    view.indexes = {JOB_INDEX: {("ns", "train"): [old]}}
+    view.track_open_jobs()
+    view.job_event(("ns", "train"))
+    assert view.open_keys == set()
+    view.job_indexed(("ns", "train"))
+    assert view.claims() == []  # the new body not stored yet: the old one is finished
+    newer = _renamed_uid(body(job(targetInstances=2), "7"), "uid-train-2", "2026-01-01T12:05:00Z")
+    view.indexes[JOB_INDEX][("ns", "train")] = [old, newer]
+    view.job_event(("ns", "train"))
+    assert [(c.name, c.min_instances) for c in view.claims()] == [("train", 2)]
+
+
+def test_phase_counts_read_the_written_status_first() -> None:
+    written: dict[str, MLJobStatus] = {}
+    view = ClusterView(written=written)
+    view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")],
+                                ("ns", "a"): [body(job(name="a", status={"phase": "DONE"}), "1")],
+                                ("ns", "b"): [body(job(name="b", status={"phase": "RUNNING"}), "1")]}}
+    written["uid-b"] = MLJobStatus(phase="FAILED", reason="Failed")
+    assert view.phase_counts() == {"DONE": 1, "FAILED": 1}
