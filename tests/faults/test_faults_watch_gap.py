@@ -49,14 +49,29 @@ def admitted_instances(kubectl: Any, namespace: str) -> int:
                and st.get("phase") not in ("DONE", "FAILED", "CANCELLED"))
 
 
+def gc_collects_mljob_dependents(kubectl: Any, namespace: str, pool: str) -> None:
+    """Wait until the garbage collector deletes what a deleted MLJob owned. It learns a new CRD by discovery every
+    30 s: right after the cluster started, the old jobs' Secrets and pods deleted in the gap would outlive the
+    API server restart below with no one to collect them, and the new jobs of their names would wait on them."""
+    kubectl("apply", "-n", namespace, "-f", "-", check=True, input=yaml.safe_dump(job("gc-probe", pool, sleep_cmd(1), suspend=True)))
+    uid = get_json(kubectl, namespace, "mljob", "gc-probe")["metadata"]["uid"]
+    owned = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gc-probe", "ownerReferences": [
+        {"apiVersion": naming.API_VERSION, "kind": naming.MLJOB_KIND, "name": "gc-probe", "uid": uid}]}}
+    kubectl("apply", "-n", namespace, "-f", "-", check=True, input=yaml.safe_dump(owned))
+    kubectl("delete", "mljob", "gc-probe", "-n", namespace, "--wait=true", check=True)
+    wait_for(lambda: kubectl("get", "configmap", "gc-probe", "-n", namespace).returncode != 0, 120,
+             "the garbage collector to delete a deleted MLJob's ConfigMap (it learns a new CRD within 30 s)")
+
+
 def test_deletions_in_a_watch_gap_release_capacity(cluster: Any, kubectl: Any, namespace: str, tmp_path: Path,
                                                     operator_kubeconfig: Path, small_pool: Any,
                                                     recorder: Recorder) -> None:
     op = Operator(operator_kubeconfig, namespace, tmp_path / "operator.log",
                   env={"KUBEPOOL_OPERATOR_WATCH_TIMEOUT_SECONDS": str(WATCH_TIMEOUT_S)})
+    pool = small_pool(max_nodes=MAX_NODES)
+    gc_collects_mljob_dependents(kubectl, namespace, pool)
     op.start()
     try:
-        pool = small_pool(max_nodes=MAX_NODES)
         apply = lambda *objs: kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objs), check=True)  # noqa: E731
         # Before the gap: `hold` runs on one of the pool's two nodes, `short` has finished.
         apply(job("hold", pool, sleep_cmd(600)), job("short", pool, sleep_cmd(1)))
@@ -101,7 +116,10 @@ def test_deletions_in_a_watch_gap_release_capacity(cluster: Any, kubectl: Any, n
         assert restarted, "no watch stream was restarted with a re-list (410 Gone): the gap this test needs did not happen"
         not_done = {n: (final.get(n, {}).get("phase"), final.get(n, {}).get("reason"), final.get(n, {}).get("message"))
                     for n in names if final.get(n, {}).get("phase") != "DONE"}
-        assert not not_done, f"jobs re-created in the watch gap did not run: {not_done}\n{op.logs()[-4000:]}"
+        assert not not_done, (f"jobs re-created in the watch gap did not run: {not_done}\n"
+                              f"{kubectl('get', 'pods', '-n', namespace, '-o', 'wide').stdout}\n"
+                              f"{kubectl('get', 'events', '-n', namespace).stdout[-3000:]}\n"
+                              f"{[line for line in op.logs().splitlines() if 'node_' not in line][-40:]}")
         print(f"all three re-created jobs DONE {converged:.1f}s after the resume; peak {peak_pods} live instance "
               f"pods, {peak_admitted} admitted instances (maxNodes {MAX_NODES})")
         wait_for(lambda: not orphans(kubectl, namespace), 60, "no orphaned pods")
