@@ -30,16 +30,17 @@ POOL_INDEX = "pool_index"
 NODE_INDEX = "node_index"
 WORKLOAD_INDEX = "workload_index"  # only where the operator acts for Kueue (OperatorConfig.kueue): kueuehandlers
 def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What the job index keeps of an MLJob event: the body itself (kopf never mutates an event's body), less the
-    results its instances kept (up to 160 KiB each, read only by the SDK), so a finished job costs the operator
-    no more memory than a running one."""
+    """What the job index keeps of an MLJob event: the body itself (kopf never mutates an event's body), less its
+    managedFields (more than half of a finished job's body, read by nothing here) and the results its instances
+    kept (up to 160 KiB each, read only by the SDK), so a finished job costs the operator no more memory than a
+    running one."""
     meta = body.get("metadata") or {}
     notes = meta.get("annotations")
     prefix = naming.RESULT_ANNOTATION_PREFIX + "/"
-    if not notes or not any(k.startswith(prefix) for k in notes):
-        return dict(body)
-    kept = {k: v for k, v in notes.items() if not k.startswith(prefix)}
-    return {**body, "metadata": {**meta, "annotations": kept}}
+    kept = {k: v for k, v in meta.items() if k != "managedFields"}
+    if notes and any(k.startswith(prefix) for k in notes):
+        kept["annotations"] = {k: v for k, v in notes.items() if not k.startswith(prefix)}
+    return {**body, "metadata": kept}
 
 
 _FINISHED_PHASES = frozenset(str(p) for p in JobPhase if p.finished)

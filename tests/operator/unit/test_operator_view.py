@@ -113,7 +113,7 @@ async def test_forgetting_a_job_leaves_nothing_of_it() -> None:
                 assert ("ns", "train") not in value and "uid-train" not in value, f"{type(part).__name__}.{name}"
 
 
-def test_the_job_index_keeps_no_kept_results() -> None:
+def test_the_job_index_keeps_no_kept_results_nor_managed_fields() -> None:
     from kubepool.controller.view import indexed_job
 
     body = {"metadata": {"name": "j", "annotations": {naming.result_annotation(0): "x" * 100_000, "team": "a"}},
@@ -121,8 +121,8 @@ def test_the_job_index_keeps_no_kept_results() -> None:
     kept = indexed_job(body)
     assert kept["metadata"]["annotations"] == {"team": "a"} and kept["spec"] is body["spec"]
     assert naming.result_annotation(0) in body["metadata"]["annotations"]  # the event's body is left as it was
-    plain = {"metadata": {"name": "j"}}
-    assert indexed_job(plain) == plain
+    plain = {"metadata": {"name": "j", "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]}}
+    assert indexed_job(plain) == {"metadata": {"name": "j"}} and "managedFields" in plain["metadata"]
 
 
 def test_tracked_claims_never_look_at_a_finished_job_again(monkeypatch: pytest.MonkeyPatch) -> None:
