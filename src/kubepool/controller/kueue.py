@@ -17,13 +17,14 @@ from typing import Any
 
 from kubepool import naming
 from kubepool.api import JobPhase, MLJob
+from kubepool.api.podsettings import SUBDOMAIN_PATTERN
 from kubepool.controller.jobstatus import SUSPENDED
 
 Obj = dict[str, Any]
 ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED = "Admitted", "QuotaReserved", "Evicted", "Finished"
 # A LocalQueue's name (a DNS subdomain, as Kueue's Workload.spec.queueName requires); a label value may be
 # `Team_A`, which no Workload can name.
-_QUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUEUE_NAME = re.compile(SUBDOMAIN_PATTERN)
 
 
 @dataclass(frozen=True)

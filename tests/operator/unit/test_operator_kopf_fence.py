@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ from kopf._cogs.clients import api, patching, watching
 from kopf._cogs.structs import references
 from kopf._core.engines import indexing
 from kopf._core.intents import registries
-from kopf._core.reactor import inventory, processing, queueing
+from kopf._core.reactor import inventory, orchestration, processing, queueing
 
 from kubepool import naming
 from kubepool.controller import handlers, kopf_fence, view
@@ -57,6 +58,9 @@ def test_lean_readiness_is_what_kopf_makes_its_sets_from(monkeypatch: pytest.Mon
     assert kopf_fence.install_lean_readiness() is True
     assert type(aiotoggles.ToggleSet(all)) is kopf_fence.LeanToggleSet
     assert kopf_fence.install_lean_readiness() is True  # idempotent
+    # kopf makes its readiness set when its orchestrator starts, through the module attribute swapped above (an
+    # import of the class by name would keep kopf's own and this fence would do nothing).
+    assert "aiotoggles.ToggleSet(all)" in inspect.getsource(orchestration.orchestrator)
 
 
 async def _first_listing(toggle_set: type[aiotoggles.ToggleSet], objects: int,
