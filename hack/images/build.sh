@@ -248,8 +248,14 @@ build_image() {
     step "$name: buildah bud -f $dockerfile (log: $LOGS/$name-build.log)"
     # --layers: a source change rebuilds from its COPY on, so the runtime's pinned packages stay cached.
     # PIP_NO_CACHE_DIR empty: pip uses the mounted host cache (the Dockerfiles default it to off).
+    local previous
+    previous=$(buildah images --quiet --no-trunc "localhost/$ref" 2>/dev/null || true)
     run "$name-build" buildah bud --isolation chroot --network host --layers --format oci \
         -f "$REPO/$dockerfile" -t "$ref" "${args[@]}" --build-arg PIP_NO_CACHE_DIR= "${BUILD_MOUNTS[@]}" "$REPO"
+    # The image this build replaced would stay in the store untagged, GBs per rebuild: drop it (its layers
+    # that the --layers cache still uses stay, as buildah keeps what another image needs).
+    [[ -z $previous || $previous == "$(buildah images --quiet --no-trunc "localhost/$ref")" ]] ||
+        buildah rmi "$previous" >/dev/null 2>&1 || true
     step "$name: writing the OCI archive"
     rm -f "$archive.tmp"
     # The archive names the image fully (docker.io/...), as `ctr import` and registries expect.
