@@ -19,7 +19,7 @@ help:
 	@echo "make dashboard-picture  re-render docs/images/dashboard.png from a real run (Prometheus, private cluster; not part of make test)"
 	@echo "make images      build kubepool/operator:dev and kubepool/runtime:dev as OCI archives, no Docker (docs/images.md)"
 	@echo "make images-cuda the runtime image's CUDA variant; make images-test runs the built images under runc"
-	@echo "make test-realnode  the real-node tier: kubelet + containerd nodes running the built images (root)"
+	@echo "make test-realnode  the real-node tier alone (make test runs it after the rest; root)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -58,9 +58,8 @@ lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); typ
 test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray and not realnode" $(PYTEST_ARGS)
 
-test: venv lint k8s-bin kuberay-bin
-	@echo "[test $$(date +%H:%M:%S)] pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
-	$(BIN)/pytest -m "not images and not realnode" $(PYTEST_ARGS)
+test: venv lint k8s-bin kuberay-bin  # the process-node suite, then the real-node tier (hack/test.sh; REALNODE=0 leaves it out)
+	@hack/test.sh $(PYTEST_ARGS)
 
 demo: demo-plan venv k8s-bin
 	@$(BIN)/python -m kubepool.demo
@@ -85,8 +84,8 @@ images:  # no Docker engine: a Debian base from mmdebstrap, buildah, the Dockerf
 images-cuda:  # what the CUDA variant is where no nvidia/cuda base can be pulled: docs/images.md
 	hack/images/build.sh runtime-cuda
 
-test-realnode: venv lint k8s-bin  # real nodes (kubelet + containerd) running the built images: docs/local-nodes.md
-	hack/images/build.sh operator runtime-lean runtime-marked
+test-realnode: venv lint k8s-bin  # the real-node tier alone: kubelet + containerd nodes running the built images (docs/local-nodes.md)
+	hack/realnode/prepare.sh
 	$(BIN)/pytest -m realnode tests/realnode $(PYTEST_ARGS)
 
 images-test: venv  # the built images under runc (tests/images, marker `images`); skips images not built

@@ -211,6 +211,13 @@ image_name() {
     esac
 }
 
+image_id() { buildah images --quiet --no-trunc "localhost/$1" 2>/dev/null || true; }
+# drop_replaced OLD-ID REF: the image a build replaced would stay in the store untagged, GBs per rebuild; drop
+# it (layers another image or the --layers cache still uses stay: buildah keeps what something else needs).
+drop_replaced() {
+    [[ -z $1 || $1 == "$(image_id "$2")" ]] || buildah rmi "$1" >/dev/null 2>&1 || true
+}
+
 build_image() {
     local name=$1 dockerfile args=() files=(pyproject.toml README.md src)
     case $name in
@@ -249,13 +256,10 @@ build_image() {
     # --layers: a source change rebuilds from its COPY on, so the runtime's pinned packages stay cached.
     # PIP_NO_CACHE_DIR empty: pip uses the mounted host cache (the Dockerfiles default it to off).
     local previous
-    previous=$(buildah images --quiet --no-trunc "localhost/$ref" 2>/dev/null || true)
+    previous=$(image_id "$ref")
     run "$name-build" buildah bud --isolation chroot --network host --layers --format oci \
         -f "$REPO/$dockerfile" -t "$ref" "${args[@]}" --build-arg PIP_NO_CACHE_DIR= "${BUILD_MOUNTS[@]}" "$REPO"
-    # The image this build replaced would stay in the store untagged, GBs per rebuild: drop it (its layers
-    # that the --layers cache still uses stay, as buildah keeps what another image needs).
-    [[ -z $previous || $previous == "$(buildah images --quiet --no-trunc "localhost/$ref")" ]] ||
-        buildah rmi "$previous" >/dev/null 2>&1 || true
+    drop_replaced "$previous" "$ref"
     step "$name: writing the OCI archive"
     rm -f "$archive.tmp"
     # The archive names the image fully (docker.io/...), as `ctr import` and registries expect.
@@ -287,7 +291,7 @@ build_runtime_lean() {
 # instances run. Its layers are runtime-lean's, so a node that has that image unpacks only the marker.
 build_runtime_marked() {
     local tag=$TAG-lean-marked lean="localhost/kubepool/runtime:$TAG-lean"
-    local ref="kubepool/runtime:$tag" archive="$CACHE/runtime-$tag.oci.tar" stamp="$CACHE/runtime-$tag.inputs" key ctr
+    local ref="kubepool/runtime:$tag" archive="$CACHE/runtime-$tag.oci.tar" stamp="$CACHE/runtime-$tag.inputs" key ctr previous
     build_runtime_lean
     buildah inspect --type image "$lean" >/dev/null 2>&1 ||
         { echo "$lean is not in the build storage: FORCE=1 hack/images/build.sh runtime-lean" >&2; exit 1; }
@@ -302,8 +306,10 @@ build_runtime_marked() {
     printf '%s\n' "$ref" >"$TMPDIR/kubepool-image"
     chmod 0644 "$TMPDIR/kubepool-image"
     ctr=$(buildah from --pull-never "$lean")
+    previous=$(image_id "$ref")
     run marked-copy buildah copy "$ctr" "$TMPDIR/kubepool-image" /etc/kubepool-image
     run marked-commit buildah commit --format oci --rm "$ctr" "$ref"
+    drop_replaced "$previous" "$ref"
     rm -f "$archive.tmp"
     run marked-push buildah push --digestfile "$CACHE/runtime-$tag.digest" "localhost/$ref" \
         "oci-archive:$archive.tmp:docker.io/$ref"
