@@ -48,7 +48,8 @@ class Controller:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
-    def start(self) -> None:
+    def start(self, settle: bool = True) -> None:
+        """Start it; return once it serves and (with `settle`) once its start-up CPU is over."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)  # a shared temp dir: someone may have cleaned it
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -57,7 +58,8 @@ class Controller:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} did not start; see {self.log_path}")
             time.sleep(0.3)
-        self.settle()
+        if settle:
+            self.settle()
 
     def settle(self, quiet_s: float = 2.0, timeout: float = 120.0) -> None:
         """Wait until the controller has used < 5% CPU for `quiet_s`: its start-up (listing, resuming every
@@ -100,9 +102,9 @@ class KubepoolOperator(Controller):
                          {**bench.env(), **KUBEPOOL_ENV, **(extra_env or {})}, log_path)
         self._seen = 0
 
-    def start(self) -> None:
+    def start(self, settle: bool = True) -> None:
         self._seen = self.log_path.read_text(errors="replace").count("kubepool operator configured") if self.log_path.exists() else 0
-        super().start()
+        super().start(settle)
 
     def ready(self) -> bool:
         return self.log_path.read_text(errors="replace").count("kubepool operator configured") > self._seen
