@@ -4,6 +4,7 @@
 # host packages, CoreDNS, the images; seconds when cached, tens of minutes cold) starts first, in the
 # background at the lowest CPU and I/O priority, so a cold machine builds it in the first suite's idle time.
 # Arguments go to both pytest runs. REALNODE=0 runs the process-node suite alone, saying so.
+# KUBEPOOL_PREPARE_WAIT_S (2700): how long to wait for the preparation once the suite is over.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -27,6 +28,8 @@ if [[ $realnode != 0 ]]; then
 else
     say "REALNODE=0: the real-node tier (tests/realnode) is not run"
 fi
+# Ctrl-C reaches pytest, which exits normally: without this the script would go on to the real-node tier.
+trap 'say "interrupted"; exit 130' INT TERM
 
 say "pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
 $BIN/pytest -m "not images and not realnode" "$@"
@@ -34,9 +37,15 @@ rc=$?
 [[ $realnode != 0 ]] || exit $rc
 
 waited=$SECONDS
+limit=${KUBEPOOL_PREPARE_WAIT_S:-2700}
 while kill -0 "$prep" 2>/dev/null; do
-    say "waiting for the real-node preparation ($((SECONDS - waited))s): $(tail -n 1 "$log")"
-    sleep 30
+    if ((SECONDS - waited >= limit)); then
+        say "FAILED: the real-node preparation still runs ${limit}s after the suite ended; last lines of $log:" >&2
+        tail -n 40 "$log" | sed 's/^/  | /' >&2
+        exit 1
+    fi
+    (((SECONDS - waited) % 30 == 0)) && say "waiting for the real-node preparation ($((SECONDS - waited))s): $(tail -n 1 "$log")"
+    sleep 1
 done
 wait "$prep"
 prep_rc=$?
