@@ -19,7 +19,6 @@ from kubepool.controller import main as _main  # import = registration of the ha
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.kopf_fence import install_lean_readiness, quiet_routine_logs
 from kubepool.controller.leader import LeaderElector
-from kubepool.kube.aio import Api
 
 LOG_FORMATS = {"full": kopf.LogFormat.FULL, "plain": kopf.LogFormat.PLAIN, "json": kopf.LogFormat.JSON}
 
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _acquire(elector: LeaderElector) -> None:
-    api = Api()
+    api = _main.new_api(kopf.OperatorSettings())
     try:
         await elector.acquire(api)
     finally:

@@ -25,7 +25,8 @@ from kubepool.controller.state import OperatorState
 from kubepool.controller.view import INDEXES, OPTIONAL_INDEXES, WORKLOAD_INDEX
 from kubepool.controller.wiring import new_operator
 from kubepool.kube.aio import Api
-from kubepool.kube.errors import KubeError
+from kubepool.kube.errors import KubeError, Unreachable
+from kubepool.kube.transport import AiohttpHttp, Endpoint
 
 __all__ = ["handlers"]  # importing this module registers the handlers
 
@@ -35,6 +36,10 @@ SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 @kopf.on.login()
 def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    return credentials(settings, **kwargs)
+
+
+def credentials(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """An explicit KUBECONFIG wins; in a pod, reach the API server where client-go would
     (KUBERNETES_SERVICE_HOST/PORT): kopf's own in-cluster login assumes kubernetes.default.svc:443."""
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
@@ -48,6 +53,18 @@ def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo
             default_namespace=(SA_DIR / "namespace").read_text().strip() if (SA_DIR / "namespace").is_file() else None,
         )
     return kopf.login_with_kubeconfig(settings=settings, **kwargs)
+
+
+def new_api(settings: kopf.OperatorSettings) -> Api:
+    """The operator's client for its own reads and writes, logged in as kopf's watches are (`login`): on a 401 it
+    asks for the credentials again, as kopf does (a rotated service account token)."""
+    def connect() -> Endpoint:
+        info = credentials(settings)
+        if info is None:
+            raise Unreachable("no credentials for the Kubernetes API: set KUBECONFIG, or run in a pod with a service account")
+        tls = info.as_ssl_context() if info.server.startswith("https:") else False
+        return Endpoint(info.server, ssl=tls, headers=info.as_http_headers())
+    return Api(AiohttpHttp(connect))
 
 
 def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None = None) -> None:
@@ -90,7 +107,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     if cfg.kueue and WORKLOAD_INDEX not in kwargs:
         raise kopf.PermanentError("kueue is on but its handlers are not registered: run `python -m kubepool.controller`")
     indexes = {name: kwargs[name] for name in (*INDEXES, *OPTIONAL_INDEXES) if name in kwargs}
-    op = new_operator(cfg, Api(), indexes=indexes,
+    op = new_operator(cfg, new_api(settings), indexes=indexes,
                       placeholder_namespace=resolve_placeholder_namespace(cfg, own))
     op.view.track_open_jobs()  # the job handlers keep the unfinished jobs' keys from here on
     memo.op = op

@@ -1,9 +1,9 @@
 """The operator's only door to the Kubernetes API: server-side apply under `naming.FIELD_MANAGER`,
-create-if-absent, delete, status patches and a CRD presence check. The writes of a burst (every job's pods,
-children and status) go out as plain JSON over lightkube's authenticated HTTP client, and their responses are
-never decoded: lightkube's model round trip (dict → model → dict → JSON, and back for the reply) was a tenth of
-the operator's CPU in a burst. Every client error leaves this module translated by `kubepool.kube.errors`;
-nothing here decides anything."""
+create-if-absent, delete, status patches and a CRD presence check. Every call goes out as plain JSON through
+one HTTP client (`kube.transport`, aiohttp with the operator's login), and answers are decoded only where a
+caller reads them: a model round trip per request (dict → model → dict → JSON, and back for the reply) was a
+tenth of the operator's CPU in a burst. Every client error leaves this module translated by
+`kubepool.kube.errors`; nothing here decides anything."""
 
 from __future__ import annotations
 
@@ -13,15 +13,11 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import httpx2
 import orjson
-from lightkube import ApiError, AsyncClient
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
 from kubepool import naming
-from kubepool.kube.errors import NotFound, Unreachable, status_error, translate
-from kubepool.kube.lightkube_fence import async_http
+from kubepool.kube.errors import NotFound, Unreachable, status_error
+from kubepool.kube.transport import TRANSPORT_ERRORS
 
 Obj = dict[str, Any]
 # Requests in flight at once, all calls together: below the HTTP client's keep-alive pool (20), so a burst
@@ -31,11 +27,6 @@ MAX_IN_FLIGHT = 16
 # Of those, creates, applies and deletes (a burst of new jobs sends ~8 each) take at most this many, so a status
 # write (a job's DONE, an admission) never queues behind a burst's children.
 MAX_BULK_IN_FLIGHT = 12
-_TRANSPORT_ERRORS = (httpx2.HTTPError,)  # lightkube 1.x sends through httpx2
-_CLIENT_ERRORS = (ApiError, *_TRANSPORT_ERRORS)
-# kopf's peering kinds (CRDs shipped by kopf, not by kubepool).
-ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
-KopfPeering = create_namespaced_resource("kopf.dev", "v1", "KopfPeering", "kopfpeerings")
 # The plural (URL segment) of every kind the operator writes; anything else is a programming error.
 PLURALS = {
     "Pod": "pods", "Service": "services", "ConfigMap": "configmaps", "Secret": "secrets",
@@ -43,8 +34,12 @@ PLURALS = {
     "NetworkPolicy": "networkpolicies", "EndpointSlice": "endpointslices", "RayCluster": "rayclusters",
     "PriorityClass": "priorityclasses", naming.MLJOB_KIND: naming.MLJOB_PLURAL, naming.POOL_KIND: naming.POOL_PLURAL,
     "Lease": "leases", naming.WORKLOAD_KIND: naming.WORKLOAD_PLURAL,
+    "CustomResourceDefinition": "customresourcedefinitions",
+    "KopfPeering": "kopfpeerings", "ClusterKopfPeering": "clusterkopfpeerings",  # kopf's peering CRDs
 }  # fmt: skip
 LEASE_API = "coordination.k8s.io/v1"
+CRD_API = "apiextensions.k8s.io/v1"
+PEERING_API = "kopf.dev/v1"
 _MERGE = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
 _METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"  # an object's metadata, nothing else
@@ -53,10 +48,13 @@ _PATCH_TEST_FAILED = "the server rejected our request due to an error in our req
 
 
 class Http(Protocol):
-    """What Api needs of an HTTP client: httpx's `request`, relative to the API server's URL, authenticated."""
+    """What Api needs of an HTTP client (`transport.AiohttpHttp`): `request`, relative to the API server's URL,
+    authenticated, answering with the status code, the body and the headers."""
 
     async def request(self, method: str, url: str, *, content: bytes | None = None,
                       params: Mapping[str, str] | None = None, headers: Mapping[str, str] | None = None) -> Any: ...
+
+    async def close(self) -> None: ...
 
 
 def _what(obj: Mapping[str, Any]) -> str:
@@ -92,15 +90,13 @@ def _job_path(namespace: str, name: str) -> str:
 class Api:
     """Async calls the operator makes. One instance per operator process (it holds a connection pool)."""
 
-    def __init__(self, client: AsyncClient | None = None, http: Http | None = None) -> None:
-        self._client = client or AsyncClient(field_manager=naming.FIELD_MANAGER)
-        # lightkube's own HTTP client: its kubeconfig or in-cluster credentials, TLS and base URL.
-        self._http: Http = http if http is not None else async_http(self._client)
+    def __init__(self, http: Http) -> None:
+        self._http = http
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._bulk = asyncio.Semaphore(MAX_BULK_IN_FLIGHT)
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._http.close()
 
     async def _send(self, method: str, path: str, what: str, *, body: Any = None, content_type: str = "",
                     params: Mapping[str, str] | None = None, bulk: bool = False, ok: tuple[int, ...] = ()) -> int:
@@ -119,7 +115,7 @@ class Api:
         try:
             async with self._bulk if bulk else contextlib.nullcontext(), self._slots:
                 resp = await self._http.request(method, path, content=content, params=params, headers=headers or None)
-        except _TRANSPORT_ERRORS as e:
+        except TRANSPORT_ERRORS as e:
             raise Unreachable(f"{what}: cannot reach the Kubernetes API ({e}); is the cluster up and KUBECONFIG set?") from e
         code = int(resp.status_code)
         if code < 300 or code in ok:
@@ -269,32 +265,16 @@ class Api:
                          body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec})
 
     async def crd_exists(self, name: str) -> bool:
-        try:
-            async with self._slots:
-                await self._client.get(CustomResourceDefinition, name)
-            return True
-        except _CLIENT_ERRORS as e:
-            err = translate(e, f"get CRD {name}")
-            if isinstance(err, NotFound):
-                return False
-            raise err from e
+        return await self.metadata_of(CRD_API, "CustomResourceDefinition", "", name) is not None
 
     async def ensure_peering(self, name: str, namespaces: tuple[str, ...]) -> bool:
         """Create kopf's peering object(s) named `name` if kopf's peering CRD is installed. False when it is
         not (the operator then runs alone)."""
-        targets: list[tuple[Any, str | None]] = (
-            [(KopfPeering, ns) for ns in namespaces] if namespaces else [(ClusterKopfPeering, None)])
-        for res, ns in targets:
+        kind = "KopfPeering" if namespaces else "ClusterKopfPeering"
+        for ns in namespaces or (None,):
             meta: Obj = {"name": name, **({"namespace": ns} if ns else {})}
-            try:
-                async with self._slots:
-                    await self._client.create(res(metadata=meta))
-            except ApiError as e:
-                if e.status.code == 409:
-                    continue
-                if e.status.code == 404:
-                    return False
-                raise translate(e, f"create {res.__name__} {name}") from e
-            except _TRANSPORT_ERRORS as e:
-                raise translate(e, f"create {res.__name__} {name}") from e
+            code = await self._send("POST", collection_path(PEERING_API, kind, ns), f"create {kind} {name}",
+                                    body={"apiVersion": PEERING_API, "kind": kind, "metadata": meta}, ok=(404, 409))
+            if code == 404:
+                return False
         return True

@@ -1,9 +1,7 @@
 """Everything of kubepool that reaches into lightkube beyond its public API, in one place (lightkube is pinned
-below 2; tests/operator/unit/test_kube_lightkube_fence.py runs lightkube's real clients through both, so a
-lightkube upgrade that moves them fails a test instead of the operator or the SDK):
+below 2; tests/operator/unit/test_kube_lightkube_fence.py runs lightkube's real client through it, so a
+lightkube upgrade that moves it fails a test instead of the SDK):
 
-- `async_http`: the authenticated HTTP client inside lightkube's AsyncClient (its kubeconfig or in-cluster
-  credentials, TLS and base URL): kube.aio sends plain JSON through it, without lightkube's model round trip.
 - `watch_window`: one watch request that the server closes after `seconds`: lightkube's public `watch`
   reconnects forever without yielding, so a caller's deadline could not be kept with it."""
 
@@ -13,13 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx2
-from lightkube import AsyncClient, Client
+from lightkube import Client
 from lightkube.core.generic_client import WatchDriver
-
-
-def async_http(client: AsyncClient) -> Any:
-    """lightkube's own httpx2.AsyncClient: `request(method, url relative to the API server, ...)`."""
-    return client._client._client  # AsyncClient → GenericAsyncClient → httpx2
 
 
 def watch_window(client: Client, res: Any, namespace: str, params: dict[str, Any], seconds: int) -> Iterator[Any]:

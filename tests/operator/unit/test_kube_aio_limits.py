@@ -10,9 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import httpx2
+import aiohttp
 import pytest
-from lightkube import AsyncClient
 
 from kubepool import naming
 from kubepool.kube import aio
@@ -61,9 +60,12 @@ class StandInHttp:
             raise reply
         return cast(Reply, reply)
 
+    async def close(self) -> None:
+        pass
+
 
 def _api(http: StandInHttp) -> aio.Api:
-    return aio.Api(cast(AsyncClient, object()), http=http)
+    return aio.Api(http)
 
 
 def _cm(i: int) -> dict[str, Any]:
@@ -117,7 +119,7 @@ async def test_answers_become_kubepool_errors() -> None:
         ("PATCH", "/api/v1/namespaces/ns/pods/gone"): Reply(404),
         ("POST", "/api/v1/namespaces/ns/pods"): Reply(422, status),
         ("PATCH", "/apis/kubepool.dev/v1alpha1/namespaces/ns/mljobs/j/status"): Reply(409, {"message": "conflict"}),
-        ("DELETE", "/apis/kubepool.dev/v1alpha1/namespaces/ns/mljobs/j"): httpx2.ConnectError("refused"),
+        ("DELETE", "/apis/kubepool.dev/v1alpha1/namespaces/ns/mljobs/j"): aiohttp.ClientConnectionError("refused"),
     })
     api = _api(http)
     assert await api.create_if_absent(_cm(1)) is False  # exists: success, not created

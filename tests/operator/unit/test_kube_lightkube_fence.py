@@ -1,6 +1,6 @@
-"""The lightkube fence (kubepool.kube.lightkube_fence) with lightkube's real clients against a local HTTP server
-standing in for the API server: the operator's plain-JSON writes go through lightkube's own authenticated
-client, and the SDK's bounded watch decodes the server's events with lightkube's own watch driver."""
+"""The lightkube fence (kubepool.kube.lightkube_fence) with lightkube's real client against a local HTTP server
+standing in for the API server: the SDK's bounded watch decodes the server's events with lightkube's own watch
+driver."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from lightkube import AsyncClient, Client
+from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
 from kubepool import naming
-from kubepool.kube.aio import Api
 from kubepool.kube.sync import Kube
 from support.factories import job
 from support.operator import wire
+from support.standin_server import serve
 
 JOB = {**wire(job()), "apiVersion": naming.API_VERSION, "kind": naming.MLJOB_KIND}
 
@@ -51,28 +51,8 @@ async def server() -> AsyncIterator[tuple[str, list[tuple[str, str, dict[str, st
             return resp
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
-
-
-async def test_the_operator_writes_through_lightkubes_own_http_client(server: Any) -> None:
-    url, seen = server
-    api = Api(AsyncClient(config=kubeconfig(url), field_manager=naming.FIELD_MANAGER))
-    try:
-        await api.patch_job_status("ns", "train", {"phase": "PENDING"})
-    finally:
-        await api.close()
-    assert seen == [("PATCH", f"/apis/{naming.API_VERSION}/namespaces/ns/{naming.MLJOB_PLURAL}/train/status",
-                     {"fieldManager": naming.FIELD_MANAGER}, {"status": {"phase": "PENDING"}})]
+    async with serve(handle) as url:
+        yield url, seen
 
 
 async def test_the_sdks_bounded_watch_decodes_with_lightkubes_watch_driver(server: Any) -> None:
