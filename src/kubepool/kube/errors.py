@@ -3,8 +3,6 @@ each with a message that says what to do."""
 
 from __future__ import annotations
 
-from lightkube import ApiError
-
 # Answers that refuse the request itself (RBAC, a ResourceQuota, an admission policy, an invalid object): retrying
 # cannot help until someone changes something, so the user must hear of them at once.
 REFUSAL_CODES = (400, 403, 422)
@@ -66,10 +64,3 @@ def status_error(code: int, message: str, reason: str = "", what: str = "", retr
     if code == 403 and "exceeded quota" not in message:
         message += " (ask a cluster admin for a Role that allows it)"
     return cls(prefix + message, code, reason, retry_after)
-
-
-def translate(err: Exception, what: str = "") -> KubeError:
-    """Map a lightkube/httpx error to ours, keeping the server's message."""
-    if isinstance(err, ApiError):
-        return status_error(err.status.code or 0, err.status.message or str(err), err.status.reason or "", what)
-    return Unreachable(f"{what + ': ' if what else ''}cannot reach the Kubernetes API ({err}); is the cluster up and KUBECONFIG set?")

@@ -23,13 +23,20 @@ from lightkube.types import CascadeType, PatchType
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob
-from kubepool.kube.errors import Conflict, Unreachable, translate
+from kubepool.kube.errors import Conflict, KubeError, Unreachable, status_error
 from kubepool.kube.lightkube_fence import watch_window
 from kubepool.kube.resources import ComputePoolResource, MLJobResource
 
 T = TypeVar("T")
 SDK_FIELD_MANAGER = "kubepool-sdk"
 # Transport errors that mean "the API server was not reached" (or went away mid-stream).
+def translate(err: Exception, what: str = "") -> KubeError:
+    """Map a lightkube/httpx error to ours, keeping the server's message."""
+    if isinstance(err, ApiError):
+        return status_error(err.status.code or 0, err.status.message or str(err), err.status.reason or "", what)
+    return Unreachable(f"{what + ': ' if what else ''}cannot reach the Kubernetes API ({err}); is the cluster up and KUBECONFIG set?")
+
+
 _CLIENT_ERRORS = (ApiError, httpx2.HTTPError, OSError)
 
 

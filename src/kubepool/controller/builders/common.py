@@ -3,27 +3,41 @@ runs (its pool) and quantity parsing. Pure."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
-
-from lightkube.utils.quantity import parse_quantity as _parse_quantity
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.api.common import QUANTITY_PATTERN
 from kubepool.controller.builders.layout import group_counts, instance_ids
 
 Obj = dict[str, Any]
 RAY_TOKEN_KEY = "token"  # key of the Ray token in the job's Secret
 
 
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+_SUFFIX = {"": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6,
+           "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+           **{s: Decimal(2) ** (10 * (i + 1)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))}}
+
+
 def parse_quantity(value: str) -> Decimal:
-    """A Kubernetes quantity ("3", "500m", "13Gi") as a number (lightkube's parser; ValueError if invalid)."""
-    parsed = _parse_quantity(value.strip())
-    if parsed is None:
+    """A Kubernetes quantity ("3", "500m", "13Gi", "1e3") as a number, in the forms the API's schema admits
+    (`api.common.QUANTITY_PATTERN`); ValueError otherwise. Its own parser, not lightkube's: importing lightkube
+    brings its HTTP client into the operator's memory."""
+    text = value.strip()
+    if not _QUANTITY.match(text):
         raise ValueError(f"invalid quantity {value!r}")
-    return parsed
+    suffix = text.lstrip("+0123456789.")
+    if suffix[:1] in ("e", "E") and suffix[1:].lstrip("+-").isdigit():
+        suffix = ""  # an exponent: Decimal reads it
+    try:
+        return Decimal(text[: len(text) - len(suffix)]) * _SUFFIX[suffix]
+    except (InvalidOperation, KeyError) as e:
+        raise ValueError(f"invalid quantity {value!r}") from e
 
 
 @dataclass(frozen=True)
