@@ -39,8 +39,18 @@ trap 'printf "[images %4ds] FAILED (exit %d) at hack/images/build.sh:%d: %s\n" $
 run() {
     local log="$LOGS/$1.log"
     shift
-    local rc=0
-    "$@" >"$log" 2>&1 || rc=$?
+    local rc=0 try
+    for try in 1 2 3; do
+        rc=0
+        "$@" >"$log" 2>&1 || rc=$?
+        # buildah's chroot isolation re-executes a sealed in-memory copy of itself for each RUN step; under heavy
+        # I/O (the test suite beside it) sealing can fail with EBUSY. Transient: the same step passes when run
+        # again, and --layers resumes after the steps already built.
+        [[ $rc != 0 ]] && grep -q "sealing memfd copy" "$log" && [[ $try -lt 3 ]] || break
+        printf '[images %4ds] %s: sealing buildah'"'"'s re-exec copy failed (EBUSY, transient under load); try %d of 3\n' \
+            $((SECONDS - T0)) "$*" $((try + 1)) >&2
+        sleep 5
+    done
     if [[ $rc != 0 ]]; then
         printf '[images %4ds] FAILED (exit %d): %s\n' $((SECONDS - T0)) "$rc" "$*" >&2
         printf '  last lines of %s:\n' "$log" >&2
