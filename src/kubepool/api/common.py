@@ -16,8 +16,9 @@ SHORT_STR = 256
 LONG_STR = 4096
 
 # No n (nano) or u (micro) suffix: no instance is sized in them, and the operator's quantity arithmetic
-# (builders.common.parse_quantity) would fail on every pass of the pool's jobs.
-QUANTITY_PATTERN = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[mkMGTPE]|[KMGTPE]i)?$"
+# (builders.common.parse_quantity) would fail on every pass of the pool's jobs. An exponent has at most two
+# digits: a larger one names no size a node has, and would overflow that arithmetic.
+QUANTITY_PATTERN = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,2}|[mkMGTPE]|[KMGTPE]i)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 # A label or taint key: an optional DNS-subdomain prefix and '/', then a name (Kubernetes' qualified name).

@@ -29,7 +29,8 @@ from kubepool.kube.resources import ComputePoolResource, MLJobResource
 
 T = TypeVar("T")
 SDK_FIELD_MANAGER = "kubepool-sdk"
-# Transport errors that mean "the API server was not reached" (or went away mid-stream).
+
+
 def translate(err: Exception, what: str = "") -> KubeError:
     """Map a lightkube/httpx error to ours, keeping the server's message."""
     if isinstance(err, ApiError):
@@ -37,6 +38,7 @@ def translate(err: Exception, what: str = "") -> KubeError:
     return Unreachable(f"{what + ': ' if what else ''}cannot reach the Kubernetes API ({err}); is the cluster up and KUBECONFIG set?")
 
 
+# Transport errors that mean "the API server was not reached" (or went away mid-stream).
 _CLIENT_ERRORS = (ApiError, httpx2.HTTPError, OSError)
 
 

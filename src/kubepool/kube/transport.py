@@ -93,7 +93,3 @@ class AiohttpHttp:
             await self._session.close()
             self._session = None
 
-
-def plain(server: str, headers: Mapping[str, str] | None = None) -> Callable[[], Endpoint]:
-    """Credentials for a server reached without TLS (tests' stand-in servers, a local proxy)."""
-    return lambda: Endpoint(server, ssl=False, headers=dict(headers or {}))

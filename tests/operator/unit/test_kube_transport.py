@@ -17,6 +17,7 @@ from aiohttp import web
 
 from kubepool import naming
 from kubepool.controller.main import new_api
+from kubepool.kube.aio import Api
 from kubepool.kube.errors import NotFound, Unreachable
 from support.standin_server import serve
 
@@ -30,6 +31,13 @@ def _kubeconfig(path: Path, url: str, token: str) -> None:
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "ns"}}],
         "current-context": "x",
     }))
+
+
+def _api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str) -> Api:
+    """The operator's client as it starts: kopf's login from a KUBECONFIG with the token t0ken."""
+    _kubeconfig(tmp_path / "kc", url, "t0ken")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kc"))
+    return new_api(kopf.OperatorSettings())
 
 
 @pytest.fixture
@@ -56,9 +64,7 @@ async def server() -> AsyncIterator[tuple[str, Seen, set[str]]]:
 
 async def test_writes_and_reads_carry_the_login(server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url, seen, _ = server
-    _kubeconfig(tmp_path / "kc", url, "t0ken")
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kc"))
-    api = new_api(kopf.OperatorSettings())
+    api = _api(tmp_path, monkeypatch, url)
     try:
         await api.patch_job_status("ns", "train", {"phase": "PENDING"})
         assert await api.labels_of("v1", "Secret", "ns", "creds") == {"a": "b"}
@@ -80,9 +86,7 @@ async def test_a_401_logs_in_again_once(server: Any, tmp_path: Path, monkeypatch
     """A service account token rotated under a running operator: the first 401 re-reads the credentials and the
     request goes through with the new ones; a 401 with unchanged credentials stands."""
     url, seen, tokens = server
-    _kubeconfig(tmp_path / "kc", url, "t0ken")
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kc"))
-    api = new_api(kopf.OperatorSettings())
+    api = _api(tmp_path, monkeypatch, url)
     try:
         await api.patch_job_status("ns", "a", {"phase": "PENDING"})
         tokens.clear()
@@ -99,9 +103,7 @@ async def test_a_401_logs_in_again_once(server: Any, tmp_path: Path, monkeypatch
 
 
 async def test_unreachable_and_no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _kubeconfig(tmp_path / "kc", "http://127.0.0.1:9", "t0ken")  # the discard port: connection refused
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kc"))
-    api = new_api(kopf.OperatorSettings())
+    api = _api(tmp_path, monkeypatch, "http://127.0.0.1:9")  # the discard port: connection refused
     try:
         with pytest.raises(Unreachable, match="cannot reach the Kubernetes API"):
             await api.patch_job_status("ns", "a", {"phase": "PENDING"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from kubepool import naming
@@ -36,7 +36,7 @@ def parse_quantity(value: str) -> Decimal:
         suffix = ""  # an exponent: Decimal reads it
     try:
         return Decimal(text[: len(text) - len(suffix)]) * _SUFFIX[suffix]
-    except (InvalidOperation, KeyError) as e:
+    except (ArithmeticError, KeyError) as e:  # InvalidOperation, Overflow
         raise ValueError(f"invalid quantity {value!r}") from e
 
 
