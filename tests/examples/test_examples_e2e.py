@@ -156,7 +156,7 @@ def test_example_runs_to_done(kubectl: Any, env: Env, example: Example, tmp_path
         final = job.wait(JOB_TIMEOUT_S, on_update=lambda o: seen.append(
             (str(o.status.phase) if o.status else "", (o.status.ready_instances or 0) if o.status else 0)))
         st = get_json(kubectl, ns, "mljob", name)["status"]
-        assert final == "DONE", _diagnostics(kubectl, env, name, st)
+        assert final == "DONE", _diagnostics(kubectl, env, name, st, followers)
         for iid in (i["instanceId"] for i in st["instances"] if i.get("node")):
             followers[iid].join(timeout=60)  # its container has exited: the stream ends
         cli.wait(timeout=60)
@@ -211,6 +211,10 @@ def test_example_runs_to_done(kubectl: Any, env: Env, example: Example, tmp_path
     print(f"{example.file} on {env.backend}: DONE after {took:.0f}s, {_one(r'^score: .*$', logs[0])[0]}")
 
 
-def _diagnostics(kubectl: Any, env: Env, job: str, st: dict[str, Any]) -> str:
+def _diagnostics(kubectl: Any, env: Env, job: str, st: dict[str, Any], followers: dict[int, LogFollower]) -> str:
     pods = kubectl("get", "pods", "-n", env.namespace, "-o", "wide").stdout
-    return f"status: {st}\npods:\n{pods}\noperator:\n{env.operator.logs()[-3000:]}"
+    # A failed instance's own log says why (a native abort prints its reason there); the others end it.
+    failed = {i["instanceId"] for i in st.get("instances", []) if i.get("phase") == "Failed"}
+    logs = "".join(f"\ninstance {iid}{' (failed)' if iid in failed else ''}:\n{f.text[-(4000 if iid in failed else 1500):]}"
+                   for iid, f in followers.items())
+    return f"status: {st}\npods:\n{pods}\ninstances' logs:{logs}\noperator:\n{env.operator.logs()[-3000:]}"
