@@ -105,8 +105,8 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
-# Framework: kopf posts (never patches) Events about the objects it handles; those of cluster-scoped ComputePools land in
-# `default`, so this stays cluster-wide in both RBAC modes.
+# The operator posts (never patches) Events about the jobs and pools it handles (kopf about its handlers' failures); those
+# of cluster-scoped ComputePools land in `default`, so this stays cluster-wide in both RBAC modes.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

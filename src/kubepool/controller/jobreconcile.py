@@ -8,9 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
-
-import kopf
+from typing import TYPE_CHECKING, Any
 
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import RAYCLUSTER_CRD
@@ -169,7 +167,7 @@ def _announce(op: OperatorState, body: dict[str, Any], prev: MLJobStatus | None,
     if before == (new.phase, new.reason) or new.phase is None:
         return
     warning = new.phase in _WARNING_PHASES or new.reason in _WARNING_REASONS
-    op.post_event(kopf.Body(cast(kopf.RawBody, body)), type="Warning" if warning else "Normal",
+    op.post_event(body, type="Warning" if warning else "Normal",
                   reason=new.reason or str(new.phase), message=f"{new.phase}: {new.message or ''}"[:1024])
 
 

@@ -19,6 +19,7 @@ from kubepool import naming
 from kubepool.controller import handlers, metrics
 from kubepool.controller.config import OperatorConfig, resolve_lease_namespace, resolve_placeholder_namespace
 from kubepool.controller.election import Timing
+from kubepool.controller.events import EventPoster
 from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json, install_relist_deletions
 from kubepool.controller.leader import LeaderElector
 from kubepool.controller.state import OperatorState
@@ -150,6 +151,8 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         elector: LeaderElector | None = getattr(memo, "elector", None)
         if elector is not None:
             await elector.release(op.api)  # the next replica takes over at once
+        if isinstance(op.post_event, EventPoster):
+            await op.post_event.drain()  # the last transitions' Events, before the client closes
         await op.api.close()
 
 

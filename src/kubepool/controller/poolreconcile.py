@@ -9,9 +9,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
-
-import kopf
+from typing import TYPE_CHECKING, Any
 
 from kubepool import naming
 from kubepool.api import ComputePool, ComputePoolStatus, JobPhase
@@ -91,8 +89,7 @@ def _announce(op: OperatorState, pool: ComputePool, old: ComputePoolStatus | Non
     events = pool_events(old, new)
     if not events:
         return
-    body = kopf.Body(cast(kopf.RawBody, {"apiVersion": naming.API_VERSION, "kind": naming.POOL_KIND,
-                                         "metadata": pool.metadata}))
+    body = {"apiVersion": naming.API_VERSION, "kind": naming.POOL_KIND, "metadata": pool.metadata}
     for type_, reason, message in events:
         op.post_event(body, type=type_, reason=reason, message=message[:1024])
 

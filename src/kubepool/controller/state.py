@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import kopf
-
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.jobchildren import ChildMemo
 from kubepool.controller.poolreconcile import PoolMemo
@@ -35,7 +33,7 @@ class OperatorState:
     children: ChildMemo = field(default_factory=ChildMemo)
     pool_memo: PoolMemo = field(default_factory=PoolMemo)
     placeholder_namespace: str = "default"  # where the warm capacity's placeholders live
-    post_event: Callable[..., None] = field(default=kopf.event)  # kopf's Event poster; tests record instead
+    post_event: Callable[..., None] = field(default=lambda *_, **__: None)  # events.EventPoster; tests record
     # Whether this process may write now (leader.LeaderElector.leading with leader election; always without).
     leading: Callable[[], bool] = field(default=lambda: True)
 

@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
-import kopf
-
+from kubepool import naming
 from kubepool.controller.config import OperatorConfig
+from kubepool.controller.events import EventPoster
 from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.poolreconcile import export_job_gauges, reconcile_pool
 from kubepool.controller.state import OperatorState
@@ -21,12 +21,13 @@ from kubepool.kube.aio import Api
 
 def new_operator(cfg: OperatorConfig, api: Api, *, indexes: Mapping[str, Any] | None = None,
                  placeholder_namespace: str = "default",
-                 post_event: Callable[..., None] = kopf.event) -> OperatorState:
+                 post_event: Callable[..., None] | None = None) -> OperatorState:
     queue = WorkQueue()
     status = StatusWriter(api, wake=queue.spawn)
     view = ClusterView(written=status.written, indexes=indexes if indexes is not None else {})
     op = OperatorState(cfg=cfg, api=api, view=view, queue=queue, status=status,
-                       placeholder_namespace=placeholder_namespace, post_event=post_event)
+                       placeholder_namespace=placeholder_namespace,
+                       post_event=post_event or EventPoster(api, naming.FIELD_MANAGER))
     queue.bind(run_job=partial(_if_leading, op, reconcile_job), run_pool=partial(_if_leading, op, reconcile_pool),
                export=partial(export_job_gauges, op), claims=view.claims)
     return op

@@ -33,7 +33,7 @@ PLURALS = {
     "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
     "NetworkPolicy": "networkpolicies", "EndpointSlice": "endpointslices", "RayCluster": "rayclusters",
     "PriorityClass": "priorityclasses", naming.MLJOB_KIND: naming.MLJOB_PLURAL, naming.POOL_KIND: naming.POOL_PLURAL,
-    "Lease": "leases", naming.WORKLOAD_KIND: naming.WORKLOAD_PLURAL,
+    "Lease": "leases", "Event": "events", naming.WORKLOAD_KIND: naming.WORKLOAD_PLURAL,
     "CustomResourceDefinition": "customresourcedefinitions",
     "KopfPeering": "kopfpeerings", "ClusterKopfPeering": "clusterkopfpeerings",  # kopf's peering CRDs
 }  # fmt: skip
@@ -139,6 +139,11 @@ class Api:
         code = await self._send("POST", path, f"create {_what(obj)}", body=obj,
                                 params={"fieldManager": naming.FIELD_MANAGER}, bulk=True, ok=(409,))
         return code != 409
+
+    async def post_event(self, event: Obj) -> None:
+        """Create an Event (one attempt: the caller decides what a failure means)."""
+        await self._send("POST", collection_path("v1", "Event", event["metadata"]["namespace"]),
+                         f"post Event {event.get('reason')}", body=event, bulk=True)
 
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; one already gone counts as success."""
