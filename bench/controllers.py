@@ -3,6 +3,7 @@ each started fresh for a run, with its peak RSS and CPU seconds read from /proc.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from bench.cluster import ROOT, BenchCluster, free_port
 KUBERAY_BUILD = ROOT / "hack" / "kuberay" / "build.sh"
 STARTUP_TIMEOUT_S = 90.0
 # Ports 0: the shared machine already has an operator on 8080/9090; the benchmark needs neither endpoint.
+KOPF_FLOOR_READY = "kopf floor configured"  # bench.kopffloor.READY (not imported: it registers kopf handlers)
 KUBEPOOL_ENV = {"KUBEPOOL_OPERATOR_METRICS_PORT": "0", "KUBEPOOL_OPERATOR_LIVENESS_PORT": "0"}
 
 
@@ -108,6 +110,22 @@ class KubepoolOperator(Controller):
 
     def ready(self) -> bool:
         return self.log_path.read_text(errors="replace").count("kubepool operator configured") > self._seen
+
+
+class KopfFloor(Controller):
+    """`python -m bench.kopffloor`: P1's jobs' pods created by the least kopf operator (its docstring)."""
+
+    def __init__(self, bench: BenchCluster, log_path: Path, pod_spec: dict[str, object]) -> None:
+        super().__init__("kopf-floor", [sys.executable, "-m", "bench.kopffloor"],
+                         {**bench.env(), "KOPF_FLOOR_POD_SPEC": json.dumps(pod_spec)}, log_path)
+        self._seen = 0
+
+    def start(self, settle: bool = True) -> None:
+        self._seen = self.log_path.read_text(errors="replace").count(KOPF_FLOOR_READY) if self.log_path.exists() else 0
+        super().start(settle)
+
+    def ready(self) -> bool:
+        return self.log_path.read_text(errors="replace").count(KOPF_FLOOR_READY) > self._seen
 
 
 def kuberay_dir() -> Path:

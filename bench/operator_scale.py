@@ -40,11 +40,19 @@ from bench.cluster import (
     metrics_text,
     watch,
 )
-from bench.controllers import Controller, KubepoolOperator, KubeRayOperator, install_kuberay_crds, kuberay_dir
+from bench.controllers import (
+    Controller,
+    KopfFloor,
+    KubepoolOperator,
+    KubeRayOperator,
+    install_kuberay_crds,
+    kuberay_dir,
+)
 from kubepool.local import kwok
 
 RESULTS = Path(__file__).with_name("results")
-SYSTEMS = ("kubepool", "kuberay", "floor")
+KOPF_FLOOR = "kopf-floor"  # the least a kopf operator does for the same jobs (bench/kopffloor.py)
+SYSTEMS = ("kubepool", "kuberay", "floor", KOPF_FLOOR)
 SHARED = "kubepool-shared"  # kubepool with 10 pools shared by all jobs (documents the admission stall)
 BASE = "kubepool-base"  # kubepool from another source tree (bench/ab.py), on the same pools and jobs as "kubepool"
 BASE_SRC: dict[str, Path] = {}  # bench/ab.py sets BASE_SRC[BASE] to that tree's src/
@@ -110,8 +118,8 @@ def raw_pods(i: int) -> list[dict[str, Any]]:
 
 def submissions(system: str, ns: str, jobs: int) -> list[tuple[str, dict[str, Any]]]:
     """(path, body) of every object the system's user submits."""
-    if system in (*OWN_POOLS, SHARED):
-        pool_of = own_pool if system in OWN_POOLS else shared_pool
+    if system in (*OWN_POOLS, SHARED, KOPF_FLOOR):
+        pool_of = shared_pool if system == SHARED else own_pool  # the kopf floor reads no pool
         return [(f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs", mljob(i, WORKERS + 1, pool_of(i))) for i in range(jobs)]
     if system == "kuberay":
         return [(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters", raycluster(i)) for i in range(jobs)]
@@ -127,6 +135,8 @@ def controller_for(system: str, bench: BenchCluster, kuberay_home: Path) -> Cont
         return KubepoolOperator(bench, log, {"PYTHONPATH": str(BASE_SRC[BASE])})
     if system == "kuberay":
         return KubeRayOperator(bench, log, kuberay_home)
+    if system == KOPF_FLOOR:
+        return KopfFloor(bench, log, _pod_spec("c"))
     return None
 
 
@@ -220,7 +230,7 @@ def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     med = {s: {k: _median(rs, k) for k in keys} | {"stalled": sum(r["stalled"] for r in rs)} for s, rs in runs.items()}
     pairs = {"kubepool / kuberay": ("kubepool", "kuberay"), "kubepool / floor": ("kubepool", "floor"),
              "kuberay / floor": ("kuberay", "floor"), f"{SHARED} / kuberay": (SHARED, "kuberay"),
-             f"{SHARED} / floor": (SHARED, "floor")}
+             f"{SHARED} / floor": (SHARED, "floor"), f"{KOPF_FLOOR} / kuberay": (KOPF_FLOOR, "kuberay")}
     ratios = {}
     for name, (a, b) in pairs.items():
         both = [stats.ratio(x["wall_s"], y["wall_s"]) for x, y in zip(runs.get(a, []), runs.get(b, []), strict=False)
@@ -228,11 +238,12 @@ def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         if both:
             ratios[name] = stats.median(both)
     resources = {}
-    for name, key in (("CPU kubepool / kuberay", "controller_cpu_s"), ("peak RSS kubepool / kuberay", "controller_peak_rss_mib")):
-        both = [stats.ratio(x[key], y[key]) for x, y in zip(runs.get("kubepool", []), runs.get("kuberay", []), strict=False)
-                if x.get(key) and y.get(key)]  # fmt: skip
-        if both:
-            resources[name] = stats.median(both)
+    for system in ("kubepool", KOPF_FLOOR):  # the kopf floor's: what any kopf operator pays, beside KubeRay
+        for name, key in ((f"CPU {system} / kuberay", "controller_cpu_s"), (f"peak RSS {system} / kuberay", "controller_peak_rss_mib")):
+            both = [stats.ratio(x[key], y[key]) for x, y in zip(runs.get(system, []), runs.get("kuberay", []), strict=False)
+                    if x.get(key) and y.get(key)]  # fmt: skip
+            if both:
+                resources[name] = stats.median(both)
     return {"median": med, "ratios": ratios, "resource_ratios": resources}
 
 
@@ -411,7 +422,8 @@ def markdown(report: dict[str, Any]) -> str:
                                         [[k, stats.fmt(v), f"≤ {targets[k]}" if k in targets else ""] for k, v in p1["ratios"].items()],
                                         right=(1,)))  # fmt: skip
         out.append(stats.markdown_table(["ratio (operator's own cost, same jobs)", "value", "target"],
-                                        [[k, stats.fmt(v), f"≤ {RESOURCE_TARGETS[k]}"] for k, v in p1.get("resource_ratios", {}).items()],
+                                        [[k, stats.fmt(v), f"≤ {RESOURCE_TARGETS[k]}" if k in RESOURCE_TARGETS else "(floor)"]
+                                         for k, v in p1.get("resource_ratios", {}).items()],
                                         right=(1,)))  # fmt: skip
     if p1 and p1.get("profile_top"):
         out += ["", f"### Where the kubepool operator spends its CPU (py-spy, warm-up run of {p1['warmup_jobs']} jobs)", "",
