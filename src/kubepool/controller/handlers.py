@@ -50,7 +50,10 @@ async def placeholder_index(body: kopf.Body, labels: kopf.Labels, **_: Any) -> d
 
 
 @kopf.index(naming.GROUP, naming.POOL_PLURAL, id=view.POOL_INDEX)
-async def pool_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+async def pool_index(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    op: OperatorState | None = getattr(memo, "op", None)
+    if op is not None:
+        op.view.pool_changed()  # about to be stored
     return {name: dict(body)}
 
 
@@ -116,6 +119,11 @@ async def placeholder_event(labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> N
     pool = labels.get(naming.LABEL_POOL)
     if pool:
         _op(memo).queue.refresh_pools([pool])
+
+
+@kopf.on.event(naming.GROUP, naming.POOL_PLURAL)
+async def pool_stored(memo: kopf.Memo, **_: Any) -> None:
+    _op(memo).view.pool_changed()  # kopf stored the pool in its index (or dropped it: deleted)
 
 
 @kopf.on.resume(naming.GROUP, naming.POOL_PLURAL)

@@ -77,6 +77,12 @@ class ClusterView:
     # What the event handlers last acted on: a job's (uid, generation, deleting), a node as the pools read it.
     seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)
     node_views: dict[str, NodeView] = field(default_factory=dict)
+    # The pools as last read, kept while the pool index is unchanged: every job pass, pool pass and node event
+    # reads them all, O(pools) each. None: not tracked (read every time). The handlers count the index's changes
+    # (`pool_changed`) when a pool is indexed and again once kopf has stored or dropped it, so a read in between
+    # keeps the old content only until the second count.
+    pool_version: int | None = None
+    pools_read: tuple[int, dict[str, ComputePool]] | None = None
 
     def forget(self, key: JobKey, uid: str) -> None:
         """Job `uid` was deleted. What is kept by name goes too, unless a newer job of that name is already
@@ -170,7 +176,19 @@ class ClusterView:
         return [w for w in _values(self._index(WORKLOAD_INDEX), key)
                 if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get("ownerReferences") or [])]
 
+    def track_pool_changes(self) -> None:
+        """From now on the handlers report every change of the pool index: pools() may keep what it read."""
+        self.pool_version = 0
+
+    def pool_changed(self) -> None:
+        if self.pool_version is not None:
+            self.pool_version += 1
+
     def pools(self) -> dict[str, ComputePool]:
+        """Every pool by name (shared between readers: never mutated)."""
+        version, read = self.pool_version, self.pools_read
+        if version is not None and read is not None and read[0] == version:
+            return read[1]
         out = {}
         index = self._index(POOL_INDEX)
         for name in list(index):
@@ -189,6 +207,8 @@ class ClusterView:
                     self.parsed_pools[name] = (rv, out[name])
         for gone in self.parsed_pools.keys() - out.keys():
             del self.parsed_pools[gone]
+        if version is not None:
+            self.pools_read = (version, out)
         return out
 
     def nodes(self) -> list[NodeView]:
