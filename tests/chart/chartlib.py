@@ -35,7 +35,7 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},
     ("discovery.k8s.io", "endpointslices"): {"create", "patch"},  # applied; never read, deleted by GC
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create"},  # as the Service
-    ("", "events"): {"create"},  # kopf posts Events
+    ("", "events"): {"create"},  # the operator posts Events (kopf too, about its handlers)
     ("", "nodes"): {"list", "watch"},  # kopf index: the pools' ready nodes
     ("scheduling.k8s.io", "priorityclasses"): {"create"},  # the placeholders' (warm capacity), if absent
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},  # kopf scans; crd_exists

@@ -75,6 +75,26 @@ def test_workers_wait_for_the_head_to_hold_a_node() -> None:
     assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-1", "train-homogeneouscluster-2"]
 
 
+def test_a_pass_builds_only_the_pods_it_may_create(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pass plans the children again; building a pod (its env, volumes, affinity) is most of a plan, so
+    the pods that exist, and the workers while the head holds no node, are not built at all."""
+    import kubepool.controller.builders.pods as pods_builder
+
+    built: list[int] = []
+    real = pods_builder.build_instance_pod
+    monkeypatch.setattr(pods_builder, "build_instance_pod", lambda j, p, inst, **kw: built.append(inst.instance_id) or real(j, p, inst, **kw))
+    j = admitted(job(targetInstances=4), granted=4)
+    assert j.status is not None
+    plan_job(j, j.status, [], POOLS, cfg=CFG, now=at(1))
+    assert built == [0]  # the head alone
+    built.clear()
+    plan = plan_job(j, j.status, [pod(0), pod(2)], POOLS, cfg=CFG, now=at(2))
+    assert built == [1, 3] and [p["metadata"]["name"] for p in plan.create_pods] == [
+        "train-homogeneouscluster-1", "train-homogeneouscluster-3"]
+    built.clear()
+    assert not plan_job(j, j.status, [pod(i) for i in range(4)], POOLS, cfg=CFG, now=at(3)).create_pods and built == []
+
+
 @pytest.mark.parametrize(("pods", "t", "deleted", "wake"), [
     ([pod(0, "Succeeded", False), pod(1)], 5, [], 35),
     ([pod(0, "Succeeded", False), pod(1)], 40, ["train-homogeneouscluster-1"], None),
