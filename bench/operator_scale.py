@@ -2,7 +2,8 @@
 
 P1 fan-out: N jobs of 1 head + 3 workers submitted at once, until all 4N pods are Running, for the kubepool
 operator, the KubeRay operator (N RayClusters of the same shape) and the floor (a raw client creating the 4N
-pods itself, 16 requests in flight). One warm-up round, then repeats interleaved (kubepool, KubeRay, floor);
+pods itself, 16 requests in flight), and the kopf floor (bench/kopffloor.py: the least kopf operator for the
+same jobs). One warm-up round, then repeats interleaved (kubepool, KubeRay, floor, kopf floor);
 ratios are taken pair by pair within a repeat, then the median. kubepool's jobs each get their own ComputePool,
 created once the operator is up: with pools shared by many jobs its FIFO admission loses wake-ups and jobs stay
 Queued, and pools that exist when it starts cost it O(nodes x pools^2) work (bench/NOTES.md). One extra run
