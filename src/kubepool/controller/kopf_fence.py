@@ -211,7 +211,8 @@ class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 # --- log output -----------------------------------------------------------------------------------------------
 # kopf's per-handler and per-cause success lines (kopf/_core/actions/execution.py, reactor/processing.py).
 _ROUTINE = re.compile(r"Handler '[^']*' succeeded\.|\w+ is processed: \d+ succeeded; 0 failed\.")
-_CHATTY = ("httpx", "httpx2")  # one INFO line per HTTP request (lightkube uses httpx2, kopf aiohttp)
+# kopf's liveness endpoint is an aiohttp server: one INFO line per probe, two every 10 s in the chart's pod.
+_CHATTY = ("aiohttp.access",)
 
 
 class DemoteRoutine(logging.Filter):
@@ -227,9 +228,9 @@ class DemoteRoutine(logging.Filter):
 
 
 def quiet_routine_logs() -> None:
-    """After kopf.configure(): demote routine lines on the root handlers, request lines below WARNING. kopf and
-    httpx log every handler run and every request at INFO (~50 lines per job); transitions, warnings and errors
-    stay."""
+    """After kopf.configure(): demote routine lines on the root handlers, the liveness probes' access lines below
+    WARNING. kopf logs every handler run at INFO (~50 lines per job) and its liveness server every probe;
+    transitions, warnings and errors stay."""
     for handler in logging.getLogger().handlers:
         handler.addFilter(DemoteRoutine())
     for name in _CHATTY:

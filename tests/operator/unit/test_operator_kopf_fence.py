@@ -334,3 +334,30 @@ async def test_kopf_processes_watch_events_through_every_fence(monkeypatch: pyte
     for r in succeeded:
         assert DemoteRoutine().filter(r) is logging.getLogger().isEnabledFor(logging.DEBUG), r.getMessage()
         assert r.levelno == logging.DEBUG
+
+
+async def test_the_liveness_probes_leave_no_access_lines() -> None:
+    """kopf serves the liveness endpoint with aiohttp's server, whose access log writes a line per probe."""
+    from aiohttp import ClientSession, web
+
+    from support.standin_server import serve
+
+    access = logging.getLogger("aiohttp.access")
+    before = access.level
+    access.setLevel(logging.INFO)  # as under kopf's logging configuration (INFO at the root)
+    seen = _Recorded()
+    access.addHandler(seen)
+
+    async def healthz(_: web.Request) -> web.StreamResponse:
+        return web.json_response({})
+
+    try:
+        async with serve(healthz) as url, ClientSession() as client:
+            await (await client.get(f"{url}/healthz")).read()
+            assert [r.levelno for r in seen.records] == [logging.INFO]  # aiohttp's default: a line per request
+            kopf_fence.quiet_routine_logs()
+            await (await client.get(f"{url}/healthz")).read()
+            assert len(seen.records) == 1
+    finally:
+        access.removeHandler(seen)
+        access.setLevel(before)
