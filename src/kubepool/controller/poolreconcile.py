@@ -91,7 +91,7 @@ def _announce(op: OperatorState, pool: ComputePool, old: ComputePoolStatus | Non
         return
     body = {"apiVersion": naming.API_VERSION, "kind": naming.POOL_KIND, "metadata": pool.metadata}
     for type_, reason, message in events:
-        op.post_event(body, type=type_, reason=reason, message=message[:1024])
+        op.post_event(body, type=type_, reason=reason, message=message)
 
 
 async def _write_status(op: OperatorState, name: str, old: ComputePoolStatus | None, new: ComputePoolStatus) -> None:
