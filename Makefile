@@ -51,7 +51,7 @@ crds: venv
 	rm -rf charts/kubepool/crds && mkdir -p charts/kubepool && cp -r crds charts/kubepool/crds
 
 lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); types of the operator, runtime, API, SDKs, CLI and API client
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench hack/pytest.py
 	$(BIN)/lint-imports
 	$(BIN)/mypy src/kubepool/api src/kubepool/contract.py src/kubepool/controller src/kubepool/runtime src/kubepool/cli src/kubepool/jobs src/kubepool/sagemaker src/kubepool/kube
 

@@ -8,6 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
+PYTEST=("$BIN/python" hack/pytest.py)  # pytest, then an exit without the native libraries' teardown
+export PYTHONFAULTHANDLER=1  # a crash prints every thread's stack, also after pytest's own handler is gone
 say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 # Beside the clusters' state dirs, not in them: `kubepool local down` removes those.
 mkdir -p .kubepool-test-prepare
@@ -32,7 +34,7 @@ fi
 trap 'say "interrupted"; exit 130' INT TERM
 
 say "pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
-$BIN/pytest -m "not images and not realnode" "$@"
+"${PYTEST[@]}" -m "not images and not realnode" "$@"
 rc=$?
 [[ $realnode != 0 ]] || exit $rc
 
@@ -57,7 +59,7 @@ if [[ $prep_rc != 0 ]]; then
 fi
 say "$(tail -n 1 "$log")"
 say "pytest: the real-node tier (.kubepool-realnode/, slot 4)"
-$BIN/pytest -m realnode tests/realnode "$@"
+"${PYTEST[@]}" -m realnode tests/realnode "$@"
 rc2=$?
 [[ $rc2 == 5 ]] && rc2=0  # arguments that select no real-node test
 (( rc != 0 )) && exit $rc
