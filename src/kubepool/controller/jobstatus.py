@@ -78,7 +78,9 @@ def _conditions(prev: Sequence[Condition], st: MLJobStatus, ready_ok: bool, now:
 def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
     """The job's next status. Finished jobs keep their phase; instance entries still follow the pods."""
     prev = job.status or MLJobStatus()
-    st = prev.model_copy(deep=True)
+    # Shallow: the steps only ever assign st's fields (never change a list or an entry in place), so the
+    # previous status, which other readers hold, stays as it was; a deep copy was most of a pass's CPU.
+    st = prev.model_copy()
     st.target_instances, st.min_instances = job.spec.resolved_target(), job.spec.resolved_min()
     st.pools = ",".join(dict.fromkeys(p.pool for p in placement_of(job)))
     st.instance_layout = layout_record(job)  # what every reader derives from the spec and `prev` (builders.layout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -13,6 +14,21 @@ from kubepool.controller.jobstatus import Observed, compute_job_status
 from support.factories import T0, at, job, pod, with_status
 
 ADMIT3 = Decision(True, granted=3)
+
+
+@pytest.fixture(autouse=True)
+def _the_previous_status_is_never_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compute_job_status shares the previous status' lists and entries with the new one (a shallow copy), so no
+    step may change them in place: every call in this module checks that the job's status is as it was."""
+    real = S.compute_job_status
+
+    def checked(j: MLJob, obs: Observed) -> MLJobStatus:
+        before = j.status.model_dump(mode="json") if j.status else None
+        new = real(j, obs)
+        assert (j.status.model_dump(mode="json") if j.status else None) == before, "the previous status was changed"
+        return new
+
+    monkeypatch.setattr(sys.modules[__name__], "compute_job_status", checked)
 
 
 def admitted(j: MLJob, granted: int = 3, **extra: object) -> MLJob:
