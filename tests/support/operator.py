@@ -37,7 +37,7 @@ def operator_state(jobs: Sequence[MLJob] = (), pools: Sequence[ComputePool] = ()
         view.POOL_INDEX: {p.metadata["name"]: [wire(p)] for p in pools},
         view.NODE_INDEX: {},
     }
-    op.view.track_claims()  # as main.configure does: a job added later goes through `index_job`
+    op.view.track_open_jobs()  # as main.configure does: a job added later goes through `index_job`
     return op, fake, events
 
 

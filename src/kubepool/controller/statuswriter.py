@@ -11,7 +11,7 @@ from typing import cast
 
 from kubepool.api import MLJob, MLJobStatus
 from kubepool.controller.jobstatus import decisive, status_changed
-from kubepool.controller.view import JobKey, Statuses
+from kubepool.controller.view import JobKey
 from kubepool.kube.aio import Api
 
 STATUS_FLUSH_SECONDS = 1.0  # a job's status changes that are not decisive are written this late
@@ -22,7 +22,7 @@ UNCHANGED = object()  # reserve(): the status needs no write
 class StatusWriter:
     api: Api
     wake: Callable[[JobKey], None]  # asks for the job's pass: a due flush is written by it
-    written: Statuses = field(default_factory=Statuses)  # job uid → last status written (or to flush)
+    written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written (or to flush)
     unflushed: dict[str, bool] = field(default_factory=dict)  # job uid → written[uid] not yet sent; flush due
 
     def forget(self, uid: str) -> None:

@@ -6,14 +6,14 @@ from the watches after a restart."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from kubepool import naming
-from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.api import ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.controller.admission import Claim
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.jobpass import SUSPENDED
@@ -43,6 +43,7 @@ def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "metadata": kept}
 
 
+_FINISHED_PHASES = frozenset(str(p) for p in JobPhase if p.finished)
 INDEXES = (JOB_INDEX, POD_INDEX, PLACEHOLDER_INDEX, POOL_INDEX, NODE_INDEX)
 OPTIONAL_INDEXES = (WORKLOAD_INDEX,)  # registered with their handlers only when configured
 
@@ -52,40 +53,6 @@ def _values(index: Any, key: Any) -> list[Any]:
         return list(index[key]) if key in index else []
     except KeyError:  # the key vanished between the check and the read
         return []
-
-
-class Statuses(MutableMapping[str, MLJobStatus]):
-    """The status writer's map (job uid → the status this process last wrote or is about to), telling its
-    listener of every change, whichever way it is made: ClusterView keeps each job's claim until then."""
-
-    def __init__(self) -> None:
-        self._by_uid: dict[str, MLJobStatus] = {}
-        self.listener: Callable[[str], None] | None = None
-
-    def __getitem__(self, uid: str) -> MLJobStatus:
-        return self._by_uid[uid]
-
-    def get(self, uid: str, default: Any = None) -> Any:  # read per job per decision: no KeyError round trip
-        return self._by_uid.get(uid, default)
-
-    def __contains__(self, uid: object) -> bool:
-        return uid in self._by_uid
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._by_uid)
-
-    def __len__(self) -> int:
-        return len(self._by_uid)
-
-    def __setitem__(self, uid: str, status: MLJobStatus) -> None:
-        self._by_uid[uid] = status
-        if self.listener is not None:
-            self.listener(uid)
-
-    def __delitem__(self, uid: str) -> None:
-        del self._by_uid[uid]
-        if self.listener is not None:
-            self.listener(uid)
 
 
 @dataclass
@@ -99,16 +66,14 @@ class ClusterView:
     # the whole index per decision made bursts quadratic. Models handed out are never mutated.
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
     parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
-    # Jobs seen finished, by uid (a finished phase is final): skipped without a look. By uid: a job created under a
-    # finished one's name (a delete seen late, after a watch gap) is a new claim.
+    claim_cache: dict[JobKey, tuple[MLJob, MLJobStatus | None, Claim]] = field(default_factory=dict)
+    # Jobs seen finished, by uid (a finished phase is final): claims() skips them without a look, so a decision
+    # costs O(unfinished jobs), not O(all jobs). By uid: a job created under a finished one's name (a delete seen
+    # late, after a watch gap) is a new claim.
     finished: set[str] = field(default_factory=set)
-    # Each job's claim kept until its body or status changes (`track_claims`): a decision then costs O(changed
-    # jobs), not O(jobs). None: not tracked (every claims() reads every job). `stale`: the keys to read again,
-    # marked by the job handlers (`job_indexed`, `job_event`) and by every change of the status map.
-    kept: dict[JobKey, tuple[str, Claim | None]] | None = None
-    stale: set[JobKey] = field(default_factory=set)
-    uid_keys: dict[str, JobKey] = field(default_factory=dict)  # the kept jobs' uids: a status change finds its key
-    kept_list: list[Claim] | None = None  # claims() as last returned, while nothing went stale
+    # Where claims() looks: None, every job in the index; else a superset of the unfinished jobs' keys, kept by
+    # the handlers (`job_event`), so a decision costs O(unfinished jobs) however many finished jobs are kept.
+    open_keys: set[JobKey] | None = None
     # What the event handlers last acted on: a job's (uid, generation, deleting), a node as the pools read it.
     seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)
     node_views: dict[str, NodeView] = field(default_factory=dict)
@@ -125,38 +90,33 @@ class ClusterView:
         self.finished.discard(uid)
         if self.superseded(key, uid):
             return
-        if self.kept is not None:
-            was = self.kept.pop(key, None)
-            if was is not None:
-                self.uid_keys.pop(was[0], None)
-            self.stale.discard(key)
-            self.kept_list = None
+        if self.open_keys is not None:
+            self.open_keys.discard(key)
         self.seen_jobs.pop(key, None)
         self.parsed_jobs.pop(key, None)
+        self.claim_cache.pop(key, None)
 
-    def track_claims(self) -> None:
-        """From now on claims() keeps each job's claim until the job handlers or the status map report a change of
-        it. The status map must be `Statuses` (the status writer's), which reports every change."""
-        if not isinstance(self.written, Statuses):
-            raise TypeError("tracked claims need the status writer's Statuses map")
-        self.written.listener = self.status_changed
-        self.kept = {}
-        self.stale = set(self._index(JOB_INDEX))
+    def track_open_jobs(self) -> None:
+        """From now on claims() reads only `open_keys`, starting with every job the index holds."""
+        self.open_keys = set(self._index(JOB_INDEX))
 
     def job_indexed(self, key: JobKey) -> None:
-        """A body of the job is about to be stored in the index (kopf calls the index handler first), or was
-        dropped: its claim is read again. Marked again by `job_event` once stored, so a claims() in between, which
-        reads the old body, keeps it only until then."""
-        if self.kept is not None:
-            self.stale.add(key)
-            self.kept_list = None
+        """A body of the job is about to be stored in the index (kopf calls the index handler first): it may be
+        unfinished, so claims() must look at it."""
+        if self.open_keys is not None:
+            self.open_keys.add(key)
 
-    job_event = job_indexed  # an event of the job was indexed (its handler runs after kopf stored it)
-
-    def status_changed(self, uid: str) -> None:
-        key = self.uid_keys.get(uid)  # not kept: the job is stale already, unknown or finished
-        if key is not None:
-            self.job_indexed(key)
+    def job_event(self, key: JobKey) -> None:
+        """An event of the job was indexed (its handler runs after kopf stored it): claims() stops looking at the
+        job once what the index holds of it is finished, or gone."""
+        if self.open_keys is None:
+            return
+        body = _newest(_values(self._index(JOB_INDEX), key))
+        phase = ((body or {}).get("status") or {}).get("phase")
+        if body is None or (phase is not None and phase in _FINISHED_PHASES):
+            self.open_keys.discard(key)
+        else:
+            self.open_keys.add(key)
 
     def superseded(self, key: JobKey, uid: str) -> bool:
         """Whether a job named `key` other than `uid` is watched."""
@@ -263,41 +223,34 @@ class ClusterView:
 
     def claims(self) -> list[Claim]:
         """Every unfinished job's claim on its pools; a suspended (or cancelled) job has none: it holds no
-        capacity and waits for none. Shared between readers: never mutated."""
-        if self.kept is None:
-            return [c for key in list(self._index(JOB_INDEX)) if (c := self._claim(key)[1]) is not None]
-        if self.kept_list is None or self.stale:
-            for key in self.stale:
-                uid, claim = self._claim(key)
-                was = self.kept.pop(key, None)
-                if was is not None and self.uid_keys.get(was[0]) == key:
-                    del self.uid_keys[was[0]]
-                if uid and uid not in self.finished:
-                    self.kept[key] = (uid, claim)
-                    self.uid_keys[uid] = key
-            self.stale.clear()
-            self.kept_list = [c for _, c in self.kept.values() if c is not None]
-        return self.kept_list
-
-    def _claim(self, key: JobKey) -> tuple[str, Claim | None]:
-        """The uid of the job named `key` ("": none watched) and its claim (None: it claims nothing)."""
-        body = _newest(_values(self._index(JOB_INDEX), key))
-        if body is None:
-            return "", None
-        uid = (body.get("metadata") or {}).get("uid", "")
-        if uid in self.finished:
-            return uid, None
-        parsed = self._parsed_job(key, body)
-        if parsed is None:
-            return uid, None
-        mine = self.written.get(uid)
-        st = mine if mine is not None else parsed.status
-        if st is not None and st.phase is not None and st.phase.finished:
-            self.finished.add(uid)
-            return uid, None
-        if parsed.spec.suspend or parsed.spec.cancel or (st is not None and st.reason == SUSPENDED):
-            return uid, None
-        return uid, claim_of(parsed if st is parsed.status else parsed.model_copy(update={"status": st}), *key)
+        capacity and waits for none."""
+        out = []
+        index = self._index(JOB_INDEX)
+        for key in list(index if self.open_keys is None else self.open_keys):
+            body = _newest(_values(index, key))
+            if body is None or (body.get("metadata") or {}).get("uid", "") in self.finished:
+                continue
+            parsed = self._parsed_job(key, body)
+            if parsed is None:
+                continue
+            uid = parsed.metadata.get("uid", "")
+            mine = self.written.get(uid)
+            st = mine if mine is not None else parsed.status
+            if st is not None and st.phase is not None and st.phase.finished:
+                self.finished.add(uid)
+                self.claim_cache.pop(key, None)
+                continue
+            if parsed.spec.suspend or parsed.spec.cancel or (st is not None and st.reason == SUSPENDED):
+                continue
+            # A claim depends only on the parsed job and its status: reuse it while both are the same objects
+            # (no copy of the model per job per decision, as job() makes).
+            hit = self.claim_cache.get(key)
+            if hit is None or hit[0] is not parsed or hit[1] is not st:
+                job = parsed if st is parsed.status else parsed.model_copy(update={"status": st})
+                hit = (parsed, st, claim_of(job, *key))
+                self.claim_cache[key] = hit
+            out.append(hit[2])
+        return out
 
 
 def _newest(bodies: list[dict[str, Any]]) -> dict[str, Any] | None:

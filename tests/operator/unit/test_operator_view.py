@@ -9,9 +9,8 @@ import pytest
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
-from kubepool.controller.jobpass import SUSPENDED
 from kubepool.controller.jobreconcile import reconcile_job
-from kubepool.controller.view import JOB_INDEX, POOL_INDEX, ClusterView, Statuses
+from kubepool.controller.view import JOB_INDEX, POOL_INDEX, ClusterView
 from support.factories import job, pool
 from support.operator import operator_state
 
@@ -31,7 +30,7 @@ def test_models_are_parsed_once_per_resource_version(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(MLJob, "model_validate", lambda b: calls.append("job") or original(b))
     monkeypatch.setattr(ComputePool, "model_validate", lambda b: calls.append("pool") or pool())
     assert first is not None and view.job(("ns", "train"))[0] is first[0]  # type: ignore[index]
-    assert view.pools()["cpu"] is pools["cpu"] and view.claims()[0] == view.claims()[0]
+    assert view.pools()["cpu"] is pools["cpu"] and view.claims()[0] is view.claims()[0]
     assert calls == []
     view.indexes[JOB_INDEX][("ns", "train")] = [body(job(targetInstances=2), "2")]
     calls.clear()  # the factory validates too
@@ -106,7 +105,7 @@ async def test_forgetting_a_job_leaves_nothing_of_it() -> None:
     op, _, _ = operator_state([job(targetInstances=1)], [pool()])
     await reconcile_job(op, ("ns", "train"))
     op.view.seen_jobs[("ns", "train")] = ("uid-train", 1, False)
-    assert op.view.claims() and op.view.kept and op.view.uid_keys and op.status.written and op.children.ready
+    assert op.view.claims() and op.view.claim_cache and op.status.written and op.children.ready
     op.forget(("ns", "train"), "uid-train")
     for part in (op.view, op.queue, op.status, op.children):
         for name, value in vars(part).items():
@@ -126,53 +125,39 @@ def test_the_job_index_keeps_no_kept_results_nor_managed_fields() -> None:
     assert indexed_job(plain) == {"metadata": {"name": "j"}} and "managedFields" in plain["metadata"]
 
 
-def test_tracked_claims_read_a_job_again_only_when_its_body_or_status_changed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As the operator runs: each job's claim is kept until a job handler or the status map reports a change of
-    it, so a decision reads only the jobs that changed; a finished job is dropped for good; a job is seen from the
-    moment its index handler ran, and gone once deleted."""
-    written = Statuses()
-    view = ClusterView(written=written)
-    view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")], ("ns", "b"): [body(job(name="b"), "1")]}}
-    view.track_claims()
-    assert {c.name for c in view.claims()} == {"train", "b"}
+def test_tracked_claims_never_look_at_a_finished_job_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the operator runs (open_keys kept by the job handlers): a finished job, once its event was handled,
+    costs a decision nothing; a job is seen from the moment its index handler ran, and gone once deleted."""
+    view = ClusterView(written={})
+    view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")]}}
+    view.track_open_jobs()
+    done = body(job(name="old", status={"phase": "DONE", "reason": "Completed"}), "2")
+    view.job_indexed(("ns", "old"))
+    view.indexes[JOB_INDEX][("ns", "old")] = [done]
+    view.job_event(("ns", "old"))
+    assert view.open_keys == {("ns", "train")}
     looked: list[object] = []
     original = ClusterView._parsed_job
     monkeypatch.setattr(ClusterView, "_parsed_job", lambda self, k, b: looked.append(k) or original(self, k, b))
-    first = view.claims()
-    assert view.claims() is first and looked == []  # nothing changed: nothing read
-    written["uid-b"] = MLJobStatus(phase="PENDING", reason=SUSPENDED)
-    assert [c.name for c in view.claims()] == ["train"] and looked == [("ns", "b")]
-    looked.clear()
-    written["uid-b"] = MLJobStatus(phase="DONE", reason="Completed")
-    assert [c.name for c in view.claims()] == ["train"] and view.finished == {"uid-b"}
-    view.job_event(("ns", "b"))  # e.g. its own write seen: a finished job costs no look
-    assert [c.name for c in view.claims()] == ["train"] and looked == [("ns", "b")]
+    assert [c.name for c in view.claims()] == ["train"] and looked == [("ns", "train")]
     view.job_indexed(("ns", "new"))  # kopf stores the body after its index handler, before the event handler
     view.indexes[JOB_INDEX][("ns", "new")] = [body(job(name="new"), "3")]
     assert {c.name for c in view.claims()} == {"train", "new"}
-    view.indexes[JOB_INDEX][("ns", "train")] = [body(job(suspend=True), "4")]  # a read between index and store
-    assert {c.name for c in view.claims()} == {"train", "new"}  # keeps the old body only until the event
+    del view.indexes[JOB_INDEX][("ns", "train")]  # deleted: out of the index before the handler runs
     view.job_event(("ns", "train"))
-    assert {c.name for c in view.claims()} == {"new"}
-    del view.indexes[JOB_INDEX][("ns", "new")]  # deleted: out of the index before the handler runs
-    view.job_event(("ns", "new"))
-    assert view.claims() == [] and ("ns", "new") not in view.kept
-
-
-def test_tracked_claims_need_the_status_writers_map() -> None:
-    with pytest.raises(TypeError, match="Statuses"):
-        ClusterView(written={}).track_claims()
+    assert {c.name for c in view.claims()} == {"new"} and ("ns", "train") not in view.open_keys
 
 
 def test_tracked_claims_see_a_job_recreated_under_a_finished_jobs_name() -> None:
     """A re-list after a watch gap: the new job of a finished job's name is indexed while the old body is still
-    held. A decision between the index handler and the store reads the old body; the event reads the new one."""
-    view = ClusterView(written=Statuses())
+    held. claims() never drops a key itself, so a decision between the index handler and the store cannot lose
+    the new job; its event keeps it tracked."""
+    view = ClusterView(written={})
     old = body(job(status={"phase": "DONE", "reason": "Completed"}), "1")
     view.indexes = {JOB_INDEX: {("ns", "train"): [old]}}
-    view.track_claims()
+    view.track_open_jobs()
     view.job_event(("ns", "train"))
-    assert view.claims() == []
+    assert view.open_keys == set()
     view.job_indexed(("ns", "train"))
     assert view.claims() == []  # the new body not stored yet: the old one is finished
     newer = _renamed_uid(body(job(targetInstances=2), "7"), "uid-train-2", "2026-01-01T12:05:00Z")
