@@ -31,11 +31,12 @@ def test_case():
 '''
 
 
-def _run(tmp_path: Path, passes: bool) -> int:
+def _run(tmp_path: Path, passes: bool, pytest: tuple[str, ...] = ("hack/pytest.py",)) -> int:
+    """Run the case under `pytest` (the wrapper, or ("-m", "pytest"): plain pytest); its exit status."""
     case = tmp_path / "case" / "test_case.py"
     case.parent.mkdir(exist_ok=True)
     case.write_text(CASE.format(out=str(tmp_path), passes=passes))
-    return subprocess.run([sys.executable, "hack/pytest.py", "-q", "-p", "no:cacheprovider", str(case)],
+    return subprocess.run([sys.executable, *pytest, "-q", "-p", "no:cacheprovider", str(case)],
                           cwd=REPO_ROOT, capture_output=True, timeout=120).returncode
 
 
@@ -48,9 +49,5 @@ def test_status_kept_exit_handlers_run_teardown_skipped(tmp_path: Path) -> None:
 
 def test_without_the_wrapper_the_teardown_runs(tmp_path: Path) -> None:
     """The control: the same case under plain pytest reaches the teardown, so the check above can fail."""
-    case = tmp_path / "case" / "test_case.py"
-    case.parent.mkdir()
-    case.write_text(CASE.format(out=str(tmp_path), passes=True))
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(case)],
-                   cwd=REPO_ROOT, capture_output=True, timeout=120, check=True)
+    assert _run(tmp_path, passes=True, pytest=("-m", "pytest")) == 0
     assert (tmp_path / "teardown").read_text() == "ran"
