@@ -52,6 +52,15 @@ def test_decodes_like_the_standard_library() -> None:
     assert kopf_fence.loads(b'{"a": [1, 2]}') == {"a": [1, 2]}
 
 
+def test_watch_events_come_without_managed_fields() -> None:
+    managed = [{"manager": "kubepool", "operation": "Apply", "fieldsV1": {"f:spec": {"f:image": {}}}}]
+    event = {"type": "MODIFIED", "object": {**EVENT["object"], "metadata": {"name": "p", "managedFields": managed}}}
+    assert kopf_fence.loads(json.dumps(event)) == {**event, "object": {**EVENT["object"], "metadata": {"name": "p"}}}
+    error = {"type": "ERROR", "object": {"kind": "Status", "code": 410}}  # no metadata: left as it is
+    assert kopf_fence.loads(json.dumps(error)) == error
+    assert kopf_fence.loads("[1]") == [1] and kopf_fence.loads('{"object": 3}') == {"object": 3}
+
+
 # --- start-up readiness --------------------------------------------------------------------------------------
 def test_lean_readiness_is_what_kopf_makes_its_sets_from(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aiotoggles, "ToggleSet", aiotoggles.ToggleSet)  # undone after the test
