@@ -5,9 +5,16 @@ a test checks that every query there names a metric defined here."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import threading
+from collections.abc import Iterator
 from datetime import datetime
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
 
@@ -15,23 +22,85 @@ _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 360
 
 JOBS = Gauge("kubepool_mljobs", "MLJobs by phase", ["phase"])
 QUEUED = Gauge("kubepool_mljobs_queued", "MLJobs waiting for pool capacity")
-QUEUED_SECONDS = Histogram("kubepool_mljob_queued_seconds", "From an MLJob's creation (or its last resume) to "
-                           "its admission (capacity granted)", ["pool"], buckets=_WAIT_BUCKETS)
-START_SECONDS = Histogram("kubepool_mljob_start_seconds", "From an MLJob's creation (or its last resume) to "
-                          "its payload's start (RUNNING)", ["pool"], buckets=_WAIT_BUCKETS)
-DURATION_SECONDS = Histogram("kubepool_mljob_duration_seconds", "From an MLJob's start (RUNNING) to its end, by "
-                             "outcome", ["pool", "phase"], buckets=_WAIT_BUCKETS)
-POOL_MAX = Gauge("kubepool_pool_max_instances", "A ComputePool's maxNodes: instances it may run at once", ["pool"])
-POOL_IN_USE = Gauge("kubepool_pool_instances_in_use", "Instances admitted jobs hold in a ComputePool", ["pool"])
-POOL_QUEUED = Gauge("kubepool_pool_queued_jobs", "MLJobs waiting for a ComputePool's capacity", ["pool"])
-POOL_READY_NODES = Gauge("kubepool_pool_ready_nodes", "Ready nodes a ComputePool selects", ["pool"])
-POOL_WARM = Gauge("kubepool_pool_warm_instances", "Warm placeholders holding a ComputePool's nodes", ["pool"])
 RECONCILE_SECONDS = Histogram("kubepool_reconcile_seconds", "Time to reconcile one MLJob",
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 RECONCILE_ERRORS = Counter("kubepool_reconcile_errors_total", "Passes that failed and will be retried, by kind "
                            "(job, pool) and reason (the API's HTTP status, or the exception's type)", ["kind", "reason"])
 API_ERRORS = Counter("kubepool_api_errors_total", "Kubernetes API calls that failed", ["status"])
-_POOL_GAUGES = (POOL_MAX, POOL_IN_USE, POOL_QUEUED, POOL_READY_NODES, POOL_WARM)
+
+# Per pool (a series each, or one per outcome): the job histograms and the pool's gauges, kept by PoolSeries.
+QUEUED_SECONDS = "kubepool_mljob_queued_seconds"
+START_SECONDS = "kubepool_mljob_start_seconds"
+DURATION_SECONDS = "kubepool_mljob_duration_seconds"
+_HISTOGRAMS = {
+    QUEUED_SECONDS: ("From an MLJob's creation (or its last resume) to its admission (capacity granted)", ("pool",)),
+    START_SECONDS: ("From an MLJob's creation (or its last resume) to its payload's start (RUNNING)", ("pool",)),
+    DURATION_SECONDS: ("From an MLJob's start (RUNNING) to its end, by outcome", ("pool", "phase")),
+}
+_GAUGES = (  # in the order set_pool's values come
+    ("kubepool_pool_max_instances", "A ComputePool's maxNodes: instances it may run at once"),
+    ("kubepool_pool_instances_in_use", "Instances admitted jobs hold in a ComputePool"),
+    ("kubepool_pool_queued_jobs", "MLJobs waiting for a ComputePool's capacity"),
+    ("kubepool_pool_ready_nodes", "Ready nodes a ComputePool selects"),
+    ("kubepool_pool_warm_instances", "Warm placeholders holding a ComputePool's nodes"),
+)
+
+
+class PoolSeries(Collector):
+    """Every pool's series as plain numbers, turned into samples when scraped. prometheus_client keeps a value
+    object and a lock per bucket of each labelled child, 75 objects per pool, every one another container the
+    garbage collector walks; a pool here is one list of gauges and one list of counts per histogram series."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the scrape runs in prometheus_client's server thread
+        self._gauges: dict[str, list[float]] = {}
+        self._counts: dict[tuple[str, tuple[str, ...]], list[float]] = {}  # per bucket, then +Inf, then the sum
+
+    def ensure(self, name: str, labels: tuple[str, ...]) -> None:
+        with self._lock:
+            self._counts.setdefault((name, labels), [0.0] * (len(_WAIT_BUCKETS) + 2))
+
+    def observe(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        with self._lock:
+            counts = self._counts.setdefault((name, labels), [0.0] * (len(_WAIT_BUCKETS) + 2))
+            counts[bisect.bisect_left(_WAIT_BUCKETS, value)] += 1  # a bucket counts what is ≤ its bound
+            counts[-1] += value
+
+    def set_gauges(self, pool: str, values: list[float]) -> None:
+        with self._lock:
+            self._gauges[pool] = values
+
+    def forget(self, pool: str) -> None:
+        with self._lock:
+            self._gauges.pop(pool, None)
+            for key in [k for k in self._counts if k[1][0] == pool]:
+                del self._counts[key]
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            gauges = list(self._gauges.items())
+            counts = [(k, list(v)) for k, v in self._counts.items()]
+        for i, (name, text) in enumerate(_GAUGES):
+            gauge = GaugeMetricFamily(name, text, labels=["pool"])
+            for pool, values in gauges:
+                gauge.add_metric([pool], values[i])
+            yield gauge
+        for name, (text, labelnames) in _HISTOGRAMS.items():
+            histogram = HistogramMetricFamily(name, text, labels=list(labelnames))
+            for (series, labels), c in counts:
+                if series == name:
+                    cumulative = list(itertools.accumulate(c[:-1]))
+                    bounds = [floatToGoString(b) for b in _WAIT_BUCKETS] + ["+Inf"]
+                    histogram.add_metric(list(labels), list(zip(bounds, cumulative, strict=True)), c[-1])
+            yield histogram
+
+    def describe(self) -> Iterator[Metric]:  # the names, for the registry's duplicate check (no samples)
+        yield from (GaugeMetricFamily(name, text) for name, text in _GAUGES)
+        yield from (HistogramMetricFamily(name, text) for name, (text, _) in _HISTOGRAMS.items())
+
+
+POOLS = PoolSeries()
+REGISTRY.register(POOLS)
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:
@@ -46,11 +115,11 @@ def _seconds(since: datetime | str | None, until: datetime | None) -> float | No
     return max((until - start).total_seconds(), 0.0)
 
 
-def job_transitions(created: str | None, pool: str, prev: MLJobStatus | None, new: MLJobStatus) -> list[tuple[Histogram, dict[str, str], float]]:
+def job_transitions(created: str | None, pool: str, prev: MLJobStatus | None, new: MLJobStatus) -> list[tuple[str, dict[str, str], float]]:
     """The observations a status transition makes (pure: the caller records them): admitted → time queued;
     RUNNING → time to start; finished after a start → duration by outcome. A resumed job counts from its resume
     (status.queuedAt), not its creation: the time it was suspended was not spent waiting."""
-    out: list[tuple[Histogram, dict[str, str], float]] = []
+    out: list[tuple[str, dict[str, str], float]] = []
     since = new.queued_at or created
     if (prev is None or prev.admitted_at is None) and new.admitted_at is not None:
         queued = _seconds(since, new.admitted_at)
@@ -69,8 +138,8 @@ def job_transitions(created: str | None, pool: str, prev: MLJobStatus | None, ne
 
 
 def observe_job(created: str | None, pool: str, prev: MLJobStatus | None, new: MLJobStatus) -> None:
-    for histogram, labels, value in job_transitions(created, pool, prev, new):
-        histogram.labels(**labels).observe(value)
+    for name, labels, value in job_transitions(created, pool, prev, new):
+        POOLS.observe(name, tuple(labels[k] for k in _HISTOGRAMS[name][1]), value)
 
 
 # A series Prometheus has never seen at 0 shows no increase at its first observation (rate() needs two samples):
@@ -79,24 +148,16 @@ def observe_job(created: str | None, pool: str, prev: MLJobStatus | None, new: M
 _FINISHED = tuple(str(p) for p in JobPhase if p.finished)
 
 
-def _job_series(name: str) -> list[tuple[Histogram, tuple[str, ...]]]:
+def _job_series(name: str) -> list[tuple[str, tuple[str, ...]]]:
     return [(QUEUED_SECONDS, (name,)), (START_SECONDS, (name,)), *((DURATION_SECONDS, (name, p)) for p in _FINISHED)]
 
 
 def set_pool(name: str, max_nodes: int, st: ComputePoolStatus) -> None:
-    for histogram, values in _job_series(name):
-        histogram.labels(*values)
-    POOL_MAX.labels(pool=name).set(max_nodes)
-    POOL_IN_USE.labels(pool=name).set(st.instances_in_use or 0)
-    POOL_QUEUED.labels(pool=name).set(st.queued_jobs or 0)
-    POOL_READY_NODES.labels(pool=name).set(st.ready_nodes or 0)
-    POOL_WARM.labels(pool=name).set(st.warm_instances or 0)
+    for series, labels in _job_series(name):
+        POOLS.ensure(series, labels)
+    POOLS.set_gauges(name, [max_nodes, st.instances_in_use or 0, st.queued_jobs or 0, st.ready_nodes or 0,
+                            st.warm_instances or 0])
 
 
 def forget_pool(name: str) -> None:
-    series: list[tuple[Gauge | Histogram, tuple[str, ...]]] = [(g, (name,)) for g in _POOL_GAUGES]
-    for metric, values in [*series, *_job_series(name)]:
-        try:
-            metric.remove(*values)
-        except KeyError:  # never set for this pool
-            pass
+    POOLS.forget(name)

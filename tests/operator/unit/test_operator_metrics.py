@@ -8,7 +8,7 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge, Histogram
 
 from kubepool.api import JobPhase, MLJobStatus
 from kubepool.controller import metrics
@@ -22,12 +22,8 @@ def st(**fields: object) -> MLJobStatus:
     return MLJobStatus.model_validate(fields)
 
 
-NAMES = {metrics.QUEUED_SECONDS: "kubepool_mljob_queued_seconds", metrics.START_SECONDS: "kubepool_mljob_start_seconds",
-         metrics.DURATION_SECONDS: "kubepool_mljob_duration_seconds"}
-
-
 def observed(prev: MLJobStatus | None, new: MLJobStatus) -> list[tuple[str, dict[str, str], float]]:
-    return [(NAMES[h], labels, v) for h, labels, v in metrics.job_transitions(CREATED, "cpu", prev, new)]
+    return metrics.job_transitions(CREATED, "cpu", prev, new)
 
 
 def test_each_transition_is_observed_once() -> None:
@@ -77,3 +73,29 @@ def test_a_pools_job_series_exist_at_zero_so_its_first_failure_shows() -> None:
     metrics.forget_pool("fresh-pool")
     assert count("kubepool_mljob_duration_seconds_count", pool="fresh-pool", phase="FAILED") is None
     assert count("kubepool_pool_max_instances", pool="fresh-pool") is None
+
+
+def test_pool_series_scrape_as_prometheus_clients_own_metrics() -> None:
+    """PoolSeries keeps numbers, not prometheus_client's objects: its samples are what a Histogram and a Gauge
+    with the same observations give (bounds, cumulative counts, +Inf, sum, count), a value on a bound included."""
+    ours, theirs = metrics.PoolSeries(), CollectorRegistry()
+    ref = Histogram(metrics.DURATION_SECONDS, "h", ["pool", "phase"], buckets=metrics._WAIT_BUCKETS, registry=theirs)
+    gauge = Gauge("kubepool_pool_queued_jobs", "g", ["pool"], registry=theirs)
+    for value in (0.2, 1, 1.5, 300, 299.9, 5e5):
+        ours.observe(metrics.DURATION_SECONDS, ("a", "DONE"), value)
+        ref.labels(pool="a", phase="DONE").observe(value)
+    ours.ensure(metrics.DURATION_SECONDS, ("b", "FAILED"))
+    ref.labels(pool="b", phase="FAILED")
+    ours.set_gauges("a", [4, 2, 7, 1, 0])
+    gauge.labels(pool="a").set(7)
+
+    def samples(metric_families: object, names: set[str]) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return {(s.name, tuple(sorted(s.labels.items())), s.value) for m in metric_families for s in m.samples  # type: ignore[attr-defined]
+                if m.name in names and not s.name.endswith("_created")}
+
+    names = {metrics.DURATION_SECONDS, "kubepool_pool_queued_jobs"}
+    got = samples(ours.collect(), names)
+    assert got == samples(theirs.collect(), names)
+    assert ("kubepool_mljob_duration_seconds_bucket", (("le", "1.0"), ("phase", "DONE"), ("pool", "a")), 2.0) in got
+    ours.forget("a")
+    assert {s[2] for s in samples(ours.collect(), names)} == {0.0}  # only b's series, at zero
