@@ -5,7 +5,7 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
 - `install_fast_json`: kopf decodes every watch event with the standard library's json, a fifth of the
   operator's CPU in a burst of new jobs (every pod event carries the whole pod); orjson decodes the same lines
   several times faster. Swapped in where kopf looks `json` up, or not at all. Each event's object loses its
-  managedFields on the way (read by nothing; half of a pod's body).
+  managedFields on the way, a pod most of its spec (read by nothing; most of a pod's body).
 - `LeanDiffBaseStorage`: kopf deep-copies every watched body to build a diff base; kinds without change
   handlers get none (`build` returns None, which kopf's annotated contract does not allow but its
   processing treats as "no essence").
@@ -34,6 +34,7 @@ import orjson
 from kopf._cogs.aiokits import aiotoggles
 
 from kubepool import naming
+from kubepool.controller.observed import POD_SPEC_READ
 
 
 # --- watch decoding -------------------------------------------------------------------------------------------
@@ -41,9 +42,10 @@ def loads(text: str | bytes) -> Any:
     """orjson's decoding; the standard library's for what orjson refuses. (orjson reads integers beyond 64 bits
     as floats; the API server never sends them: it decodes every number into Go's int64 or float64.)
 
-    A watch event's object comes without its managedFields: neither kopf nor any handler reads them, and they are
-    about half the containers of a pod's body. Dropped here, they are freed at once instead of living as long as
-    the event waits in kopf's queues, where under load every tracked container adds to each collection."""
+    A watch event's object comes without its managedFields, and a pod without the parts of its spec the views of
+    observed.py do not read (POD_SPEC_READ): neither kopf nor any handler reads them, and they are most of a pod's
+    body. Dropped here, they are freed at once instead of living as long as the event waits in kopf's queues,
+    where under load every tracked container adds to each collection."""
     try:
         event = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -54,6 +56,9 @@ def loads(text: str | bytes) -> Any:
             meta = obj.get("metadata")
             if isinstance(meta, dict):
                 meta.pop("managedFields", None)
+            spec = obj.get("spec")
+            if obj.get("kind") == "Pod" and isinstance(spec, dict):
+                obj["spec"] = {k: spec[k] for k in POD_SPEC_READ if k in spec}
     return event
 
 

@@ -11,6 +11,10 @@ from kubepool import naming
 from kubepool.api.kuberay import kuberay_instance_id
 
 SUCCEEDED, FAILED, PENDING, RUNNING = "Succeeded", "Failed", "Pending", "Running"
+# Every field of a pod's spec that PodView and PlaceholderView read: the operator's watch keeps no other
+# (kopf_fence.loads), since a pod's spec is most of its body (tests/operator/unit/test_operator_observed.py
+# checks the views read nothing else).
+POD_SPEC_READ = ("nodeName", "hostname", "subdomain")
 
 
 @dataclass(frozen=True)

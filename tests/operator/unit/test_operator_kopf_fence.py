@@ -31,7 +31,7 @@ from kubepool.controller.main import apply_settings
 from support.factories import pool
 from support.operator import operator_state, wire
 
-EVENT = {"type": "MODIFIED", "object": {"kind": "Pod", "metadata": {"name": "ü-0", "resourceVersion": "12"},
+EVENT = {"type": "MODIFIED", "object": {"kind": "MLJob", "metadata": {"name": "ü-0", "resourceVersion": "12"},
                                          "spec": {"priority": -10, "x": 1.5, "ok": True, "none": None}}}
 DIFFBASE_KEY = "last-handled-configuration"
 DIFFBASE_ANNOTATION = f"{naming.ANNOTATION_PREFIX}/{DIFFBASE_KEY}"
@@ -59,6 +59,17 @@ def test_watch_events_come_without_managed_fields() -> None:
     error = {"type": "ERROR", "object": {"kind": "Status", "code": 410}}  # no metadata: left as it is
     assert kopf_fence.loads(json.dumps(error)) == error
     assert kopf_fence.loads("[1]") == [1] and kopf_fence.loads('{"object": 3}') == {"object": 3}
+
+
+def test_a_watched_pod_keeps_only_the_spec_fields_the_views_read() -> None:
+    spec = {"nodeName": "n1", "hostname": "h", "subdomain": "j", "containers": [{"name": "c", "env": [{"name": "A"}]}],
+            "volumes": [{"name": "v", "emptyDir": {}}], "affinity": {"podAntiAffinity": {}}}
+    pod = {"kind": "Pod", "metadata": {"name": "j-0", "labels": {"a": "b"}}, "spec": spec, "status": {"phase": "Running"}}
+    decoded = kopf_fence.loads(json.dumps({"type": "MODIFIED", "object": pod}))
+    assert decoded["object"] == {**pod, "spec": {"nodeName": "n1", "hostname": "h", "subdomain": "j"}}
+    assert set(kopf_fence.POD_SPEC_READ) == {"nodeName", "hostname", "subdomain"}
+    node = {"kind": "Node", "metadata": {"name": "n1"}, "spec": {"taints": [], "unschedulable": True}}
+    assert kopf_fence.loads(json.dumps({"type": "ADDED", "object": node}))["object"] == node  # other kinds whole
 
 
 # --- start-up readiness --------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 
 from kubepool import naming
 from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
-from kubepool.controller.observed import NodeView, PodView
+from kubepool.controller.observed import POD_SPEC_READ, NodeView, PlaceholderView, PodView
 from support.factories import T0
 
 
@@ -35,6 +35,51 @@ def test_pod_view(body: dict[str, Any], expected: dict[str, Any]) -> None:
     assert (view.instance_id, view.attempt, view.job_uid, view.node, view.is_head) == (0, 1, "u", "cpu-node-1", True)
     for key, value in expected.items():
         assert getattr(view, key) == value, key
+
+
+class _Recording(dict[str, Any]):
+    """A pod's spec that notes every key read (iterating it reads them all)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+    def __iter__(self) -> Any:
+        self.read.add("*every key*")
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        self.read.add("*every key*")
+        return super().keys()
+
+    def items(self) -> Any:
+        self.read.add("*every key*")
+        return super().items()
+
+    def values(self) -> Any:
+        self.read.add("*every key*")
+        return super().values()
+
+
+@pytest.mark.parametrize("view", [PodView, PlaceholderView])
+def test_the_views_read_no_pod_spec_field_the_watch_drops(view: Any) -> None:
+    """kopf_fence.loads keeps only POD_SPEC_READ of a watched pod's spec: a view reading more would see nothing."""
+    spec = _Recording({"nodeName": "n", "hostname": "h", "subdomain": "s", "containers": [{"name": "c"}],
+                       "priority": 5, "affinity": {}})
+    view.of({**raw_pod("Running"), "spec": spec})
+    assert spec.read and spec.read <= set(POD_SPEC_READ), spec.read - set(POD_SPEC_READ)
 
 
 def test_node_view() -> None:
