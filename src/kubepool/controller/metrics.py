@@ -19,6 +19,7 @@ from prometheus_client.utils import floatToGoString
 from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
 
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
+_BOUNDS = [floatToGoString(b) for b in _WAIT_BUCKETS] + ["+Inf"]  # the `le` labels, as prometheus_client writes them
 
 JOBS = Gauge("kubepool_mljobs", "MLJobs by phase", ["phase"])
 QUEUED = Gauge("kubepool_mljobs_queued", "MLJobs waiting for pool capacity")
@@ -89,9 +90,8 @@ class PoolSeries(Collector):
             histogram = HistogramMetricFamily(name, text, labels=list(labelnames))
             for (series, labels), c in counts:
                 if series == name:
-                    cumulative = list(itertools.accumulate(c[:-1]))
-                    bounds = [floatToGoString(b) for b in _WAIT_BUCKETS] + ["+Inf"]
-                    histogram.add_metric(list(labels), list(zip(bounds, cumulative, strict=True)), c[-1])
+                    cumulative = itertools.accumulate(c[:-1])
+                    histogram.add_metric(list(labels), list(zip(_BOUNDS, cumulative, strict=True)), c[-1])
             yield histogram
 
     def describe(self) -> Iterator[Metric]:  # the names, for the registry's duplicate check (no samples)

@@ -56,21 +56,16 @@ class _Recording(dict[str, Any]):
         self.read.add(str(key))
         return super().__contains__(key)
 
-    def __iter__(self) -> Any:
-        self.read.add("*every key*")
-        return super().__iter__()
 
-    def keys(self) -> Any:
+def _reads_every_key(name: str) -> Any:
+    def method(self: _Recording, *args: Any) -> Any:
         self.read.add("*every key*")
-        return super().keys()
+        return getattr(dict, name)(self, *args)
+    return method
 
-    def items(self) -> Any:
-        self.read.add("*every key*")
-        return super().items()
 
-    def values(self) -> Any:
-        self.read.add("*every key*")
-        return super().values()
+for _name in ("__iter__", "keys", "items", "values"):
+    setattr(_Recording, _name, _reads_every_key(_name))
 
 
 @pytest.mark.parametrize("view", [PodView, PlaceholderView])
