@@ -5,7 +5,8 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
 - `install_fast_json`: kopf decodes every watch event with the standard library's json, a fifth of the
   operator's CPU in a burst of new jobs (every pod event carries the whole pod); orjson decodes the same lines
   several times faster. Swapped in where kopf looks `json` up, or not at all. Each event's object loses its
-  managedFields on the way, a pod most of its spec (read by nothing; most of a pod's body).
+  managedFields on the way, a pod most of its spec (`lighten`: read by nothing; most of a pod's body); listed
+  objects lose the same in `relist_deletions`, which sees every object kopf lists.
 - `LeanDiffBaseStorage`: kopf deep-copies every watched body to build a diff base; kinds without change
   handlers get none (`build` returns None, which kopf's annotated contract does not allow but its
   processing treats as "no essence").
@@ -50,16 +51,20 @@ def loads(text: str | bytes) -> Any:
         event = orjson.loads(text)
     except orjson.JSONDecodeError:
         event = json.loads(text)
-    if isinstance(event, dict):
-        obj = event.get("object")
-        if isinstance(obj, dict):
-            meta = obj.get("metadata")
-            if isinstance(meta, dict):
-                meta.pop("managedFields", None)
-            spec = obj.get("spec")
-            if obj.get("kind") == "Pod" and isinstance(spec, dict):
-                obj["spec"] = {k: spec[k] for k in POD_SPEC_READ if k in spec}
+    if isinstance(event, dict) and isinstance(event.get("object"), dict):
+        lighten(event["object"])
     return event
+
+
+def lighten(obj: dict[str, Any]) -> None:
+    """What the operator keeps of a watched object (in place): no managedFields, and of a pod's spec only
+    POD_SPEC_READ."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    spec = obj.get("spec")
+    if obj.get("kind") == "Pod" and isinstance(spec, dict):
+        obj["spec"] = {k: spec[k] for k in POD_SPEC_READ if k in spec}
 
 
 class _Json:
@@ -129,6 +134,8 @@ def relist_deletions(stream: Callable[..., AsyncIterator[Any]], listed_mark: obj
                 obj = event["object"]
                 obj_uid: str = (obj.get("metadata") or {}).get("uid") or ""
                 kind = event.get("type")
+                if kind is None:  # listed: decoded by kopf's own client, not `loads`
+                    lighten(obj)
                 if obj_uid and kind == "DELETED":
                     seen.pop(obj_uid, None)
                 elif obj_uid and kind in (None, "ADDED", "MODIFIED"):

@@ -32,6 +32,7 @@ from kubepool.kube.transport import AiohttpHttp, Endpoint
 __all__ = ["handlers"]  # importing this module registers the handlers
 
 PEERING_NAME = "kubepool"
+LIST_PAGE_SIZE = 500  # objects per page of kopf's listings (client-go's reflectors page by 500 too)
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -92,6 +93,9 @@ def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None =
     settings.watching.connect_timeout = 10
     # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
+    # A listing (at start-up, after a watch gap) comes in pages: kopf decodes each whole before handing on its
+    # objects, so thousands of jobs and pods would be in memory at once, each with all its fields.
+    settings.watching.chunk_size = LIST_PAGE_SIZE
 
 
 @kopf.on.startup()

@@ -11,6 +11,7 @@ import functools
 import inspect
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -182,6 +183,47 @@ async def test_a_relist_reports_what_was_deleted_in_the_gap(monkeypatch: pytest.
     assert shown == [(None, "ua"), (None, "ub"), "LISTED", (None, "ub2"), ("DELETED", "ua"), ("DELETED", "ub"), "LISTED"]
     deleted = seen[4]["object"]
     assert deleted["metadata"]["name"] == "a" and deleted["spec"] == {"computePool": "cpu"} and "status" not in deleted
+
+
+async def test_listings_come_in_pages_and_lightened_like_watch_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own listing (fetching.list_objs, through infinite_watch) with kubepool's settings: it asks for pages
+    of LIST_PAGE_SIZE, and what it lists reaches the handlers as the watch's events do: no managedFields, a pod's
+    spec only POD_SPEC_READ (kopf decodes listings itself, not through `loads`)."""
+    from kopf._cogs.clients import watching
+
+    from kubepool.controller.main import LIST_PAGE_SIZE
+
+    def pod(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "uid": name, "managedFields": [{"manager": "m"}]},
+                "spec": {"nodeName": "n", "containers": [{"name": "c"}]}, "status": {"phase": "Running"}}
+
+    pages = {"": {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5", "continue": "p2"},
+                  "items": [pod("a")]},
+             "p2": {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": [pod("b")]}}
+    urls: list[str] = []
+
+    async def get(url: str, **_: Any) -> dict[str, Any]:
+        urls.append(url)
+        token = re.search(r"continue=(\w+)", url)
+        return pages[token.group(1) if token else ""]
+
+    async def watch_objs(**_: Any) -> AsyncIterator[dict[str, Any]]:
+        # 410 Gone ends kopf's continuous_watch (an empty stream would be re-watched for ever).
+        yield {"type": "ERROR", "object": {"code": 410}}
+
+    assert kopf_fence.install_relist_deletions()
+    monkeypatch.setattr(api, "get", get)
+    monkeypatch.setattr(watching, "watch_objs", watch_objs)
+    monkeypatch.setattr(kopf_fence, "_SEEN", {})
+    settings = kopf.OperatorSettings()
+    apply_settings(settings)
+    settings.watching.reconnect_backoff = 0
+    resource = references.Resource("", "v1", "pods", kind="Pod", namespaced=True)
+    seen = [e async for e in watching.infinite_watch(settings=settings, resource=resource, namespace="ns",
+                                                    _iterations=1) if isinstance(e, dict)]
+    assert all(f"limit={LIST_PAGE_SIZE}" in u for u in urls) and len(urls) == 2
+    assert [e["object"] for e in seen] == [{"kind": "Pod", "apiVersion": "v1", "metadata": {"name": n, "uid": n},
+                                            "spec": {"nodeName": "n"}, "status": {"phase": "Running"}} for n in "ab"]
 
 
 def test_a_deleted_bodys_slim_copy_keeps_what_kopf_and_the_handlers_read() -> None:
