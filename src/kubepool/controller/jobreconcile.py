@@ -109,15 +109,16 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
     async with op.queue.admission_lock:
         capacity = {name: p.spec.max_nodes for name, p in pools.items()}
         claim = claim_of(job, *key)
+        others = op.view.claims(claim.pools)  # only claims sharing a pool bear on this one
         if admitting:
             suspended = [name for name, p in pools.items() if p.spec.suspend]
-            decision = admission.decide(claim, op.view.claims(), capacity, suspended)
+            decision = admission.decide(claim, others, capacity, suspended)
         else:
-            decision = admission.Decision(True, admission.regrant(claim, op.view.claims(), capacity))
+            decision = admission.Decision(True, admission.regrant(claim, others, capacity))
         new = status(decision)
         if not op.leading():  # the lease ran out since the pass began: another replica may be admitting now
             raise LeadershipLost(f"MLJob {key[0]}/{key[1]}: not the leader any more; admission left to the new one")
-        reserved = op.status.reserve(job, new)
+        reserved = op.status.reserve(key, job, new)
     await op.status.write_reserved(key, job, new, reserved)
     return new
 

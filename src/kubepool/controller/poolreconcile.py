@@ -75,7 +75,7 @@ async def reconcile_pool(op: OperatorState, name: str) -> None:
         # This process is the status' only writer: its last write is newer than the watch (idleSince must not
         # step back to an older idle period).
         pool = pool.model_copy(update={"status": ComputePoolStatus.model_validate(written)})
-    new = compute_pool_status(pool, op.view.nodes(), op.view.claims(), _now(), op.view.placeholders(name),
+    new = compute_pool_status(pool, op.view.nodes(), op.view.claims([name]), _now(), op.view.placeholders(name),
                               warm_capacity=op.cfg.warm_capacity)
     _schedule_auto_suspend(op, pool, new)
     metrics.set_pool(name, pool.spec.max_nodes, new)

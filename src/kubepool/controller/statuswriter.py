@@ -22,6 +22,7 @@ UNCHANGED = object()  # reserve(): the status needs no write
 class StatusWriter:
     api: Api
     wake: Callable[[JobKey], None]  # asks for the job's pass: a due flush is written by it
+    changed: Callable[[JobKey], None] = lambda _: None  # `written` changed for the job (ClusterView.status_changed)
     written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written (or to flush)
     unflushed: dict[str, bool] = field(default_factory=dict)  # job uid → written[uid] not yet sent; flush due
 
@@ -39,12 +40,14 @@ class StatusWriter:
             return
         if changed and not unflushed and job.status is not None and decisive(job.status) == decisive(new):
             self.written[uid] = new  # this process' view at once; the API's with the flush
+            self.changed(key)
             if unflushed is None:
                 self.unflushed[uid] = False
                 asyncio.get_running_loop().call_later(STATUS_FLUSH_SECONDS, self._flush_due, key, uid)
             return
         await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid)
         self.written[uid] = new
+        self.changed(key)
         self.unflushed.pop(uid, None)
 
     def _flush_due(self, key: JobKey, uid: str) -> None:
@@ -52,7 +55,7 @@ class StatusWriter:
             self.unflushed[uid] = True
             self.wake(key)
 
-    def reserve(self, job: MLJob, new: MLJobStatus) -> object:
+    def reserve(self, key: JobKey, job: MLJob, new: MLJobStatus) -> object:
         """Under the admission lock: make `new` the job's status for every later decision (ClusterView.claims
         reads `written`) before it is written, so the write itself happens outside the lock. Admissions in a
         burst then overlap their round trips instead of queueing one PATCH at a time behind the lock. Returns
@@ -62,6 +65,7 @@ class StatusWriter:
         uid = job.metadata.get("uid", "")
         before = self.written.get(uid)
         self.written[uid] = new
+        self.changed(key)
         return before
 
     async def write_reserved(self, key: JobKey, job: MLJob, new: MLJobStatus, before: object) -> None:
@@ -80,4 +84,5 @@ class StatusWriter:
                     self.written.pop(uid, None)
                 else:
                     self.written[uid] = cast(MLJobStatus, before)
+                self.changed(key)
             raise

@@ -6,7 +6,7 @@ from the watches after a restart."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,10 +49,8 @@ OPTIONAL_INDEXES = (WORKLOAD_INDEX,)  # registered with their handlers only when
 
 
 def _values(index: Any, key: Any) -> list[Any]:
-    try:
-        return list(index[key]) if key in index else []
-    except KeyError:  # the key vanished between the check and the read
-        return []
+    found = index.get(key)
+    return list(found) if found else []
 
 
 @dataclass
@@ -67,13 +65,19 @@ class ClusterView:
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
     parsed_pools: dict[str, tuple[str, ComputePool]] = field(default_factory=dict)
     claim_cache: dict[JobKey, tuple[MLJob, MLJobStatus | None, Claim]] = field(default_factory=dict)
-    # Jobs seen finished, by uid (a finished phase is final): claims() skips them without a look, so a decision
-    # costs O(unfinished jobs), not O(all jobs). By uid: a job created under a finished one's name (a delete seen
-    # late, after a watch gap) is a new claim.
+    # Jobs seen finished, by uid (a finished phase is final): a claim is never built for them again. By uid: a job
+    # created under a finished one's name (a delete seen late, after a watch gap) is a new claim.
     finished: set[str] = field(default_factory=set)
-    # Where claims() looks: None, every job in the index; else a superset of the unfinished jobs' keys, kept by
-    # the handlers (`job_event`), so a decision costs O(unfinished jobs) however many finished jobs are kept.
-    open_keys: set[JobKey] | None = None
+    # Tracking (`track_open_jobs`, as the operator runs): every open job's claim is kept, by key and by pool, and
+    # re-read only for the keys reported changed since (`stale`: by the job handlers and the status writer), so a
+    # decision or a pool pass costs O(the claims on its pools) instead of a look at every unfinished job. A key
+    # whose index handler ran but not yet its event handler (`indexing`: kopf stores the body in between) is
+    # re-read on every call.
+    tracking: bool = False
+    kept: dict[JobKey, Claim] = field(default_factory=dict)
+    kept_by_pool: dict[str, dict[JobKey, Claim]] = field(default_factory=dict)
+    stale: set[JobKey] = field(default_factory=set)
+    indexing: set[JobKey] = field(default_factory=set)
     # What the event handlers last acted on: a job's (uid, generation, deleting), a node as the pools read it.
     seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)
     node_views: dict[str, NodeView] = field(default_factory=dict)
@@ -90,33 +94,42 @@ class ClusterView:
         self.finished.discard(uid)
         if self.superseded(key, uid):
             return
-        if self.open_keys is not None:
-            self.open_keys.discard(key)
+        self.stale.discard(key)
+        self.indexing.discard(key)
+        self._keep(key, None)
         self.seen_jobs.pop(key, None)
         self.parsed_jobs.pop(key, None)
         self.claim_cache.pop(key, None)
 
     def track_open_jobs(self) -> None:
-        """From now on claims() reads only `open_keys`, starting with every job the index holds."""
-        self.open_keys = set(self._index(JOB_INDEX))
+        """From now on claims() keeps what it read, starting with every job the index holds."""
+        self.tracking = True
+        self.stale = set(self._index(JOB_INDEX))
 
     def job_indexed(self, key: JobKey) -> None:
-        """A body of the job is about to be stored in the index (kopf calls the index handler first): it may be
-        unfinished, so claims() must look at it."""
-        if self.open_keys is not None:
-            self.open_keys.add(key)
+        """A body of the job is about to be stored in the index (kopf calls the index handler first): claims()
+        reads it again on every call until the job's event handler ran."""
+        if self.tracking:
+            self.indexing.add(key)
 
     def job_event(self, key: JobKey) -> None:
-        """An event of the job was indexed (its handler runs after kopf stored it): claims() stops looking at the
-        job once what the index holds of it is finished, or gone."""
-        if self.open_keys is None:
+        """An event of the job was indexed (its handler runs after kopf stored it): its claim is read again once;
+        a job the index holds finished, or none, has no claim and is not looked at again."""
+        if not self.tracking:
             return
+        self.indexing.discard(key)
         body = _newest(_values(self._index(JOB_INDEX), key))
         phase = ((body or {}).get("status") or {}).get("phase")
         if body is None or (phase is not None and phase in _FINISHED_PHASES):
-            self.open_keys.discard(key)
+            self.stale.discard(key)
+            self._keep(key, None)
         else:
-            self.open_keys.add(key)
+            self.stale.add(key)
+
+    def status_changed(self, key: JobKey) -> None:
+        """The status writer changed what `written` holds for the job: its claim is read again."""
+        if self.tracking:
+            self.stale.add(key)
 
     def superseded(self, key: JobKey, uid: str) -> bool:
         """Whether a job named `key` other than `uid` is watched."""
@@ -221,36 +234,62 @@ class ClusterView:
         keys = [pool] if pool is not None else list(index)
         return [p for k in keys for p in _values(index, k)]
 
-    def claims(self) -> list[Claim]:
-        """Every unfinished job's claim on its pools; a suspended (or cancelled) job has none: it holds no
-        capacity and waits for none."""
-        out = []
+    def claims(self, pools: Iterable[str] | None = None) -> list[Claim]:
+        """Every unfinished job's claim on its pools (with `pools`, only the claims on any of them); a suspended
+        (or cancelled) job has none: it holds no capacity and waits for none."""
         index = self._index(JOB_INDEX)
-        for key in list(index if self.open_keys is None else self.open_keys):
-            body = _newest(_values(index, key))
-            if body is None or (body.get("metadata") or {}).get("uid", "") in self.finished:
-                continue
-            parsed = self._parsed_job(key, body)
-            if parsed is None:
-                continue
-            uid = parsed.metadata.get("uid", "")
-            mine = self.written.get(uid)
-            st = mine if mine is not None else parsed.status
-            if st is not None and st.phase is not None and st.phase.finished:
-                self.finished.add(uid)
-                self.claim_cache.pop(key, None)
-                continue
-            if parsed.spec.suspend or parsed.spec.cancel or (st is not None and st.reason == SUSPENDED):
-                continue
-            # A claim depends only on the parsed job and its status: reuse it while both are the same objects
-            # (no copy of the model per job per decision, as job() makes).
-            hit = self.claim_cache.get(key)
-            if hit is None or hit[0] is not parsed or hit[1] is not st:
-                job = parsed if st is parsed.status else parsed.model_copy(update={"status": st})
-                hit = (parsed, st, claim_of(job, *key))
-                self.claim_cache[key] = hit
-            out.append(hit[2])
-        return out
+        if not self.tracking:
+            names = None if pools is None else set(pools)
+            return [c for key in list(index) if (c := self._claim(index, key)) is not None
+                    and (names is None or not names.isdisjoint(c.pools))]
+        for key in self.stale | self.indexing:
+            self._keep(key, self._claim(index, key))
+        self.stale.clear()
+        if pools is None:
+            return list(self.kept.values())
+        found: dict[JobKey, Claim] = {}
+        for name in pools:
+            found.update(self.kept_by_pool.get(name, {}))
+        return list(found.values())
+
+    def _claim(self, index: Any, key: JobKey) -> Claim | None:
+        body = _newest(_values(index, key))
+        if body is None or (body.get("metadata") or {}).get("uid", "") in self.finished:
+            return None
+        parsed = self._parsed_job(key, body)
+        if parsed is None:
+            return None
+        uid = parsed.metadata.get("uid", "")
+        mine = self.written.get(uid)
+        st = mine if mine is not None else parsed.status
+        if st is not None and st.phase is not None and st.phase.finished:
+            self.finished.add(uid)
+            self.claim_cache.pop(key, None)
+            return None
+        if parsed.spec.suspend or parsed.spec.cancel or (st is not None and st.reason == SUSPENDED):
+            return None
+        # A claim depends only on the parsed job and its status: reuse it while both are the same objects
+        # (no copy of the model per job per decision, as job() makes).
+        hit = self.claim_cache.get(key)
+        if hit is None or hit[0] is not parsed or hit[1] is not st:
+            job = parsed if st is parsed.status else parsed.model_copy(update={"status": st})
+            hit = (parsed, st, claim_of(job, *key))
+            self.claim_cache[key] = hit
+        return hit[2]
+
+    def _keep(self, key: JobKey, claim: Claim | None) -> None:
+        old = self.kept.pop(key, None)
+        if old is not None:
+            for name in old.pools:
+                on = self.kept_by_pool.get(name)
+                if on is not None:
+                    on.pop(key, None)
+                    if not on:
+                        del self.kept_by_pool[name]
+        if claim is not None:
+            self.kept[key] = claim
+            for name in claim.pools:
+                self.kept_by_pool.setdefault(name, {})[key] = claim
 
 
 def _newest(bodies: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -30,6 +30,10 @@ async def _unbound(_: object) -> None:
     raise RuntimeError("WorkQueue.bind was not called")
 
 
+def _no_claims(_: Iterable[str] | None) -> list[Claim]:
+    return []
+
+
 @dataclass
 class WorkQueue:
     """One per operator process. Passes of one job never overlap (`lock`); admission decisions of all jobs
@@ -38,7 +42,7 @@ class WorkQueue:
     run_job: Callable[[JobKey], Awaitable[None]] = _unbound
     run_pool: Callable[[str], Awaitable[None]] = _unbound
     export: Callable[[], None] = lambda: None  # the job gauges, refreshed with the pools
-    claims: Callable[[], list[Claim]] = list  # every unfinished job's claim (ClusterView.claims)
+    claims: Callable[[Iterable[str] | None], list[Claim]] = _no_claims  # ClusterView.claims: those on any of the pools (None: all)
     locks: dict[JobKey, asyncio.Lock] = field(default_factory=dict)
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pending: set[JobKey] = field(default_factory=set)  # job passes asked for but not started
@@ -48,7 +52,7 @@ class WorkQueue:
     failures: dict[JobKey, int] = field(default_factory=dict)  # a job's passes failed in a row (backoff)
 
     def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
-             export: Callable[[], None], claims: Callable[[], list[Claim]]) -> None:
+             export: Callable[[], None], claims: Callable[[Iterable[str] | None], list[Claim]]) -> None:
         self.run_job, self.run_pool, self.export, self.claims = run_job, run_pool, export, claims
 
     def forget(self, key: JobKey) -> None:
@@ -120,7 +124,7 @@ class WorkQueue:
 
     def trigger_waiting(self, pool_names: list[str]) -> None:
         """Capacity or a pool changed: run the jobs waiting on those pools (oldest first), then the pools."""
-        for c in admission.waiting_in_order(self.claims(), pool_names):
+        for c in admission.waiting_in_order(self.claims(pool_names), pool_names):
             self.spawn((c.namespace, c.name))
         self.refresh_pools(pool_names)
 
@@ -130,7 +134,7 @@ class WorkQueue:
         while True:
             await asyncio.sleep(QUEUE_RECHECK_SECONDS)
             try:
-                claims = self.claims()
+                claims = self.claims(None)
                 for c in admission.waiting_in_order(claims, {p for claim in claims for p in claim.pools}):
                     self.spawn((c.namespace, c.name))
             except Exception:  # never let the safety net die with one bad read

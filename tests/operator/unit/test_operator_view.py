@@ -11,6 +11,7 @@ from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.view import JOB_INDEX, POOL_INDEX, ClusterView
+from kubepool.kube.errors import KubeError
 from support.factories import job, pool
 from support.operator import operator_state
 
@@ -125,9 +126,10 @@ def test_the_job_index_keeps_no_kept_results_nor_managed_fields() -> None:
     assert indexed_job(plain) == {"metadata": {"name": "j"}} and "managedFields" in plain["metadata"]
 
 
-def test_tracked_claims_never_look_at_a_finished_job_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As the operator runs (open_keys kept by the job handlers): a finished job, once its event was handled,
-    costs a decision nothing; a job is seen from the moment its index handler ran, and gone once deleted."""
+def test_tracked_claims_read_a_job_again_only_after_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the operator runs (tracking: the job handlers report every change): a job's claim is read once, then
+    again only after its next event; a finished job is never read; a job is seen from the moment its index
+    handler ran, and gone once deleted; `claims(pools)` gives only the claims on those pools."""
     view = ClusterView(written={})
     view.indexes = {JOB_INDEX: {("ns", "train"): [body(job(), "1")]}}
     view.track_open_jobs()
@@ -135,17 +137,44 @@ def test_tracked_claims_never_look_at_a_finished_job_again(monkeypatch: pytest.M
     view.job_indexed(("ns", "old"))
     view.indexes[JOB_INDEX][("ns", "old")] = [done]
     view.job_event(("ns", "old"))
-    assert view.open_keys == {("ns", "train")}
     looked: list[object] = []
     original = ClusterView._parsed_job
     monkeypatch.setattr(ClusterView, "_parsed_job", lambda self, k, b: looked.append(k) or original(self, k, b))
     assert [c.name for c in view.claims()] == ["train"] and looked == [("ns", "train")]
+    assert [c.name for c in view.claims()] == ["train"] and looked == [("ns", "train")]  # unchanged: not read
     view.job_indexed(("ns", "new"))  # kopf stores the body after its index handler, before the event handler
-    view.indexes[JOB_INDEX][("ns", "new")] = [body(job(name="new"), "3")]
+    view.indexes[JOB_INDEX][("ns", "new")] = [body(job(name="new", computePool="gpu"), "3")]
     assert {c.name for c in view.claims()} == {"train", "new"}
+    assert [c.name for c in view.claims(["gpu"])] == ["new"] and [c.name for c in view.claims(["cpu", "tpu"])] == ["train"]
+    view.job_event(("ns", "new"))
+    looked.clear()
+    view.indexes[JOB_INDEX][("ns", "train")] = [body(job(targetInstances=2), "4")]  # seen only through its event
+    assert [c.min_instances for c in view.claims(["cpu"])] == [1] and looked == [("ns", "new")]
+    view.job_event(("ns", "train"))
+    assert [c.min_instances for c in view.claims(["cpu"])] == [2] and looked == [("ns", "new"), ("ns", "train")]
     del view.indexes[JOB_INDEX][("ns", "train")]  # deleted: out of the index before the handler runs
     view.job_event(("ns", "train"))
-    assert {c.name for c in view.claims()} == {"new"} and ("ns", "train") not in view.open_keys
+    assert {c.name for c in view.claims()} == {"new"} and view.claims(["cpu"]) == [] and "cpu" not in view.kept_by_pool
+
+
+async def test_tracked_claims_follow_the_status_writer() -> None:
+    """What the status writer puts in `written` (an admission reserved and written, or given back when its write
+    fails) is reported to the view, so a tracked claim is read again."""
+    op, api, _ = operator_state([job()], [pool()])
+    assert [c.granted for c in op.view.claims(["cpu"])] == [0]
+    await reconcile_job(op, ("ns", "train"))
+    assert [c.granted for c in op.view.claims(["cpu"])] == [1]
+    op, api, _ = operator_state([job()], [pool()])
+    seen: list[int] = []
+
+    async def refused(*_: Any) -> None:
+        seen.extend(c.granted for c in op.view.claims(["cpu"]))  # another job decides while the write is out
+        raise KubeError("refused", 403)
+
+    api.patch_job_status = refused
+    with pytest.raises(KubeError):
+        await reconcile_job(op, ("ns", "train"))
+    assert seen == [1] and [c.granted for c in op.view.claims(["cpu"])] == [0]
 
 
 def test_tracked_claims_see_a_job_recreated_under_a_finished_jobs_name() -> None:
@@ -157,7 +186,7 @@ def test_tracked_claims_see_a_job_recreated_under_a_finished_jobs_name() -> None
     view.indexes = {JOB_INDEX: {("ns", "train"): [old]}}
     view.track_open_jobs()
     view.job_event(("ns", "train"))
-    assert view.open_keys == set()
+    assert view.claims() == [] and view.stale == set()
     view.job_indexed(("ns", "train"))
     assert view.claims() == []  # the new body not stored yet: the old one is finished
     newer = _renamed_uid(body(job(targetInstances=2), "7"), "uid-train-2", "2026-01-01T12:05:00Z")
