@@ -10,7 +10,9 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
 - `LeanDiffBaseStorage`: kopf deep-copies every watched body to build a diff base; kinds without change
   handlers get none (`build` returns None, which kopf's annotated contract does not allow but its
   processing treats as "no essence").
-- `DemoteRoutine`: kopf's routine success lines are recognised by their text and demoted to DEBUG.
+- `DemoteRoutine`, `quiet_routine_logs`: kopf's routine success lines are recognised by their text and demoted to
+  DEBUG; unless DEBUG is on, kopf's per-object logger (`OBJECT_LOGGER`, read from kopf) logs from WARNING up, so
+  no record is even built for them.
 - `install_relist_deletions`: after a watch gap long enough for the API server to answer 410 Gone (its watch
   cache or etcd compacted past the stream's resourceVersion; an API server restart), kopf lists again and
   resumes, but an object deleted in the gap is simply absent from the list: no DELETED event, and kopf's
@@ -33,6 +35,7 @@ from typing import Any, cast
 import kopf
 import orjson
 from kopf._cogs.aiokits import aiotoggles
+from kopf._core.actions import loggers as kopf_loggers
 
 from kubepool import naming
 from kubepool.controller.observed import POD_SPEC_READ
@@ -233,10 +236,12 @@ class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 
 # --- log output -----------------------------------------------------------------------------------------------
+OBJECT_LOGGER = kopf_loggers.logger.name  # kopf's per-object logger: handler outcomes, and the Events it posts
 # kopf's per-handler and per-cause success lines (kopf/_core/actions/execution.py, reactor/processing.py).
 _ROUTINE = re.compile(r"Handler '[^']*' succeeded\.|\w+ is processed: \d+ succeeded; 0 failed\.")
-# kopf's liveness endpoint is an aiohttp server: one INFO line per probe, two every 10 s in the chart's pod.
-_CHATTY = ("aiohttp.access",)
+# kopf's per-object logger (every handler's and cause's success at INFO; its warnings and errors stay) and its
+# liveness endpoint, an aiohttp server: one INFO line per probe, two every 10 s in the chart's pod.
+_CHATTY = (OBJECT_LOGGER, "aiohttp.access")
 
 
 class DemoteRoutine(logging.Filter):
@@ -252,9 +257,10 @@ class DemoteRoutine(logging.Filter):
 
 
 def quiet_routine_logs() -> None:
-    """After kopf.configure(): demote routine lines on the root handlers, the liveness probes' access lines below
-    WARNING. kopf logs every handler run at INFO (~50 lines per job) and its liveness server every probe;
-    transitions, warnings and errors stay."""
+    """After kopf.configure(): demote routine lines on the root handlers; unless DEBUG is on, kopf's per-object
+    lines and the liveness probes' access lines below WARNING. kopf logs every handler run at INFO (~50 lines per
+    job: a record built, its caller found, then dropped, for every handler of every watch event) and its liveness
+    server every probe; the operator's own transitions, warnings and errors stay."""
     for handler in logging.getLogger().handlers:
         handler.addFilter(DemoteRoutine())
     for name in _CHATTY:

@@ -81,7 +81,9 @@ def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None =
     # the others stand by; without them the operator runs alone (and says so).
     settings.peering.name = PEERING_NAME  # kopf sets clusterwide from --all-namespaces/--namespace
     settings.peering.priority = random.randint(1, 2**30)
-    settings.posting.level = logging.INFO
+    # kopf's own Events (its per-object log lines) only for its warnings and errors, as its log (kopf_fence.
+    # quiet_routine_logs); the operator's transitions are Events of its own (events.EventPoster).
+    settings.posting.level = logging.WARNING
     settings.posting.reporting_component = naming.FIELD_MANAGER
     settings.execution.max_workers = 4  # handlers are async; the executor only serves kopf's sync helpers
     settings.networking.connect_timeout = 10

@@ -398,6 +398,32 @@ async def test_kopf_processes_watch_events_through_every_fence(monkeypatch: pyte
         assert r.levelno == logging.DEBUG
 
 
+def test_kopfs_object_lines_are_not_even_built_below_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf logs each handler's success through its per-object logger (the one whose lines it posts as Events):
+    unless DEBUG is on, quiet_routine_logs stops those records at the logger, before any is built; a handler's
+    failure is still logged (and posted: kopf's posting level is WARNING)."""
+    from kopf._core.actions import loggers
+
+    objects = logging.getLogger(kopf_fence.OBJECT_LOGGER)
+    assert loggers.logger is objects
+    monkeypatch.setattr(objects, "level", logging.NOTSET)
+    monkeypatch.setattr(logging.getLogger(), "level", logging.INFO)  # as kopf.configure() without --verbose
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    built: list[logging.LogRecord] = []
+    monkeypatch.setattr(objects, "makeRecord", lambda *a, **k: built.append(logging.Logger.makeRecord(objects, *a, **k))
+                        or built[-1])
+    objects.manager._clear_cache()
+    kopf_fence.quiet_routine_logs()
+    cause_logger = loggers.LocalObjectLogger(body=kopf.Body({"metadata": {"name": "p", "namespace": "ns"}}),
+                                             settings=kopf.OperatorSettings())
+    cause_logger.info("Handler 'pod_event' succeeded.")
+    cause_logger.error("Handler 'pod_event' failed with an exception. Will retry.")
+    assert [r.levelno for r in built] == [logging.ERROR]
+    settings = kopf.OperatorSettings()
+    apply_settings(settings)
+    assert settings.posting.level == logging.WARNING
+
+
 async def test_the_liveness_probes_leave_no_access_lines() -> None:
     """kopf serves the liveness endpoint with aiohttp's server, whose access log writes a line per probe."""
     from aiohttp import ClientSession, web
