@@ -33,6 +33,7 @@ __all__ = ["handlers"]  # importing this module registers the handlers
 
 PEERING_NAME = "kubepool"
 LIST_PAGE_SIZE = 500  # objects per page of kopf's listings (client-go's reflectors page by 500 too)
+WORKER_IDLE_SECONDS = 1.0  # kopf's per-object worker exits after this long without an event of its object
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -86,6 +87,10 @@ def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None =
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = naming.FIELD_MANAGER
     settings.execution.max_workers = 4  # handlers are async; the executor only serves kopf's sync helpers
+    # kopf keeps a task (its queue, its coroutine frames) per watched object for 5 s after the object's last
+    # event: a burst of new jobs, or a restart's listing of every job and pod, held thousands at once. The
+    # handlers keep no state in them; a later event starts a new one.
+    settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     settings.networking.connect_timeout = 10
     # Watch streams that die silently (no TCP reset: a NAT or proxy dropped them; kopf #787/#957, dask-kubernetes
     # #620) would leave the operator blind: the server ends each watch within 5 min and the client gives up on

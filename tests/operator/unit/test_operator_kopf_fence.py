@@ -226,6 +226,32 @@ async def test_listings_come_in_pages_and_lightened_like_watch_events(monkeypatc
                                             "spec": {"nodeName": "n"}, "status": {"phase": "Running"}} for n in "ab"]
 
 
+async def test_an_idle_objects_worker_goes_after_worker_idle_seconds() -> None:
+    """kopf's own per-object worker, with kubepool's settings: it handles its object's event, then, with no
+    further event for WORKER_IDLE_SECONDS, ends and drops the object's queue (kopf's default keeps it 5 s)."""
+    from kopf._core.reactor import queueing
+
+    from kubepool.controller.main import WORKER_IDLE_SECONDS
+
+    settings = kopf.OperatorSettings()
+    apply_settings(settings)
+    handled: list[Any] = []
+
+    async def processor(*, raw_event: Any, **_: Any) -> None:
+        handled.append(raw_event)
+
+    key = ("pods", "uid-1")
+    stream = queueing.Stream(backlog=asyncio.Queue(), pressure=asyncio.Event())
+    await stream.backlog.put({"type": "ADDED", "object": {}})
+    streams: dict[Any, Any] = {key: stream}
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(queueing.worker(signaller=asyncio.Condition(), settings=settings, processor=processor,
+                                           streams=streams, key=key), timeout=WORKER_IDLE_SECONDS + 2)
+    assert handled == [{"type": "ADDED", "object": {}}] and streams == {}
+    assert WORKER_IDLE_SECONDS <= loop.time() - started < 5
+
+
 def test_a_deleted_bodys_slim_copy_keeps_what_kopf_and_the_handlers_read() -> None:
     """kopf's resource observer reads a CRD event's spec.group (even of a DELETED one); pods keep no spec."""
     crd = {"kind": "CustomResourceDefinition", "metadata": {"name": "x.g", "uid": "c"},
