@@ -14,10 +14,7 @@ from kubepool.controller.jobstatus import decisive, status_changed
 from kubepool.controller.view import JobKey
 from kubepool.kube.aio import Api
 
-# A job's status changes that are not decisive are written this late. Each flush is a pass, a PATCH and a watch
-# event for every watcher; on a loaded node a job's pods start over several seconds, and a shorter window
-# wrote their progress several times before the transition that carries it anyway.
-STATUS_FLUSH_SECONDS = 2.0
+STATUS_FLUSH_SECONDS = 1.0  # a job's status changes that are not decisive are written this late
 UNCHANGED = object()  # reserve(): the status needs no write
 
 
