@@ -6,7 +6,6 @@ read from the environment only when kopf is started directly). Handlers live in 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import random
@@ -34,7 +33,6 @@ __all__ = ["handlers"]  # importing this module registers the handlers
 
 PEERING_NAME = "kubepool"
 LIST_PAGE_SIZE = 500  # objects per page of kopf's listings (client-go's reflectors page by 500 too)
-GC_YOUNG = 10_000  # allocations between collections of the cyclic collector's youngest generation
 WORKER_IDLE_SECONDS = 1.0  # kopf's per-object worker exits after this long without an event of its object
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -151,18 +149,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
         metrics.serve(cfg.metrics_port, cfg.bind_address)
     except OSError as e:  # a taken port must not stop the operator (retrying startup would, every 60 s)
         logger.warning("metrics disabled: cannot listen on port %s: %s", cfg.metrics_port, e)
-    tune_gc()
     logger.info("kubepool operator configured: %s", cfg.model_dump(mode="json"))
-
-
-def tune_gc() -> None:
-    """Everything imported and built by start-up lives as long as the process: frozen out of the cyclic
-    collector's sight, a full collection walks only what the watches brought since. And a burst of watch events
-    allocates fast: the young generation is collected every GC_YOUNG allocations, not CPython's 700, so most
-    of each event's objects are freed by their reference counts before any collection sees them."""
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG, older, oldest)
 
 
 @kopf.on.cleanup()
