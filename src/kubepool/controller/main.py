@@ -121,7 +121,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     indexes = {name: kwargs[name] for name in (*INDEXES, *OPTIONAL_INDEXES) if name in kwargs}
     op = new_operator(cfg, new_api(settings), indexes=indexes,
                       placeholder_namespace=resolve_placeholder_namespace(cfg, own))
-    op.view.track_open_jobs()  # the job handlers keep the unfinished jobs' keys from here on
+    op.view.track_open_jobs()  # the job handlers and the status writer report every change of a claim from here on
     op.view.track_pool_changes()  # and the pool handlers count the pool index's changes
     memo.op = op
     if cfg.leader_election:
