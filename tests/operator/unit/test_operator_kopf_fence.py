@@ -438,7 +438,8 @@ def test_kopfs_object_lines_are_not_even_built_below_warning(monkeypatch: pytest
     built: list[logging.LogRecord] = []
     monkeypatch.setattr(objects, "makeRecord", lambda *a, **k: built.append(logging.Logger.makeRecord(objects, *a, **k))
                         or built[-1])
-    objects.manager._clear_cache()
+    for lg in (objects, logging.getLogger()):  # levels answered during the test are not kept after it
+        monkeypatch.setattr(lg, "_cache", {})
     kopf_fence.quiet_routine_logs()
     cause_logger = loggers.LocalObjectLogger(body=kopf.Body({"metadata": {"name": "p", "namespace": "ns"}}),
                                              settings=kopf.OperatorSettings())
