@@ -13,6 +13,7 @@ class FakeApi:
         self.calls: list[tuple[str, str]] = []
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.statuses: dict[str, dict[str, Any]] = {}  # job name → its last status patch
+        self.urgent: list[str] = []  # jobs whose status was written in the urgent lanes, in order
         self.pool_status: dict[str, Any] = {}  # the last pool status patch
         self.labels: dict[tuple[str, str, str], dict[str, str]] = {}  # (kind, namespace, name) → labels, for labels_of
 
@@ -48,9 +49,12 @@ class FakeApi:
     async def delete_job(self, namespace: str, name: str, uid: str = "") -> None:
         self.calls.append(("delete-job", name))
 
-    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any], uid: str = "") -> None:
+    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any], uid: str = "",
+                               urgent: bool = False) -> None:
         self.calls.append(("status", name))
         self.statuses[name] = status
+        if urgent:
+            self.urgent.append(name)
 
     async def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
         self.calls.append(("pool-status", name))

@@ -21,6 +21,12 @@ STATUS_FLUSH_SECONDS = 5.0
 UNCHANGED = object()  # reserve(): the status needs no write
 
 
+def _ends(old: MLJobStatus | None, new: MLJobStatus) -> bool:
+    """The write that finishes the job (Api's urgent lanes)."""
+    return new.phase is not None and new.phase.finished and not (old is not None and old.phase is not None
+                                                                 and old.phase.finished)
+
+
 @dataclass
 class StatusWriter:
     api: Api
@@ -48,7 +54,7 @@ class StatusWriter:
                 self.unflushed[uid] = False
                 asyncio.get_running_loop().call_later(STATUS_FLUSH_SECONDS, self._flush_due, key, uid)
             return
-        await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid)
+        await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid, urgent=_ends(job.status, new))
         self.written[uid] = new
         self.changed(key)
         self.unflushed.pop(uid, None)

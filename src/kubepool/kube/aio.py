@@ -27,6 +27,10 @@ MAX_IN_FLIGHT = 16
 # Of those, creates, applies and deletes (a burst of new jobs sends ~8 each) take at most this many, so a status
 # write (a job's DONE, an admission) never queues behind a burst's children.
 MAX_BULK_IN_FLIGHT = 12
+# A job's last status write (DONE, FAILED, CANCELLED) has lanes of its own beyond MAX_IN_FLIGHT (their sum still
+# within the pool): a wave of admissions queues dozens of status writes, and the end of a job that ran, which its
+# user and the jobs queued behind it wait for, would queue behind them.
+MAX_URGENT_IN_FLIGHT = 4
 # The plural (URL segment) of every kind the operator writes; anything else is a programming error.
 PLURALS = {
     "Pod": "pods", "Service": "services", "ConfigMap": "configmaps", "Secret": "secrets",
@@ -94,6 +98,7 @@ class Api:
         self._http = http
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._bulk = asyncio.Semaphore(MAX_BULK_IN_FLIGHT)
+        self._urgent = asyncio.Semaphore(MAX_URGENT_IN_FLIGHT)
 
     async def close(self) -> None:
         await self._http.close()
@@ -106,14 +111,14 @@ class Api:
 
     async def _request(self, method: str, path: str, what: str, *, body: Any = None, content_type: str = "",
                        params: Mapping[str, str] | None = None, bulk: bool = False, ok: tuple[int, ...] = (),
-                       accept: str = "") -> Any:
+                       accept: str = "", urgent: bool = False) -> Any:
         """One request; returns the response when it is 2xx or in `ok`, else raises the KubeError for it."""
         content = orjson.dumps(body) if body is not None else None
         headers = {"Content-Type": content_type or "application/json"} if content is not None else {}
         if accept:
             headers["Accept"] = accept
         try:
-            async with self._bulk if bulk else contextlib.nullcontext(), self._slots:
+            async with self._bulk if bulk else contextlib.nullcontext(), self._urgent if urgent else self._slots:
                 resp = await self._http.request(method, path, content=content, params=params, headers=headers or None)
         except TRANSPORT_ERRORS as e:
             raise Unreachable(f"{what}: cannot reach the Kubernetes API ({e}); is the cluster up and KUBECONFIG set?") from e
@@ -180,21 +185,23 @@ class Api:
             options["preconditions"] = {"uid": uid}  # 409 when another object has the name now: it stays
         await self._send("DELETE", path, f"delete {what}", body=options, bulk=True, ok=(404, 409) if uid else (404,))
 
-    async def patch_job_status(self, namespace: str, name: str, status: Obj, uid: str = "") -> None:
+    async def patch_job_status(self, namespace: str, name: str, status: Obj, uid: str = "", urgent: bool = False) -> None:
         """Write an MLJob's status subresource: `status` as a JSON merge patch (None values remove fields); with
         `uid`, only if the job of that name is still that one (a JSON patch that tests metadata.uid, then sets
         the whole status to `status` less its None values): a job deleted and created again under its name never
         gets its predecessor's status (a merge patch's metadata.uid is ignored on the status subresource). Raises
-        NotFound when the job is gone or another one has its name."""
+        NotFound when the job is gone or another one has its name. `urgent`: in the lanes of MAX_URGENT_IN_FLIGHT."""
         what = f"patch status of MLJob {namespace}/{name}"
         params = {"fieldManager": naming.FIELD_MANAGER}
         path = f"{_job_path(namespace, name)}/status"
         if not uid:
-            await self._send("PATCH", path, what, body={"status": status}, content_type=_MERGE, params=params)
+            await self._request("PATCH", path, what, body={"status": status}, content_type=_MERGE, params=params,
+                                urgent=urgent)
             return
         body = [{"op": "test", "path": "/metadata/uid", "value": uid},
                 {"op": "add", "path": "/status", "value": {k: v for k, v in status.items() if v is not None}}]
-        resp = await self._request("PATCH", path, what, body=body, content_type=_JSON_PATCH, params=params, ok=(422,))
+        resp = await self._request("PATCH", path, what, body=body, content_type=_JSON_PATCH, params=params, ok=(422,),
+                                   urgent=urgent)
         if int(resp.status_code) != 422:
             return
         try:

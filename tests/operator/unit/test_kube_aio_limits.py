@@ -85,6 +85,20 @@ async def test_a_status_write_passes_a_burst_of_applies() -> None:
     assert http.most == aio.MAX_BULK_IN_FLIGHT
 
 
+async def test_a_jobs_last_status_write_passes_every_slot_taken() -> None:
+    http = StandInHttp(hold=True)
+    api = _api(http)
+    reads = [asyncio.ensure_future(api.labels_of("v1", "Secret", "ns", f"s{i}")) for i in range(aio.MAX_IN_FLIGHT + 4)]
+    await asyncio.sleep(0.01)
+    assert http.in_flight == aio.MAX_IN_FLIGHT
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(api.patch_job_status("ns", "train", {"phase": "RUNNING"}), 0.2)
+    await asyncio.wait_for(api.patch_job_status("ns", "train", {"phase": "DONE"}, "u1", urgent=True), 1)
+    assert http.sent[-1][1].endswith("/mljobs/train/status")
+    http.release.set()
+    await asyncio.gather(*reads)
+
+
 async def test_requests_on_the_wire() -> None:
     http = StandInHttp()
     api = _api(http)

@@ -200,6 +200,10 @@ async def test_instance_details_are_written_together_and_transitions_at_once(mon
     assert api.calls.count(("status", "train")) == 3 and api.statuses["train"]["phase"] == "RUNNING"
     await asyncio.sleep(0.15)
     assert api.calls.count(("status", "train")) == 3, "nothing left to flush"
+    assert api.urgent == [], "admitted, RUNNING: the common lanes"
+    op.view.indexes[view.POD_INDEX][key] = [pod(0, "Succeeded", False), pod(1, "Running", True)]
+    await reconcile_job(op, key)
+    assert api.statuses["train"]["phase"] == "DONE" and api.urgent == ["train"], "the end: the urgent lanes"
 
 
 async def test_a_pod_that_ended_is_handled_at_once_a_starting_one_after_the_burst_window() -> None:
