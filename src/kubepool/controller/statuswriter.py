@@ -14,10 +14,7 @@ from kubepool.controller.jobstatus import decisive, status_changed
 from kubepool.controller.view import JobKey
 from kubepool.kube.aio import Api
 
-# A job's status changes that are not decisive are written this late. Under load a job's pods take seconds to
-# start, each step of each pod a change: the window bounds the writes (and the watch events they bring back) per
-# job's start-up, while a decisive change (admitted, RUNNING, an end) carries every change so far at once.
-STATUS_FLUSH_SECONDS = 5.0
+STATUS_FLUSH_SECONDS = 1.0  # a job's status changes that are not decisive are written this late
 UNCHANGED = object()  # reserve(): the status needs no write
 
 
