@@ -117,14 +117,12 @@ def _instances(c: _Context, plan: Plan) -> None:
         kept_groups = {g["groupName"] for g in plan.apply_raycluster["spec"].get("workerGroupSpecs") or []}
         plan.delete_pods = [p.name for p in beyond if p.group not in kept_groups]
         return
-    # The head first where the job may start without some of its instances (minInstances below the grant): its
-    # workers are created once it holds a node. Created together, the scheduler may place the workers on the last
-    # free nodes of a pool short of nodes and leave the head Pending, with every worker waiting for a head that
-    # never comes. Where every instance must start, none can start without the others: all at once.
-    head_first = c.job.spec.resolved_min() < granted
+    # The head first: workers are created once it holds a node. Created together, the scheduler may place the
+    # workers on the last free nodes of the pool and leave the head Pending, with every worker waiting for a head
+    # that never comes (minInstances < targetInstances on a pool short of nodes).
     head_placed = any(p.is_head and p.node and p.attempt == st.attempt and not p.deleting for p in pods)
     plan.create_pods = build_instance_pods(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg,
-                                           head_only=head_first and not head_placed, skip={p.name for p in pods})
+                                           head_only=not head_placed, skip={p.name for p in pods})
     plan.delete_pods = [p.name for p in beyond]
 
 

@@ -6,7 +6,6 @@ from datetime import timedelta
 
 import pytest
 
-from kubepool import naming
 from kubepool.api import JobPhase, MLJob
 from kubepool.controller.admission import Decision
 from kubepool.controller.config import OperatorConfig
@@ -52,7 +51,7 @@ def test_admitted_creates_missing_granted_pods_and_wakes_at_timeout() -> None:
 
 
 def test_retry_deletes_previous_attempt() -> None:
-    j = admitted(job(targetInstances=2, minInstances=1, backoffLimit=2), granted=2)
+    j = admitted(job(targetInstances=2, backoffLimit=2), granted=2)
     st = compute_job_status(j, Observed(pods=[pod(0, "Failed", False), pod(1)], now=at(5)))
     plan = plan_job(j, st, [pod(0, "Failed", False), pod(1)], POOLS, cfg=CFG, now=at(5))
     assert plan.delete_pods == ["train-homogeneouscluster-1"]
@@ -76,20 +75,6 @@ def test_workers_wait_for_the_head_to_hold_a_node() -> None:
     assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-1", "train-homogeneouscluster-2"]
 
 
-@pytest.mark.parametrize(("minimum", "granted", "first"), [(2, 4, [0]), (4, 4, [0, 1, 2, 3]), (2, 2, [0, 1])])
-def test_the_head_goes_first_only_where_the_job_may_start_without_some_instances(minimum: int, granted: int,
-                                                                                 first: list[int]) -> None:
-    """minInstances below the grant: the head alone, its workers once it holds a node (workers placed first could
-    take a short pool's last nodes). Every granted instance needed (the default, or a grant of only the
-    minimum): all at once, in one round."""
-    j = admitted(job(targetInstances=4, minInstances=minimum), granted=granted)
-    assert j.status is not None
-    plan = plan_job(j, j.status, [], POOLS, cfg=CFG, now=at(1))
-    assert [p["metadata"]["labels"][naming.LABEL_INSTANCE] for p in plan.create_pods] == [str(i) for i in first]
-    placed = plan_job(j, j.status, [pod(0)], POOLS, cfg=CFG, now=at(2))
-    assert len(placed.create_pods) == granted - 1, "the head holds a node: the rest"
-
-
 def test_a_pass_builds_only_the_pods_it_may_create(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every pass plans the children again; building a pod (its env, volumes, affinity) is most of a plan, so
     the pods that exist, and the workers while the head holds no node, are not built at all."""
@@ -98,7 +83,7 @@ def test_a_pass_builds_only_the_pods_it_may_create(monkeypatch: pytest.MonkeyPat
     built: list[int] = []
     real = pods_builder.build_instance_pod
     monkeypatch.setattr(pods_builder, "build_instance_pod", lambda j, p, inst, **kw: built.append(inst.instance_id) or real(j, p, inst, **kw))
-    j = admitted(job(targetInstances=4, minInstances=2), granted=4)
+    j = admitted(job(targetInstances=4), granted=4)
     assert j.status is not None
     plan_job(j, j.status, [], POOLS, cfg=CFG, now=at(1))
     assert built == [0]  # the head alone

@@ -77,8 +77,7 @@ def test_a_resumed_job_queues_again_then_runs_a_new_attempt_from_scratch() -> No
     again = _pass(resumed, [], 21, ADMIT2)
     assert again.status is not None and again.status.admitted_at == at(21)
     plan = plan_job(again, again.status, [], POOLS, cfg=CFG, now=at(21))
-    assert [p["metadata"]["name"] for p in plan.create_pods] == [  # every instance must start: all at once
-        "train-homogeneouscluster-0-r1", "train-homogeneouscluster-1-r1"]
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-0-r1"]  # head first
     assert _conditions(again.status)["Suspended"] == (ConditionStatus.FALSE, S.RESUMED)
 
 
