@@ -17,7 +17,6 @@ import kopf
 
 from kubepool import naming
 from kubepool.controller import handlers, metrics
-from kubepool.controller.collector import FreezeAfterFullCollections
 from kubepool.controller.config import OperatorConfig, resolve_lease_namespace, resolve_placeholder_namespace
 from kubepool.controller.election import Timing
 from kubepool.controller.events import EventPoster
@@ -150,9 +149,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
         metrics.serve(cfg.metrics_port, cfg.bind_address)
     except OSError as e:  # a taken port must not stop the operator (retrying startup would, every 60 s)
         logger.warning("metrics disabled: cannot listen on port %s: %s", cfg.metrics_port, e)
-    # From here on the heap is mostly what lives as long as the jobs: full collections walk only what came after.
-    memo.collector = FreezeAfterFullCollections()
-    memo.collector.install()
     logger.info("kubepool operator configured: %s", cfg.model_dump(mode="json"))
 
 
@@ -160,9 +156,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
 async def close(memo: kopf.Memo, **_: Any) -> None:
     op: OperatorState | None = getattr(memo, "op", None)
     keeper: asyncio.Task[None] | None = getattr(memo, "keeper", None)
-    collector: FreezeAfterFullCollections | None = getattr(memo, "collector", None)
-    if collector is not None:
-        collector.uninstall()
     if keeper is not None:
         keeper.cancel()
     if op is not None:
