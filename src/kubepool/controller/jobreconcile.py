@@ -16,7 +16,7 @@ from kubepool.controller import admission, metrics
 from kubepool.controller.builders.common import placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets
 from kubepool.controller.jobchildren import apply_plan, release_pods
-from kubepool.controller.jobstatus import API_REFUSED, SUSPENDED, Observed, compute_job_status
+from kubepool.controller.jobstatus import API_REFUSED, SUSPENDED, Observed, compute_job_status, ends
 from kubepool.controller.kueuereconcile import kueue_step
 from kubepool.controller.leader import LeadershipLost
 from kubepool.controller.observed import PodView
@@ -72,8 +72,7 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
                 await _refused(op, key, job, body, pods, backend, new, str(e))
             raise  # the queue retries with backoff
         op.children.refused.pop(job.metadata.get("uid", ""), None)
-        if new.phase is not None and new.phase.finished and not (prev is not None and prev.phase is not None
-                                                                and prev.phase.finished):
+        if ends(prev, new):
             await kueue_step(op, key, job, new)  # its Workload finished at once: Kueue's next job starts
         op.queue.wake_at(key, plan.wake_at)
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)

@@ -43,7 +43,7 @@ from kubepool.controller.jobsteps import advance
 __all__ = [
     "API_REFUSED", "CANCELLED", "COMPLETED", "CREDENTIALS_NOT_ALLOWED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
     "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RESUMED", "RETRYING", "SUSPENDED", "TERMINATING", "WAITING_FOR_INSTANCES",
-    "Observed", "compute_job_status", "decisive", "first_admitted", "status_changed",
+    "Observed", "compute_job_status", "decisive", "ends", "first_admitted", "status_changed",
 ]
 
 
@@ -121,6 +121,12 @@ def outputs_of(job: MLJob) -> JobOutputs | None:
 def status_changed(old: MLJobStatus | None, new: MLJobStatus) -> bool:
     """Whether `new` differs from `old` on the wire (what the API server would store)."""
     return (old.wire() if old else {}) != new.wire()
+
+
+def ends(prev: MLJobStatus | None, new: MLJobStatus) -> bool:
+    """Whether `new` is the status that finishes the job: DONE, FAILED or CANCELLED, and `prev` was not."""
+    return (new.phase is not None and new.phase.finished
+            and not (prev is not None and prev.phase is not None and prev.phase.finished))
 
 
 def decisive(st: MLJobStatus) -> tuple[Any, ...]:

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
+from kubepool.controller.jobstatus import ends
 
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
 _BOUNDS = [floatToGoString(b) for b in _WAIT_BUCKETS] + ["+Inf"]  # the `le` labels, as prometheus_client writes them
@@ -129,8 +130,7 @@ def job_transitions(created: str | None, pool: str, prev: MLJobStatus | None, ne
         started = _seconds(since, new.start_time)
         if started is not None:
             out.append((START_SECONDS, {"pool": pool}, started))
-    was_finished = prev is not None and prev.phase is not None and prev.phase.finished
-    if new.phase is not None and new.phase.finished and not was_finished:
+    if ends(prev, new):
         ran = _seconds(new.start_time, new.completion_time)
         if ran is not None:
             out.append((DURATION_SECONDS, {"pool": pool, "phase": str(new.phase)}, ran))

@@ -10,18 +10,12 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from kubepool.api import MLJob, MLJobStatus
-from kubepool.controller.jobstatus import decisive, status_changed
+from kubepool.controller.jobstatus import decisive, ends, status_changed
 from kubepool.controller.view import JobKey
 from kubepool.kube.aio import Api
 
 STATUS_FLUSH_SECONDS = 1.0  # a job's status changes that are not decisive are written this late
 UNCHANGED = object()  # reserve(): the status needs no write
-
-
-def _ends(old: MLJobStatus | None, new: MLJobStatus) -> bool:
-    """The write that finishes the job (Api's urgent lanes)."""
-    return new.phase is not None and new.phase.finished and not (old is not None and old.phase is not None
-                                                                 and old.phase.finished)
 
 
 @dataclass
@@ -51,7 +45,7 @@ class StatusWriter:
                 self.unflushed[uid] = False
                 asyncio.get_running_loop().call_later(STATUS_FLUSH_SECONDS, self._flush_due, key, uid)
             return
-        await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid, urgent=_ends(job.status, new))
+        await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid, urgent=ends(job.status, new))
         self.written[uid] = new
         self.changed(key)
         self.unflushed.pop(uid, None)

@@ -20,7 +20,8 @@ from kubepool.kube.errors import NotFound, Unreachable, status_error
 from kubepool.kube.transport import TRANSPORT_ERRORS
 
 Obj = dict[str, Any]
-# Requests in flight at once, all calls together: below the HTTP client's keep-alive pool (20), so a burst
+# Requests in flight at once, all calls but a job's last status write (MAX_URGENT_IN_FLIGHT below; the two
+# together within the HTTP client's keep-alive pool, transport.POOL_SIZE), so a burst
 # reuses its connections instead of opening (TLS handshake) and dropping extra ones, and the pool's per-request
 # bookkeeping (a readability check of every pooled connection) stays small. Excess calls wait here.
 MAX_IN_FLIGHT = 16

@@ -16,7 +16,8 @@ import aiohttp
 # the work queue: as lightkube's client did (10 s for each phase), on a slow API server a little later.
 REQUEST_TIMEOUT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 10.0
-# Connections kept open: more than the requests the operator lets into flight (kube.aio.MAX_IN_FLIGHT).
+# Connections kept open: as many as the requests the operator lets into flight (kube.aio.MAX_IN_FLIGHT and
+# MAX_URGENT_IN_FLIGHT).
 POOL_SIZE = 20
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 

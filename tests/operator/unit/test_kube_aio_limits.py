@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from kubepool import naming
-from kubepool.kube import aio
+from kubepool.kube import aio, transport
 from kubepool.kube.errors import Conflict, Invalid, NotFound, Unreachable
 
 
@@ -91,6 +91,7 @@ async def test_a_jobs_last_status_write_passes_every_slot_taken() -> None:
     reads = [asyncio.ensure_future(api.labels_of("v1", "Secret", "ns", f"s{i}")) for i in range(aio.MAX_IN_FLIGHT + 4)]
     await asyncio.sleep(0.01)
     assert http.in_flight == aio.MAX_IN_FLIGHT
+    assert aio.MAX_IN_FLIGHT + aio.MAX_URGENT_IN_FLIGHT <= transport.POOL_SIZE, "every lane on a kept connection"
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(api.patch_job_status("ns", "train", {"phase": "RUNNING"}), 0.2)
     await asyncio.wait_for(api.patch_job_status("ns", "train", {"phase": "DONE"}, "u1", urgent=True), 1)
