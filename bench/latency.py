@@ -64,9 +64,9 @@ VARIANTS = {"p3": {}, "p3_no_dashboard": {"ray": {"dashboard": False}}}
 FLOOR = "ray_floor"  # run between the variants: the same machine's bare Ray cluster (bench/rayfloor.py)
 
 
-def job(name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def job(name: str, extra: dict[str, Any] | None = None, pool: str = "bench-local") -> dict[str, Any]:
     return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": name},
-            "spec": {"computePool": "bench-local", "targetInstances": INSTANCES, "entrypoint": {"command": PAYLOAD},
+            "spec": {"computePool": pool, "targetInstances": INSTANCES, "entrypoint": {"command": PAYLOAD},
                      **(extra or {})}}
 
 
@@ -103,7 +103,9 @@ async def _follow_head_log(client: httpx.AsyncClient, ns: str, pod: str, lines: 
         await asyncio.sleep(0.2)
 
 
-async def _one(bench: BenchCluster, ns: str, name: str, extra: dict[str, Any]) -> dict[str, Any]:
+async def follow(bench: BenchCluster, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Submit the job `body` (one of `job`'s) and follow it to its end: its outcome and seconds to each stage."""
+    name = body["metadata"]["name"]
     marks: dict[str, float] = {}
     pods: dict[str, dict[str, Any]] = {}
     lines: list[tuple[float, str]] = []
@@ -141,7 +143,7 @@ async def _one(bench: BenchCluster, ns: str, name: str, extra: dict[str, Any]) -
                                                {"fieldSelector": f"metadata.name={name}"})))
         await asyncio.sleep(0.5)  # both watches listed
         submit = time.time()
-        r = await client.post(f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs", json=job(name, extra))
+        r = await client.post(f"/apis/kubepool.dev/v1alpha1/namespaces/{ns}/mljobs", json=body)
         r.raise_for_status()
         try:
             await asyncio.wait_for(finished.wait(), TIMEOUT_S)
@@ -173,7 +175,7 @@ def measure(bench: BenchCluster, repeats: int) -> dict[str, dict[str, Any]]:
                 floor.append(rayfloor.form(INSTANCES))
                 print(f"  {label:<8} {variant:<16} {INSTANCES} bare Ray nodes formed, seen by a driver: {floor[-1]:.2f} s", flush=True)
                 continue
-            r = asyncio.run(_one(bench, ns, f"lat-{n}", VARIANTS[variant]))
+            r = asyncio.run(follow(bench, ns, job(f"lat-{n}", VARIANTS[variant])))
             b = r["since_submit_s"]
             print(f"  {label:<8} {variant:<16} payload start {stats.fmt(b['payload_start'])} s, "
                   f"finished {stats.fmt(b['done'])} s: {r['outcome']}", flush=True)

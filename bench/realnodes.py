@@ -1,10 +1,10 @@
 """Real nodes (upstream kubelet on containerd, kubepool.local.realnode): what they cost and how fast they are.
 
-A cluster of its own (`kubepool local up --real-nodes 2`, slot 4, state in /var/tmp/kubepool-bench-realnodes;
+A cluster of its own (`kubepool local up --real-nodes 3`, slot 4, state in /var/tmp/kubepool-bench-realnodes;
 $KUBEPOOL_BENCH_REALNODE_SLOT and _STATE_DIR pick others), torn down at the end. Measures: `up` from nothing (images
 imported), a node's Ready time after its kubelet starts (Node deleted first, so it registers anew), warm pod
 start (create -> Ready) one at a time and 5 at once, deletion, the chart's operator (from its image) running a
-trivial 2-instance job: submit -> payload start (the payload's own clock) and -> DONE; RSS of the node
+trivial 3-instance job (bench.latency's, stage by stage: P3 on containers); RSS of the node
 processes and disk per node. Skips, saying so, when the images are not built (needs root).
 
 `python -m bench.realnodes [--quick]` (also a part of `make bench`).
@@ -13,6 +13,7 @@ processes and disk per node. Skips, saying so, when the images are not built (ne
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -26,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from bench.cluster import describe_machine, machine_line
+from bench import latency, stats
+from bench.cluster import BenchCluster, describe_machine, machine_line
 from kubepool.local import controlplane
 from kubepool.local.controlplane import Component, Layout
 from kubepool.local.realnode import configs, images
@@ -36,7 +38,8 @@ STATE_DIR = Path(os.environ.get("KUBEPOOL_BENCH_REALNODE_STATE_DIR") or "/var/tm
 SLOT = int(os.environ.get("KUBEPOOL_BENCH_REALNODE_SLOT") or 4)
 IMAGES = ("operator", "runtime-lean")
 RUNTIME = "kubepool/runtime:dev-lean"
-MARK = "BENCH_PAYLOAD_START"
+NODES = latency.INSTANCES  # one instance per node: P3 runs bench.latency's job, on containers
+TARGET_RATIO = 1.5  # P3 payload start on real nodes ÷ on process nodes (bench.latency, the part before this one)
 
 
 def _kubectl(lay: Layout, *args: str, input: str | None = None, timeout: float = 120) -> str:
@@ -116,45 +119,37 @@ def _is_shim(p: Path, lay: Layout) -> bool:
     return b"containerd-shim" in cmd and str(lay.state_dir).encode() in cmd
 
 
-def p3(lay: Layout, repeats: int) -> list[dict[str, float]]:
-    """The chart's operator from its image; a trivial 2-instance job: submit -> payload start, -> DONE."""
+def p3(lay: Layout, repeats: int) -> dict[str, Any]:
+    """The chart's operator from its image; bench.latency's job (3 instances, one per node, a payload that prints
+    the time) followed the same way, so the two P3s compare stage by stage: one warm-up, then `repeats` runs."""
     helm = [lay.bin("helm"), "--kubeconfig", str(lay.kubeconfig)]
     chart = controlplane.REPO_ROOT / "charts" / "kubepool"
     values = {"image": {"tag": "dev", "pullPolicy": "Never"},
               "operator": {"runtimeImage": RUNTIME, "watchNamespaces": ["bench-jobs"], "warmCapacity": False,
                            "settings": {"imagePullPolicy": "Never"}},
               "pools": [{"name": "bench-real", "spec": {"resources": {"cpu": "1", "memory": "2Gi"}, "minNodes": 0,
-                                                         "maxNodes": 2, "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}]}
+                                                         "maxNodes": latency.INSTANCES,
+                                                         "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}]}
     vfile = lay.state_dir / "bench-values.yaml"
     vfile.write_text(yaml.safe_dump(values))
     _kubectl(lay, "create", "namespace", "bench-jobs")
     subprocess.run([*helm, "install", "kp", str(chart), "-n", "kubepool-system", "--create-namespace", "--values",
                     str(vfile), "--wait", "--timeout", "180s"], check=True, capture_output=True, timeout=240)
+    bench = BenchCluster(lay, 0.0)
     runs = []
-    for i in range(repeats + 1):  # the first is a warm-up
-        name = f"p3-{i}"
-        job = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": name},
-               "spec": {"computePool": "bench-real", "targetInstances": 2, "entrypoint": {
-                   "command": ["python", "-c", f"import time; print('{MARK}', time.time(), flush=True)"]}}}
-        submit = time.time()
-        _kubectl(lay, "apply", "-n", "bench-jobs", "-f", "-", input=yaml.safe_dump(job))
-        phase = None
-        while phase not in ("DONE", "FAILED", "CANCELLED"):
-            if time.time() - submit > 600:
-                raise RuntimeError(f"job {name} not finished after 600 s ({phase})")
-            time.sleep(0.25)
-            phase = json.loads(_kubectl(lay, "get", "mljob", name, "-n", "bench-jobs", "-o", "json")).get(
-                "status", {}).get("phase")
-        done = time.time()
-        if phase != "DONE":
-            raise RuntimeError(f"job {name} ended {phase}")
-        logs = _kubectl(lay, "logs", "-n", "bench-jobs", "-l", f"kubepool.dev/job={name},kubepool.dev/role=head",
-                        "--tail=-1")
-        start = next(float(line.split()[1]) for line in logs.splitlines() if line.startswith(MARK))
+    for i in range(repeats + 1):
+        r = asyncio.run(latency.follow(bench, "bench-jobs", latency.job(f"p3-{i}", pool="bench-real")))
+        b = r["since_submit_s"]
+        print(f"  P3 {'warm-up' if not i else f'run {i}'}: payload start {stats.fmt(b['payload_start'])} s, "
+              f"finished {stats.fmt(b['done'])} s: {r['outcome']}", flush=True)
+        if not r["outcome"].startswith("DONE"):
+            raise RuntimeError(f"job p3-{i} ended {r['outcome']}; head log tail: {r.get('head_log_tail')}")
         if i:
-            runs.append({"payload_start_s": round(start - submit, 2), "done_s": round(done - submit, 2)})
-        _kubectl(lay, "delete", "mljob", name, "-n", "bench-jobs", "--wait=true", timeout=180)
-    return runs
+            runs.append(r)
+        _kubectl(lay, "delete", "mljob", f"p3-{i}", "-n", "bench-jobs", "--wait=true", timeout=180)
+    return {"instances": latency.INSTANCES, "runs": runs, "target_ratio_to_process_nodes": TARGET_RATIO,
+            "median": {k: stats.median([r["since_submit_s"][k] for r in runs if r["since_submit_s"][k] is not None])
+                       for k, _ in latency.STAGES}}
 
 
 def measure(quick: bool) -> dict[str, Any]:
@@ -166,7 +161,7 @@ def measure(quick: bool) -> dict[str, Any]:
             raise RuntimeError(f"kubepool local {args[0]} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
         return time.monotonic() - t0
 
-    up_s = cli("up", "--slot", str(SLOT), "--real-nodes", "2", "--real-node-images", ",".join(IMAGES))
+    up_s = cli("up", "--slot", str(SLOT), "--real-nodes", str(NODES), "--real-node-images", ",".join(IMAGES))
     lay = Layout.load(STATE_DIR)
     assert lay is not None
     try:
@@ -185,41 +180,51 @@ def measure(quick: bool) -> dict[str, Any]:
         five = _pods_ready(lay, [f"five-{i}" for i in range(5)], ns)
         res = resources(lay)
         delete5 = _delete_pods(lay, ns)
-        p3_runs = p3(lay, 1 if quick else 3)
+        p3_report = p3(lay, 1 if quick else 3)
     finally:
         down_s = cli("down")
     return {
-        "machine": describe_machine(), "quick": quick,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": describe_machine(), "quick": quick,
         "up_cold_s": round(up_s, 1), "down_s": round(down_s, 1),
         "node_ready_after_kubelet_start_s": [round(r, 2) for r in ready],
         "first_pod_ready_s": round(first, 2), "warm_pod_ready_s": [round(w, 2) for w in warm],
         "five_pods_ready_s": round(five, 2), "delete_five_pods_s": round(delete5, 2),
-        "p3": p3_runs, **res,
+        "p3": p3_report, **res,
     }
 
 
 def markdown(r: dict[str, Any]) -> str:
     med = statistics.median
     rows = [
-        ("`kubepool local up --real-nodes 2` from nothing (images imported)", f"{r['up_cold_s']} s"),
+        (f"`kubepool local up --real-nodes {NODES}` from nothing (images imported)", f"{r['up_cold_s']} s"),
         ("Node Ready after its kubelet starts (Node re-registered)",
          f"{med(r['node_ready_after_kubelet_start_s']):.2f} s (median of {len(r['node_ready_after_kubelet_start_s'])})"),
         ("first pod of the runtime image Ready (create -> Ready)", f"{r['first_pod_ready_s']} s"),
         ("warm pod Ready", f"{med(r['warm_pod_ready_s']):.2f} s (median of {len(r['warm_pod_ready_s'])})"),
         ("5 pods at once, all Ready", f"{r['five_pods_ready_s']} s"),
         ("delete those 5 pods (gone from the API)", f"{r['delete_five_pods_s']} s"),
-        ("2-instance job, submit -> payload start (chart's operator from its image)",
-         f"{med(p['payload_start_s'] for p in r['p3']):.2f} s (median of {len(r['p3'])})"),
-        ("2-instance job, submit -> DONE", f"{med(p['done_s'] for p in r['p3']):.2f} s"),
         ("RSS: kubelet / containerd / CoreDNS / one pod's shim",
          f"{r['rss_mib']['kubelet']} / {r['rss_mib']['containerd']} / {r['rss_mib']['coredns']} / {r['shim_rss_mib']} MiB"),
         ("containerd store per node (pause, operator, runtime-lean)", f"{r['containerd_disk_mib_per_node']} MiB"),
         ("`kubepool local down`", f"{r['down_s']} s"),
     ]
     return "\n".join([
-        "# Real nodes (bench.realnodes)", "", machine_line(r["machine"]), "",
-        "| measure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), "",
+        "# Real nodes (bench.realnodes)", "", f"{r['when']}. {machine_line(r['machine'])}", "",
+        "| measure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), "", *_p3_lines(r["p3"]),
     ])
+
+
+def _p3_lines(p3: dict[str, Any]) -> list[str]:
+    """bench.latency's stage table, for the same job on real nodes (the chart's operator from its image)."""
+    rows, prev = [], 0.0
+    for key, what in latency.STAGES:
+        v = p3["median"][key]
+        rows.append([what, stats.fmt(v), stats.fmt(v - prev if v == v else None)])
+        prev = v if v == v else prev
+    return [f"P3 on real nodes: bench.latency's {p3['instances']}-instance job, the chart's operator from its image; "
+            f"median of {len(p3['runs'])} run(s) after one warm-up. Target: ≤ {p3['target_ratio_to_process_nodes']:g} × "
+            "P3 on process nodes (summary.md).", "",
+            stats.markdown_table(["stage", "since submit (s)", "since previous stage (s)"], rows, right=(1, 2))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench.realnodes: needs root (containerd, kubelet, bridge, iptables)", file=sys.stderr)
         return 1
-    print(f"[bench.realnodes] 2 real nodes in {STATE_DIR} (slot {SLOT}); up imports the images (minutes)", flush=True)
+    print(f"[bench.realnodes] {NODES} real nodes in {STATE_DIR} (slot {SLOT}); up imports the images (minutes)", flush=True)
     report = measure(ns.quick)
     stem = "realnodes-quick" if ns.quick else "realnodes"
     RESULTS.mkdir(exist_ok=True)

@@ -1,5 +1,5 @@
 """`python -m bench.summary [--quick]`: one table of every benchmark's headline numbers beside its target,
-from the JSON the parts wrote (bench/results/{operator_scale,live_jobs,latency,distributors}.json, or the `-quick`
+from the JSON the parts wrote (bench/results/{operator_scale,live_jobs,latency,realnodes,distributors}.json, or the `-quick`
 files of a quick run); writes results/summary.md (summary-quick.md). A part that has not run is left out."""
 
 from __future__ import annotations
@@ -86,6 +86,16 @@ def live_rows(rep: dict[str, Any]) -> list[Row]:
             row("P6 restart to every job reconciled", rep["restart_to_reconciled_s"], t["restart_to_reconciled_s"], 1, " s")]  # fmt: skip
 
 
+def realnode_rows(rep: dict[str, Any]) -> list[Row]:
+    """P3 on containers beside P3 on process nodes: bench.latency ran just before, in the same `make bench`."""
+    p3 = rep["p3"]
+    start = p3["median"]["payload_start"]
+    process = (_load("latency" + ("-quick" if rep.get("quick") else "")) or {}).get("p3", {}).get("median", {})
+    return [row(f"P3 on real nodes (containers, {p3['instances']} instances): submit → payload start", start, None, 1, " s"),
+            row("P3 real nodes ÷ process nodes", stats.ratio(start, process["payload_start"]) if process else None,
+                p3["target_ratio_to_process_nodes"])]
+
+
 def distributor_rows(rep: dict[str, Any]) -> list[Row]:
     return [row(f"distributors: {k}", v, rep["targets"].get(k)) for k, v in rep["ratios"].items()]
 
@@ -94,7 +104,7 @@ def markdown(suffix: str = "") -> str:
     rows: list[Row] = []
     machine = None
     for name, fn in (("operator_scale", scale_rows), ("live_jobs", live_rows), ("latency", latency_rows),
-                     ("distributors", distributor_rows)):
+                     ("realnodes", realnode_rows), ("distributors", distributor_rows)):
         rep = _load(name + suffix)
         if rep:
             rows += fn(rep)
@@ -102,7 +112,7 @@ def markdown(suffix: str = "") -> str:
     head = ["# kubepool benchmarks: summary", ""]
     if machine:
         head += [f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB. "
-                 "Details, repeats and per-run numbers: operator_scale.md, latency.md, distributors.md.", ""]
+                 "Details, repeats and per-run numbers: operator_scale.md, live_jobs.md, latency.md, realnodes.md, distributors.md.", ""]
     return "\n".join(head) + "\n" + stats.markdown_table(["measure", "value", "target", "met"], rows)
 
 

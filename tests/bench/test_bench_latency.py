@@ -51,3 +51,25 @@ def test_ray_floor_nodes_take_ports_apart_and_only_the_head_is_head() -> None:
     assert ["--head" in a for a in nodes] == [True, False, False]
     assert all(f"--address={rayfloor.NODE_IP}:{rayfloor.PORT_BASE}" in a for a in nodes[1:])
     assert all("--block" in a for a in nodes)  # a session of its own to stop, never `ray stop`
+
+
+def test_real_node_p3_is_compared_with_the_process_node_p3_of_the_same_bench(tmp_path, monkeypatch) -> None:
+    import json
+
+    import bench.summary as summary
+    from bench.realnodes import TARGET_RATIO, _p3_lines
+
+    monkeypatch.setattr(summary, "RESULTS", tmp_path)
+    median = {k: float(i + 1) for i, (k, _) in enumerate(STAGES)}
+    real = {"p3": {"instances": 3, "runs": [{}], "median": median | {"payload_start": 12.0},
+                   "target_ratio_to_process_nodes": TARGET_RATIO}}
+    # No process-node P3 to compare with: the target row says so rather than passing.
+    assert summary.realnode_rows(real)[1][1:] == ["–", f"≤ {TARGET_RATIO:g}", "NO (no value)"]
+    (tmp_path / "latency.json").write_text(json.dumps({"p3": {"median": {"payload_start": 10.0}}}))
+    assert summary.realnode_rows(real) == [
+        ["P3 on real nodes (containers, 3 instances): submit → payload start", "12.0 s", "", ""],
+        ["P3 real nodes ÷ process nodes", "1.20", "≤ 1.5", "yes"]]
+    (tmp_path / "latency.json").write_text(json.dumps({"p3": {"median": {"payload_start": 6.0}}}))
+    assert summary.realnode_rows(real)[1][1:] == ["2.00", "≤ 1.5", "NO"]
+    table = "\n".join(_p3_lines(real["p3"]))
+    assert "| payload started (its own clock) | 12.00 |" in table.replace("  ", " ")
