@@ -172,7 +172,11 @@ def measure(bench: BenchCluster, repeats: int) -> dict[str, dict[str, Any]]:
         schedule = [("warm-up", "p3")] + [(f"run {i}", v) for i in range(1, repeats + 1) for v in (*VARIANTS, FLOOR)]
         for n, (label, variant) in enumerate(schedule):
             if variant == FLOOR:
-                floor.append(rayfloor.form(INSTANCES))
+                try:
+                    floor.append(rayfloor.form(INSTANCES))
+                except RuntimeError as e:  # a bare `ray start` can fail on a loaded machine: say so, try once more
+                    print(f"  {label:<8} {variant:<16} failed, once more: {e}", flush=True)
+                    floor.append(rayfloor.form(INSTANCES))
                 print(f"  {label:<8} {variant:<16} {INSTANCES} bare Ray nodes formed, seen by a driver: {floor[-1]:.2f} s", flush=True)
                 continue
             r = asyncio.run(follow(bench, ns, job(f"lat-{n}", VARIANTS[variant])))

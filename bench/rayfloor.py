@@ -94,6 +94,10 @@ def form(nodes: int = 3) -> float:
             if seen.returncode != 0:
                 raise RuntimeError(f"Ray floor: the driver failed: {seen.stderr[-1000:]}")
             return float(seen.stdout.split()[-1]) - t0
+        except RuntimeError as e:
+            log.flush()
+            tail = (Path(tmp) / "ray.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{e}; the Ray output's end:\n{tail}") from e
         finally:
             for p in reversed(procs):
                 _stop(p)

@@ -124,10 +124,12 @@ def start_args(contract: JobContract, me: InstanceIdentity, spec: NodeSpec) -> l
     return args
 
 
-def ray_executable() -> str:
-    """The `ray` script next to this interpreter, so a venv's Ray is used even when it is not on PATH."""
-    local = Path(sys.executable).with_name("ray")
-    return str(local) if local.exists() else "ray"
+def ray_command() -> list[str]:
+    """`ray`: this interpreter's Ray (its `ray` script beside it) through ray_fence, so a venv's Ray is used even
+    when it is not on PATH; else the `ray` on PATH, unpatched. -P: the working directory is not on sys.path."""
+    if Path(sys.executable).with_name("ray").exists():
+        return [sys.executable, "-P", "-m", "kubepool.runtime.ray_fence"]
+    return ["ray"]
 
 
 def gcs_answers(host: str, port: int, timeout: float = 2.0) -> bool:
@@ -151,7 +153,7 @@ class RayNode:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         (self.temp_dir / contract.RAY_READY_FILE).unlink(missing_ok=True)
         # Its own process group, so `stop` can remove everything this node started.
-        self.proc = subprocess.Popen([ray_executable(), *self.argv], env=self.env, start_new_session=True)
+        self.proc = subprocess.Popen([*ray_command(), *self.argv], env=self.env, start_new_session=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
