@@ -21,7 +21,7 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
 - `install_lean_readiness`: kopf holds every handler until each object of the first listings is indexed, with
   one toggle per listed object in one set, and wakes every waiting worker on each toggle added or dropped:
   N² wake-ups for N listed objects (a restart with thousands of jobs and pods never got to its first pass).
-  Waiters are woken only when the set's answer changes."""
+  Waiters are woken only when the set's answer changes; `when_indexed` callbacks run when it turns on."""
 
 from __future__ import annotations
 
@@ -195,6 +195,18 @@ class LeanToggleSet(_KopfToggleSet):
     def _notify_if_changed(self, before: bool) -> None:
         if self.is_on() != before:
             self._condition.notify_all()
+            if self._fn is all and not before:  # kopf's readiness set: every listed object indexed
+                while _ON_INDEXED:
+                    _ON_INDEXED.pop()()
+
+
+_ON_INDEXED: list[Callable[[], None]] = []
+
+
+def when_indexed(callback: Callable[[], None]) -> None:
+    """Call `callback` once, when kopf's readiness set next turns on: every object of the first listings indexed,
+    its handlers about to run. Never called where `install_lean_readiness` did not install LeanToggleSet."""
+    _ON_INDEXED.append(callback)
 
 
 def install_lean_readiness() -> bool:

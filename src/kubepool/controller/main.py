@@ -17,10 +17,16 @@ import kopf
 
 from kubepool import naming
 from kubepool.controller import handlers, metrics
+from kubepool.controller.collector import StartupHold
 from kubepool.controller.config import OperatorConfig, resolve_lease_namespace, resolve_placeholder_namespace
 from kubepool.controller.election import Timing
 from kubepool.controller.events import EventPoster
-from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json, install_relist_deletions
+from kubepool.controller.kopf_fence import (
+    LeanDiffBaseStorage,
+    install_fast_json,
+    install_relist_deletions,
+    when_indexed,
+)
 from kubepool.controller.leader import LeaderElector
 from kubepool.controller.state import OperatorState
 from kubepool.controller.view import INDEXES, OPTIONAL_INDEXES, WORKLOAD_INDEX
@@ -108,6 +114,10 @@ def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None =
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
     cfg: OperatorConfig = getattr(memo, "cfg", None) or OperatorConfig.from_env()
+    if getattr(memo, "gc_hold", None) is None:  # once, also when kopf retries this handler
+        memo.gc_hold = StartupHold()
+        memo.gc_hold.hold()  # until the first listings are in and their passes done (collector.py)
+        when_indexed(memo.gc_hold.indexed)
     apply_settings(settings, cfg)
     if not install_fast_json():
         logger.warning("kopf's watch decoding is not where kubepool expects it: watching with the standard json")
@@ -138,6 +148,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
         logger.warning("placeholder namespace %r is not watched: warm capacity cannot follow its placeholders",
                        op.placeholder_namespace)
     op.queue.recheck = asyncio.get_running_loop().create_task(op.queue.recheck_forever())
+    memo.gc_release = asyncio.get_running_loop().create_task(memo.gc_hold.release_when_settled(op.queue.idle))
     if not settings.peering.standalone:
         try:
             scope = () if settings.peering.clusterwide else cfg.namespaces
@@ -155,9 +166,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     op: OperatorState | None = getattr(memo, "op", None)
-    keeper: asyncio.Task[None] | None = getattr(memo, "keeper", None)
-    if keeper is not None:
-        keeper.cancel()
+    for name in ("keeper", "gc_release"):
+        task: asyncio.Task[None] | None = getattr(memo, name, None)
+        if task is not None:
+            task.cancel()
     if op is not None:
         op.close()
         elector: LeaderElector | None = getattr(memo, "elector", None)

@@ -77,6 +77,10 @@ class WorkQueue:
         covered by this one."""
         self.pending.discard(key)
 
+    def idle(self) -> bool:
+        """No job pass asked for, and none running."""
+        return not self.pending and not any(lock.locked() for lock in self.locks.values())
+
     def spawn(self, key: JobKey, delay: float = 0.0) -> None:
         """Run a job's pass in the background; retried on errors. A burst of events while one pass is already
         waiting (for `delay`, then for the job's lock) costs one pass, not one per event."""
