@@ -8,8 +8,9 @@ each patch against the installed Ray, so an upgrade that moves them fails a test
   up to 2 s on a job's critical path. Here the same question is asked every `HEAD_POLL_SECONDS`, for the same
   total time.
 
-`python -m kubepool.runtime.ray_fence ARGS` is `ray ARGS` with the patches in: the worker's `ray start` runs
-through it (ray_node.RayNode). Nothing of Ray is imported by importing this module.
+`python -m kubepool.runtime.ray_fence ARGS` is `ray ARGS` with the patches in: every `ray start` of the runtime
+runs through it (ray_node.ray_command; the head's never reaches the patched lookup). Nothing of Ray is imported
+by importing this module.
 """
 
 from __future__ import annotations
