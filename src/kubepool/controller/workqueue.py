@@ -15,6 +15,7 @@ from kubepool.controller import admission, metrics
 from kubepool.controller.admission import Claim
 from kubepool.controller.backoff import retry_delay
 from kubepool.controller.view import JobKey
+from kubepool.kube import lanes
 from kubepool.kube.errors import Going, KubeError
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class WorkQueue:
     pools_due: set[str] = field(default_factory=set)  # pool passes scheduled, not started (coalescing)
     recheck: asyncio.Task[None] | None = None  # recheck_forever, while it runs
     failures: dict[JobKey, int] = field(default_factory=dict)  # a job's passes failed in a row (backoff)
+    places: dict[JobKey, int] = field(default_factory=dict)  # a job's place in line for API slots (kube.lanes)
 
     def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
              export: Callable[[], None], claims: Callable[[Iterable[str] | None], list[Claim]]) -> None:
@@ -58,6 +60,7 @@ class WorkQueue:
     def forget(self, key: JobKey) -> None:
         self.locks.pop(key, None)
         self.failures.pop(key, None)
+        self.places.pop(key, None)
         handle = self.wakeups.pop(key, None)
         if handle is not None:
             handle.cancel()
@@ -87,6 +90,8 @@ class WorkQueue:
         if key in self.pending:
             return
         self.pending.add(key)
+        if key not in self.places:  # first seen: behind every job seen before (creation order, or the listing's)
+            self.places[key] = lanes.new_place()
         if delay > 0:
             asyncio.get_running_loop().call_later(delay, self._start_job, key)
         else:
@@ -96,6 +101,8 @@ class WorkQueue:
         asyncio.ensure_future(self._guarded_job(key))
 
     async def _guarded_job(self, key: JobKey) -> None:
+        place = self.places.get(key)  # None: forgotten (deleted) since it was asked for
+        lanes.take_place(lanes.new_place() if place is None else place)  # this task's requests wait there
         try:
             await self.run_job(key)
             self.failures.pop(key, None)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import orjson
 
 from kubepool import naming
+from kubepool.kube import lanes
 from kubepool.kube.errors import NotFound, Unreachable, status_error
 from kubepool.kube.transport import TRANSPORT_ERRORS
 
@@ -23,7 +24,8 @@ Obj = dict[str, Any]
 # Requests in flight at once, all calls but a job's last status write (MAX_URGENT_IN_FLIGHT below; the two
 # together within the HTTP client's keep-alive pool, transport.POOL_SIZE), so a burst
 # reuses its connections instead of opening (TLS handshake) and dropping extra ones, and the pool's per-request
-# bookkeeping (a readability check of every pooled connection) stays small. Excess calls wait here.
+# bookkeeping (a readability check of every pooled connection) stays small. Excess calls wait here, the oldest
+# job's first (kube.lanes).
 MAX_IN_FLIGHT = 16
 # Of those, creates, applies and deletes (a burst of new jobs sends ~8 each) take at most this many, so a status
 # write (a job's DONE, an admission) never queues behind a burst's children.
@@ -97,29 +99,33 @@ class Api:
 
     def __init__(self, http: Http) -> None:
         self._http = http
-        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self._bulk = asyncio.Semaphore(MAX_BULK_IN_FLIGHT)
+        self._slots = lanes.OrderedSlots(MAX_IN_FLIGHT)
+        self._bulk = lanes.OrderedSlots(MAX_BULK_IN_FLIGHT)
         self._urgent = asyncio.Semaphore(MAX_URGENT_IN_FLIGHT)
 
     async def close(self) -> None:
         await self._http.close()
 
     async def _send(self, method: str, path: str, what: str, *, body: Any = None, content_type: str = "",
-                    params: Mapping[str, str] | None = None, bulk: bool = False, ok: tuple[int, ...] = ()) -> int:
+                    params: Mapping[str, str] | None = None, bulk: bool = False, ok: tuple[int, ...] = (),
+                    place: int | None = None) -> int:
         """One request; returns the HTTP status when it is 2xx or in `ok`, else raises the KubeError for it."""
         return int((await self._request(method, path, what, body=body, content_type=content_type, params=params,
-                                        bulk=bulk, ok=ok)).status_code)
+                                        bulk=bulk, ok=ok, place=place)).status_code)
 
     async def _request(self, method: str, path: str, what: str, *, body: Any = None, content_type: str = "",
                        params: Mapping[str, str] | None = None, bulk: bool = False, ok: tuple[int, ...] = (),
-                       accept: str = "", urgent: bool = False) -> Any:
-        """One request; returns the response when it is 2xx or in `ok`, else raises the KubeError for it."""
+                       accept: str = "", urgent: bool = False, place: int | None = None) -> Any:
+        """One request; returns the response when it is 2xx or in `ok`, else raises the KubeError for it.
+        `place`: its place in line for a slot (kube.lanes); by default its pass's job's, or a new one."""
         content = orjson.dumps(body) if body is not None else None
         headers = {"Content-Type": content_type or "application/json"} if content is not None else {}
         if accept:
             headers["Accept"] = accept
+        place = lanes.current_place() if place is None else place
         try:
-            async with self._bulk if bulk else contextlib.nullcontext(), self._urgent if urgent else self._slots:
+            async with (self._bulk.slot(place) if bulk else contextlib.nullcontext(),
+                        self._urgent if urgent else self._slots.slot(place)):
                 resp = await self._http.request(method, path, content=content, params=params, headers=headers or None)
         except TRANSPORT_ERRORS as e:
             raise Unreachable(f"{what}: cannot reach the Kubernetes API ({e}); is the cluster up and KUBECONFIG set?") from e
@@ -256,9 +262,10 @@ class Api:
         return {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
 
     async def get_lease(self, namespace: str, name: str) -> Obj | None:
-        """A coordination.k8s.io Lease (leader election), or None when it does not exist."""
+        """A coordination.k8s.io Lease (leader election), or None when it does not exist. Lease calls go first in
+        line: a renewal late behind a burst would hand the lead over."""
         path = f"{collection_path(LEASE_API, 'Lease', namespace)}/{name}"
-        resp = await self._request("GET", path, f"get Lease {namespace}/{name}", ok=(404,))
+        resp = await self._request("GET", path, f"get Lease {namespace}/{name}", ok=(404,), place=lanes.FIRST)
         if int(resp.status_code) == 404:
             return None
         lease: Obj = json.loads(resp.content)
@@ -270,12 +277,14 @@ class Api:
         meta: Obj = {"name": name, "namespace": namespace, "labels": {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}}
         if resource_version is None:
             await self._send("POST", collection_path(LEASE_API, "Lease", namespace), f"create Lease {namespace}/{name}",
-                             body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec})
+                             body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec},
+                             place=lanes.FIRST)
             return
         meta["resourceVersion"] = resource_version
         await self._send("PUT", f"{collection_path(LEASE_API, 'Lease', namespace)}/{name}",
                          f"update Lease {namespace}/{name}",
-                         body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec})
+                         body={"apiVersion": LEASE_API, "kind": "Lease", "metadata": meta, "spec": spec},
+                         place=lanes.FIRST)
 
     async def crd_exists(self, name: str) -> bool:
         return await self.metadata_of(CRD_API, "CustomResourceDefinition", "", name) is not None
