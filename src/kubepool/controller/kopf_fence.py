@@ -233,7 +233,13 @@ CHANGE_HANDLED_KINDS = frozenset({naming.POOL_KIND})
 class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
     """kopf builds a diff base for every event of every watched kind by deep-copying the whole body (status and
     managedFields too, dropped right after): the largest CPU cost of a pod event. Kinds without change handlers
-    (pods, nodes) get none, and the others are copied without the parts the essence drops anyway."""
+    (pods, nodes, MLJobs) get none, nor is the stored one looked up for them, and the others are copied without
+    the parts the essence drops anyway."""
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        if body.get("kind") not in CHANGE_HANDLED_KINDS:
+            return None  # the old half of a diff nothing reads
+        return super().fetch(body=body)
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
         if body.get("kind") not in CHANGE_HANDLED_KINDS:

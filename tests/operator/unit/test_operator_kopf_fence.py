@@ -286,8 +286,15 @@ def test_lean_diff_base_matches_kopfs_for_handled_kinds() -> None:
 
 def test_lean_diff_base_builds_nothing_for_kinds_without_change_handlers() -> None:
     lean = LeanDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
+    full = kopf.AnnotationsDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
     for kind in ("Pod", "Node", "MLJob"):
         assert lean.build(body=kopf.Body(_body(kind))) is None
+        stored = _body(kind)  # even one that carries a stored diff base: nothing reads its old half
+        stored["metadata"]["annotations"][f"kubepool.dev/{DIFFBASE_KEY}"] = '{"spec": {}}'
+        assert full.fetch(body=kopf.Body(stored)) == {"spec": {}} and lean.fetch(body=kopf.Body(stored)) is None
+    pool = _body(naming.POOL_KIND)
+    pool["metadata"]["annotations"][f"kubepool.dev/{DIFFBASE_KEY}"] = '{"spec": {"maxNodes": 2}}'
+    assert lean.fetch(body=kopf.Body(pool)) == full.fetch(body=kopf.Body(pool)) == {"spec": {"maxNodes": 2}}
 
 
 # --- log output -----------------------------------------------------------------------------------------------
