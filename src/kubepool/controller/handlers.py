@@ -11,7 +11,7 @@ from kubepool import naming
 from kubepool.controller import view
 from kubepool.controller.jobchildren import child_deleted
 from kubepool.controller.jobreconcile import job_key
-from kubepool.controller.observed import NodeView, PlaceholderView, PodView
+from kubepool.controller.observed import FAILED, SUCCEEDED, NodeView, PlaceholderView, PodView
 from kubepool.controller.poolstatus import pools_affected_by_node
 from kubepool.controller.state import OperatorState
 from kubepool.controller.view import JobKey
@@ -37,37 +37,16 @@ async def mljob_index(body: kopf.Body, namespace: str | None, name: str, memo: k
     return {key: view.indexed_job(body)}
 
 
-# A pod's index handler also asks for its job's pass (kopf calls an index handler on every event of a pod but its
-# deletion, and an event handler only at the cost of a second handler run per event): the pass runs after kopf
-# has stored what the handler returned (kopf_fence.pod_passes_see_their_event). Before kopf has indexed the first
-# listings, the pass waits (WorkQueue.spawn_indexed).
 @kopf.index("pods", labels=MANAGED, id=view.POD_INDEX)
-async def pod_index(body: kopf.Body, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo,
+async def pod_index(body: kopf.Body, namespace: str | None, labels: kopf.Labels,
                     **_: Any) -> dict[tuple[str, str], PodView] | None:
     job = labels.get(naming.LABEL_JOB)
-    if not job:
-        return None
-    key, pod = (namespace or "default", job), PodView.of(body)
-    op: OperatorState | None = getattr(memo, "op", None)
-    if op is not None:
-        # A job's pods start in bursts (created, bound, running, ready: one pass and status write per burst); a
-        # pod that ended or is being deleted decides the job's outcome: no wait.
-        op.queue.spawn_indexed(key, delay=0.0 if pod.terminated or pod.deleting else POD_EVENT_DELAY_SECONDS)
-    return {key: pod}
+    return {(namespace or "default", job): PodView.of(body)} if job else None
 
 
 @kopf.index("pods", labels=PLACEHOLDERS, id=view.PLACEHOLDER_INDEX)
-async def placeholder_index(body: kopf.Body, labels: kopf.Labels, memo: kopf.Memo,
-                            **_: Any) -> dict[str, PlaceholderView]:
-    pool = labels.get(naming.LABEL_POOL, "")
-    op: OperatorState | None = getattr(memo, "op", None)
-    if op is not None and pool and op.queue.indexed:  # before that, every pool's resume handler runs its pass
-        op.queue.refresh_pools([pool])  # started or pre-empted: the pool's warmInstances moved
-    return {pool: PlaceholderView.of(body)}
-
-
-def _deleted(type: str, **_: Any) -> bool:
-    return type == "DELETED"
+async def placeholder_index(body: kopf.Body, labels: kopf.Labels, **_: Any) -> dict[str, PlaceholderView]:
+    return {labels.get(naming.LABEL_POOL, ""): PlaceholderView.of(body)}
 
 
 @kopf.index(naming.GROUP, naming.POOL_PLURAL, id=view.POOL_INDEX)
@@ -91,7 +70,6 @@ async def reconcile_mljob(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
     trigger nothing, as kopf's on.create/on.update(field="spec")/on.resume did, without their per-job
     annotation write and diff base. The pass runs in the background (retried on errors)."""
     op, key = _op(memo), job_key(body)
-    op.queue.mark_indexed()  # kopf runs event handlers only once its first listings are indexed
     meta = body.get("metadata", {})
     op.view.job_event(key)
     if event["type"] == "DELETED":
@@ -113,14 +91,15 @@ def pod_job_key(body: Any) -> JobKey | None:
     return (meta.get("namespace", "default"), job) if job else None
 
 
-@kopf.on.event("pods", labels=MANAGED, when=_deleted)
+@kopf.on.event("pods", labels=MANAGED)
 async def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A pod gone (kopf indexes no deletion; pod_index asks for the other events' passes)."""
     key = pod_job_key(body)
-    op = _op(memo)
-    op.queue.mark_indexed()
-    if key is not None:
-        op.queue.spawn(key)
+    if key is None:
+        return
+    # A job's pods start in bursts (created, bound, running, ready: one pass and status write per burst); a pod
+    # that ended or is being deleted decides the job's outcome: no wait.
+    ended = body.get("status", {}).get("phase") in (SUCCEEDED, FAILED) or body.get("metadata", {}).get("deletionTimestamp")
+    _op(memo).queue.spawn(key, delay=0.0 if ended else POD_EVENT_DELAY_SECONDS)
 
 
 @kopf.on.event("services", labels=MANAGED)
@@ -134,9 +113,9 @@ async def child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **
         child_deleted(_op(memo), key, uid)
 
 
-@kopf.on.event("pods", labels=PLACEHOLDERS, when=_deleted)
+@kopf.on.event("pods", labels=PLACEHOLDERS)
 async def placeholder_event(labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    # Deleted: a placeholder must be created again (placeholder_index follows the other events).
+    # Started, pre-empted or deleted: the pool's warmInstances moved, or a placeholder must be created again.
     pool = labels.get(naming.LABEL_POOL)
     if pool:
         _op(memo).queue.refresh_pools([pool])
@@ -159,7 +138,6 @@ async def node_event(event: kopf.RawEvent, body: kopf.Body, name: str, memo: kop
     # Only the pools the node matched before or matches now, and only when readiness, labels, taints or
     # cordoning changed: heartbeats are most node events, and every pool per event made start-up O(nodes × pools²).
     op = _op(memo)
-    op.queue.mark_indexed()
     new = None if event["type"] == "DELETED" else NodeView.of(body)
     old = op.view.node_views.pop(name, None)
     if new is not None:

@@ -21,12 +21,7 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
 - `install_lean_readiness`: kopf holds every handler until each object of the first listings is indexed, with
   one toggle per listed object in one set, and wakes every waiting worker on each toggle added or dropped:
   N² wake-ups for N listed objects (a restart with thousands of jobs and pods never got to its first pass).
-  Waiters are woken only when the set's answer changes; `when_indexed` callbacks run when it turns on.
-- Not a patch, a reliance (handlers.pod_index): a pod's index handler asks for its job's pass, instead of an
-  event handler run per event beside it. That relies on kopf storing what an index handler returns before
-  anything the handler started can run, and on kopf calling no index handler for a deletion (pod_event, an
-  event handler for DELETED only, asks then). `test_a_pods_pass_sees_the_event_that_asked_for_it` runs kopf's
-  processing through both."""
+  Waiters are woken only when the set's answer changes; `when_indexed` callbacks run when it turns on."""
 
 from __future__ import annotations
 

@@ -134,7 +134,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     op.view.track_open_jobs()  # the job handlers and the status writer report every change of a claim from here on
     op.view.track_pool_changes()  # and the pool handlers count the pool index's changes
     memo.op = op
-    when_indexed(op.queue.mark_indexed)  # kopf's first listings indexed: the passes index handlers asked for
     if cfg.leader_election:
         # `python -m kubepool.controller` waited for the lease before kopf started; `kopf run` waits here.
         elector: LeaderElector | None = getattr(memo, "elector", None)

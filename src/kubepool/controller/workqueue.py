@@ -52,8 +52,6 @@ class WorkQueue:
     recheck: asyncio.Task[None] | None = None  # recheck_forever, while it runs
     failures: dict[JobKey, int] = field(default_factory=dict)  # a job's passes failed in a row (backoff)
     places: dict[JobKey, int] = field(default_factory=dict)  # a job's place in line for API slots (kube.lanes)
-    indexed: bool = False  # kopf has indexed its first listings (kopf_fence.when_indexed, or an event handler ran)
-    deferred: set[JobKey] = field(default_factory=set)  # passes asked for by index handlers before that
 
     def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
              export: Callable[[], None], claims: Callable[[Iterable[str] | None], list[Claim]]) -> None:
@@ -63,7 +61,6 @@ class WorkQueue:
         self.locks.pop(key, None)
         self.failures.pop(key, None)
         self.places.pop(key, None)
-        self.deferred.discard(key)
         handle = self.wakeups.pop(key, None)
         if handle is not None:
             handle.cancel()
@@ -99,22 +96,6 @@ class WorkQueue:
             asyncio.get_running_loop().call_later(delay, self._start_job, key)
         else:
             self._start_job(key)
-
-    def spawn_indexed(self, key: JobKey, delay: float = 0.0) -> None:
-        """`spawn` for an index handler: kopf calls those while it lists, before every object is indexed; a pass
-        then would decide from half a view (admitting against claims not listed yet), so it waits until then."""
-        if self.indexed:
-            self.spawn(key, delay)
-        else:
-            self.deferred.add(key)
-
-    def mark_indexed(self) -> None:
-        """kopf has indexed its first listings: the passes asked for meanwhile run now."""
-        if not self.indexed:
-            self.indexed = True
-            for key in self.deferred:
-                self.spawn(key)
-            self.deferred.clear()
 
     def _start_job(self, key: JobKey) -> None:
         asyncio.ensure_future(self._guarded_job(key))

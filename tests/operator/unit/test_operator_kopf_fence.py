@@ -387,7 +387,6 @@ async def test_kopf_processes_watch_events_through_every_fence(monkeypatch: pyte
     assert set(view.INDEXES) <= set(indexers.indices)  # the handler ids the view reads
     op, _, _ = operator_state(placeholder_namespace="ops")
     op.view.indexes = {name: indexers.indices[name] for name in view.INDEXES}
-    op.queue.mark_indexed()  # as kopf's readiness set does once its first listings are indexed
     patches: list[dict[str, Any]] = []
 
     async def patch_obj(*, patch: Any, **_: Any) -> tuple[None, None]:
@@ -430,51 +429,6 @@ async def test_kopf_processes_watch_events_through_every_fence(monkeypatch: pyte
     for r in succeeded:
         assert DemoteRoutine().filter(r) is logging.getLogger().isEnabledFor(logging.DEBUG), r.getMessage()
         assert r.levelno == logging.DEBUG
-
-
-async def test_a_pods_pass_sees_the_event_that_asked_for_it() -> None:
-    """pod_index asks for the job's pass from inside kopf's index handler: the pass must find what that handler
-    returned already stored (kopf stores it before anything the handler started can run), and a deletion, which
-    kopf indexes without calling the handler, still asks for one (pod_event, for DELETED only)."""
-    registry = registries.get_default_registry()
-    indexers = indexing.OperatorIndexers()
-    indexers.ensure(registry._indexing.get_all_handlers())
-    op, _, _ = operator_state(placeholder_namespace="ops")
-    op.view.indexes = {name: indexers.indices[name] for name in view.INDEXES}
-    op.queue.mark_indexed()
-    seen: list[list[str]] = []
-
-    async def run_job(key: tuple[str, str]) -> None:
-        op.queue.started(key)
-        seen.append([p.phase for p in op.view.pods(key)])
-
-    op.queue.run_job = run_job
-    settings = kopf.OperatorSettings()
-    apply_settings(settings)
-    memories, memo = inventory.ResourceMemories(), kopf.Memo(op=op)
-    resource = references.Resource("", "v1", "pods", kind="Pod", namespaced=True)
-    labels = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY, naming.LABEL_JOB: "train", naming.LABEL_INSTANCE: "0"}
-
-    async def event(kind: str, phase: str) -> None:
-        pod = {"apiVersion": "v1", "kind": "Pod", "status": {"phase": phase},
-               "metadata": {"name": "train-0", "namespace": "ns", "uid": "p1", "resourceVersion": "3", "labels": labels}}
-        await processing.process_resource_event(
-            lifecycle=kopf.lifecycles.all_at_once, indexers=indexers, registry=registry, settings=settings,
-            memories=memories, memobase=memo, resource=resource, raw_event={"type": kind, "object": pod},
-            event_queue=asyncio.Queue(), no_throttling=True)
-        await asyncio.sleep(0.01)
-
-    try:
-        await event("MODIFIED", "Running")
-        assert seen == [] and op.queue.pending, "a starting pod: after the burst window, and one pass only"
-        await asyncio.sleep(0.2)
-        assert seen == [["Running"]]
-        await event("MODIFIED", "Succeeded")
-        assert seen[1:] == [["Succeeded"]], "at once, and from the event's own pod"
-        await event("DELETED", "Succeeded")
-        assert seen[2:] == [[]], "a deletion: kopf dropped the pod from its index and asked for a pass"
-    finally:
-        op.close()
 
 
 def test_kopfs_object_lines_are_not_even_built_below_warning(monkeypatch: pytest.MonkeyPatch) -> None:
