@@ -81,13 +81,12 @@ def pair_ratios(pairs: list[dict[str, dict[str, Any]]], keys: Sequence[str] = KE
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n\n")[0])
     ap.add_argument("rev", help="the base revision (e.g. main~3, a sha)")
-    ap.add_argument("--jobs", type=int, default=50, help="P1 jobs per run (default 50)")
+    ap.add_argument("--jobs", type=int, help="jobs per run (default 50; with --lag 1000)")
     ap.add_argument("--pairs", type=int, default=4, help="timed pairs, alternating which tree runs first (default 4)")
     ap.add_argument("--fake-nodes", type=int, default=100)
-    ap.add_argument("--lag", action="store_true", help="P2's status lag instead of P1 (--jobs default 1000)")
+    ap.add_argument("--lag", action="store_true", help="P2's status lag instead of P1")
     args = ap.parse_args(argv)
-    if args.lag and args.jobs == ap.get_default("jobs"):
-        args.jobs = 1000
+    args.jobs = args.jobs or (1000 if args.lag else 50)
     sha, tree = worktree(args.rev)
     p1.BASE_SRC[p1.BASE] = tree / "src"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
