@@ -1,8 +1,8 @@
 """Who goes first when the operator's requests wait for a slot (kube.aio's lanes): the oldest job's. Each job
 gets a place in line when the operator first sees it (`new_place`), and every request of its passes waits
 there (`take_place`: a context variable, so the tasks a pass starts inherit it). A request of no job's pass
-(a pool's status, a lease) takes a new place when it is made: behind the jobs seen before it, ahead of those
-seen after, so nothing waits for ever behind a stream of new jobs.
+(a pool's status) takes a new place when it is made: behind the jobs seen before it, ahead of those
+seen after, so nothing waits for ever behind a stream of new jobs. The leader's lease calls go first (FIRST).
 
 Why: under a burst of admissions the slots are all taken, and a job that ran while the burst was admitted
 (its end, its progress) queued behind dozens of requests of jobs that came later; its user and the jobs queued
