@@ -47,7 +47,7 @@ def test_immutable_fields_are_refused_naming_them(kubectl: Any, crds: None, name
     _create(kubectl, namespace, "fixed", SINGLE)
     proc = _patch(kubectl, namespace, "fixed", change)
     assert proc.returncode != 0, f"accepted a change of {field}"
-    assert f"spec.{field}: Forbidden: {field} cannot change after the job is created" in proc.stderr, proc.stderr
+    assert f"spec: Forbidden: {field} cannot change after the job is created" in proc.stderr, proc.stderr
 
 
 def test_what_the_operator_follows_still_changes(kubectl: Any, crds: None, namespace: str) -> None:
@@ -68,9 +68,9 @@ def test_instance_groups_keep_names_and_pools_but_not_counts(kubectl: Any, crds:
     assert _patch(kubectl, namespace, "hetero", {"instanceGroups": resized}).returncode == 0
     moved = [{**GROUPS["instanceGroups"][0], "computePool": "gpu"}, resized[1]]
     proc = _patch(kubectl, namespace, "hetero", {"instanceGroups": moved})
-    assert proc.returncode != 0 and "spec.instanceGroups: Forbidden: instanceGroups (their names, pools" in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "spec: Forbidden: instanceGroups (their names, pools" in proc.stderr, proc.stderr
     proc = _patch(kubectl, namespace, "hetero", {"instanceGroups": resized[:1]})
-    assert proc.returncode != 0 and "spec.instanceGroups: Forbidden" in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "spec: Forbidden: instanceGroups (their names, pools" in proc.stderr, proc.stderr
 
 
 def test_a_groups_pod_settings_cannot_change(kubectl: Any, crds: None, namespace: str) -> None:
@@ -79,7 +79,7 @@ def test_a_groups_pod_settings_cannot_change(kubectl: Any, crds: None, namespace
     relabelled = [{**GROUPS["instanceGroups"][0], "podLabels": {"team": "x"}}, GROUPS["instanceGroups"][1]]
     proc = _patch(kubectl, namespace, "settled", {"instanceGroups": relabelled})
     assert proc.returncode != 0, "accepted a change of a group's podLabels"
-    assert "spec.instanceGroups: Forbidden: instanceGroups[].podLabels cannot change" in proc.stderr, proc.stderr
+    assert "spec: Forbidden: instanceGroups[].podLabels cannot change" in proc.stderr, proc.stderr
 
 
 def test_cancel_cannot_be_undone_but_suspend_can(kubectl: Any, crds: None, namespace: str) -> None:
@@ -88,4 +88,4 @@ def test_cancel_cannot_be_undone_but_suspend_can(kubectl: Any, crds: None, names
         proc = _patch(kubectl, namespace, "paused", change)
         assert proc.returncode == 0, f"{change}: {proc.stderr}"
     proc = _patch(kubectl, namespace, "paused", {"cancel": False})
-    assert proc.returncode != 0 and "spec.cancel: Forbidden: cancel cannot be undone" in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "spec: Forbidden: cancel cannot be undone" in proc.stderr, proc.stderr

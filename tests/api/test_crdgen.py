@@ -68,7 +68,7 @@ def test_strings_and_lists_are_bounded() -> None:
 
 def test_cel_rules_attached() -> None:
     spec = _schema("kubepool.dev_mljobs.yaml")["properties"]["spec"]
-    messages = [r["message"] for r in spec["x-kubernetes-validations"]]
+    messages = [r.get("message") or r["messageExpression"] for r in spec["x-kubernetes-validations"]]
     assert "set exactly one of computePool or instanceGroups" in messages
     entry = spec["properties"]["entrypoint"]
     assert entry["x-kubernetes-validations"][0]["message"] == "set exactly one of file, module or command"
