@@ -2,7 +2,7 @@
 P2's status lag).
 
 `python -m bench.ab REV [--jobs N] [--pairs K]`: checks REV out into a git worktree, then runs P1 (N jobs of
-4 pods, a pool per job, on kwok fake nodes) with this tree's operator and REV's in alternating order, K pairs
+4 pods, a pool per job, on kwok fake nodes) with this tree's operator and CRDs and REV's in alternating order, K pairs
 after one untimed warm-up each. With `--lag`, each run is P2's churn instead (N one-instance jobs in waves of
 250 whose heads end 2 s after Running, a fresh namespace and operator per run), compared by its status lag.
 Ratios are taken within a pair, so load that drifts during the run (this machine is shared) cancels out; the
@@ -27,7 +27,7 @@ from bench.cluster import LOG_DIR, BenchCluster
 from bench.controllers import KubepoolOperator, kuberay_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-KEYS = ("controller_cpu_s", "wall_s", "requests_per_job")
+KEYS = ("controller_cpu_s", "wall_s", "requests_per_job", "apiserver_cpu_s")
 LAG_KEYS = ("status_lag_p99_s", "status_lag_p50_s", "status_lag_max_s", "cpu_s", "wall_s")
 LAG_WAVE = 250  # jobs per wave, as P2
 
@@ -41,9 +41,18 @@ def worktree(rev: str) -> tuple[str, Path]:
     return sha, path
 
 
+def use_crds(bench: BenchCluster, system: str) -> None:
+    """Install the CRDs of the system's tree before its run: a revision is its operator and its CRDs (the API
+    server's cost of every MLJob write depends on the CRD's validation rules)."""
+    src = p1.BASE_SRC[p1.BASE].parent if system == p1.BASE else ROOT
+    bench.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(src / "crds"))
+    bench.wait_established("mljobs.kubepool.dev", "computepools.kubepool.dev")
+
+
 def lag_run(bench: BenchCluster, system: str, jobs: int, tag: str) -> dict[str, Any]:
     """One P2 churn run of `system` ("kubepool" or the base) on a fresh namespace with a freshly started operator."""
     ns = f"lag-{system}-{tag}"
+    use_crds(bench, system)
     bench.create_namespace(ns)
     env = {"PYTHONPATH": str(p1.BASE_SRC[p1.BASE])} if system == p1.BASE else None
     op = KubepoolOperator(bench, LOG_DIR / f"ab-lag-{system}.log", env)
@@ -57,6 +66,11 @@ def lag_run(bench: BenchCluster, system: str, jobs: int, tag: str) -> dict[str, 
           f"max {result['status_lag_max_s']:.2f} s  cpu {result['cpu_s']:.1f} s  waves "
           f"{', '.join(f'{w:.1f}' for w in result['wave_s'])} s{'  STALLED' if result['stalled'] else ''}", flush=True)
     return result
+
+
+def fanout_run(bench: BenchCluster, system: str, jobs: int, tag: str, home: Path) -> dict[str, Any]:
+    use_crds(bench, system)
+    return p1.fanout_run(bench, system, jobs, tag, home)
 
 
 def pair_ratios(pairs: list[dict[str, dict[str, Any]]], keys: Sequence[str] = KEYS) -> dict[str, dict[str, float]]:
@@ -103,13 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             home = kuberay_dir()
             for s in ("kubepool", p1.BASE):
+                use_crds(bench, s)
                 p1.fanout_run(bench, s, max(args.jobs // 4, 5), "warmup", home)
         for i in range(args.pairs):
             order = ("kubepool", p1.BASE) if i % 2 == 0 else (p1.BASE, "kubepool")
             if args.lag:
                 pairs.append({s: lag_run(bench, s, args.jobs, f"ab{i}") for s in order})
             else:
-                pairs.append({s: p1.fanout_run(bench, s, args.jobs, f"ab{i}", home) for s in order})
+                pairs.append({s: fanout_run(bench, s, args.jobs, f"ab{i}", home) for s in order})
     finally:
         bench.down()
     ratios = pair_ratios(pairs, LAG_KEYS if args.lag else KEYS)

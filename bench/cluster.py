@@ -35,6 +35,8 @@ PORT_OFFSETS = (4100, 4200, 4300, 4400)  # the default cluster uses 0; tests pic
 FAKE_POOL_LABEL = {"kubepool.dev/node-pool": "fake"}
 COMPLETE_ENV = "BENCH_COMPLETE"  # jobs whose head pods the completion stage below moves to Succeeded
 COMPLETE_AFTER_MS = 2000
+# The cluster's processes by their /proc comm (15 characters at most), for `BenchCluster.component_cpu`.
+COMPONENTS = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller", "kwok")
 
 
 def head_exit_stage(name: str, env: str, exit_code: int, delay_ms: int, jitter_ms: int | None = None) -> str:
@@ -169,6 +171,26 @@ class BenchCluster:
 
     def down(self) -> None:
         cli_down(self.lay.state_dir)
+
+    def component_cpu(self) -> dict[str, float]:
+        """CPU seconds so far of this cluster's processes (COMPONENTS), by component: read before and after a timed
+        run, it shows where the machine's cores went (on 2 cores the API server takes about half of them)."""
+        out = dict.fromkeys(COMPONENTS, 0.0)
+        tick = os.sysconf("SC_CLK_TCK")
+        mine = str(self.lay.state_dir)
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                stat = (proc / "stat").read_text()
+                comm = stat[stat.index("(") + 1:stat.rindex(")")]
+                if comm not in out or mine not in (proc / "cmdline").read_text(errors="replace"):
+                    continue
+            except (OSError, ValueError):  # gone meanwhile
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            out[comm] += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        return out
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         return self.lay.kubectl(*args, stdin=stdin, timeout=600)

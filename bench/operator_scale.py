@@ -31,6 +31,7 @@ from typing import Any
 from bench import stats
 from bench.cluster import (
     COMPLETE_ENV,
+    COMPONENTS,
     FAKE_POOL_LABEL,
     LOG_DIR,
     BenchCluster,
@@ -154,6 +155,7 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
     async with bench.client() as client:
         watcher = asyncio.create_task(watch(client, f"/api/v1/namespaces/{ns}/pods", on_pod))
         before = stats.request_totals(await metrics_text(client))
+        c0 = bench.component_cpu()
         u0 = ctl.usage() if ctl else None
         t0 = time.perf_counter()
         await bounded(CONCURRENCY, [lambda p=p, b=b: create(client, p, b) for p, b in submissions(system, ns, jobs)])
@@ -169,6 +171,7 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
         watcher.cancel()
         stalled = len(running) < want
         wall = (last if stalled else time.perf_counter()) - t0
+        c1 = bench.component_cpu()
         requests = stats.delta(before, stats.request_totals(await metrics_text(client)))
     u1 = ctl.usage() if ctl else None
     return {
@@ -180,6 +183,8 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
         "top_requests": {f"{v} {r}": n for (v, r), n in requests.most_common(12)},
         "controller_peak_rss_mib": u1.peak_rss_mib if u1 else None,
         "controller_cpu_s": (u1.cpu_s - u0.cpu_s) if u0 and u1 else None,
+        "cluster_cpu_s": {k: round(c1[k] - c0[k], 2) for k in c1},
+        "apiserver_cpu_s": c1["kube-apiserver"] - c0["kube-apiserver"],
     }  # fmt: skip
 
 
@@ -229,6 +234,10 @@ def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     the repeats where both ran and finished; kubepool-shared runs in the first repeat only)."""
     keys = ("wall_s", "pods_per_s", "requests_per_job", "controller_peak_rss_mib", "controller_cpu_s")
     med = {s: {k: _median(rs, k) for k in keys} | {"stalled": sum(r["stalled"] for r in rs)} for s, rs in runs.items()}
+    for s, rs in runs.items():  # runs recorded before the cluster's CPU was have none
+        by = [r["cluster_cpu_s"] for r in rs if r.get("cluster_cpu_s")]
+        if by:
+            med[s]["cluster_cpu_s"] = {k: stats.median([b[k] for b in by]) for k in by[0]}
     pairs = {"kubepool / kuberay": ("kubepool", "kuberay"), "kubepool / floor": ("kubepool", "floor"),
              "kuberay / floor": ("kuberay", "floor"), f"{SHARED} / kuberay": (SHARED, "kuberay"),
              f"{SHARED} / floor": (SHARED, "floor"), f"{KOPF_FLOOR} / kuberay": (KOPF_FLOOR, "kuberay")}
@@ -426,6 +435,21 @@ def markdown(report: dict[str, Any]) -> str:
                                         [[k, stats.fmt(v), f"≤ {RESOURCE_TARGETS[k]}" if k in RESOURCE_TARGETS else "(floor)"]
                                          for k, v in p1.get("resource_ratios", {}).items()],
                                         right=(1,)))  # fmt: skip
+    if p1 and any("cluster_cpu_s" in m for m in p1["median"].values()):
+        out += ["", "### Where the machine's CPU went (seconds in the timed window, medians)", "",
+                "Every process of the run shares the machine's cores; a run that keeps them all busy is as fast as its "
+                "total CPU allows, so an operator's requests (the API server's and etcd's CPU) count with its own CPU.", ""]
+        rows = []
+        for s, m in p1["median"].items():
+            cpu = m.get("cluster_cpu_s")
+            if not cpu:
+                continue
+            own = m["controller_cpu_s"] or 0.0
+            total = sum(cpu.values()) + own
+            busy = stats.fmt(total / m["wall_s"], 2) if m["wall_s"] else "–"
+            rows.append([s, *(stats.fmt(cpu[k], 1) for k in COMPONENTS), stats.fmt(m["controller_cpu_s"], 1), stats.fmt(total, 1), busy])
+        out.append(stats.markdown_table(["system", *COMPONENTS, "controller", "total", "cores busy"], rows,
+                                        right=tuple(range(1, len(COMPONENTS) + 4))))
     if p1 and p1.get("profile_top"):
         out += ["", f"### Where the kubepool operator spends its CPU (py-spy, warm-up run of {p1['warmup_jobs']} jobs)", "",
                 stats.markdown_table(["function (file)", "share of samples, inclusive"],
