@@ -36,6 +36,15 @@ def row(measure: str, value: float | None, target: float | None = None, digits: 
     return [measure, stats.fmt(value, digits) + unit, f"≤ {target:g}{unit}" if target is not None else "", verdict(value, target)]
 
 
+def _cluster_cpu(m: dict[str, Any]) -> str:
+    """The API server's CPU and the cores the whole run kept busy (operator_scale's table of CPU by component)."""
+    cpu = m.get("cluster_cpu_s")
+    if not cpu or not m.get("wall_s"):
+        return ""
+    busy = (sum(cpu.values()) + (m.get("controller_cpu_s") or 0.0)) / m["wall_s"]
+    return f", API server CPU {stats.fmt(cpu['kube-apiserver'], 1)} s, cores busy {stats.fmt(busy, 2)}"
+
+
 def scale_rows(rep: dict[str, Any]) -> list[Row]:
     rows = [row("local cluster up to Ready, cached binaries", rep["cluster_up_s"], None, 1, " s"),
             ["cold build of the binaries", rep["cold_build"], "", ""]]
@@ -47,7 +56,7 @@ def scale_rows(rep: dict[str, Any]) -> list[Row]:
             rows.append([f"P1 {p1['jobs']}x{p1['pods_per_job']} pods Running: {s}{stalled}",
                          f"{stats.fmt(m['wall_s'], 1)} s, {stats.fmt(m['pods_per_s'], 1)} pods/s, "
                          f"{stats.fmt(m['requests_per_job'], 1)} req/job, RSS {stats.fmt(m['controller_peak_rss_mib'], 0)} MiB, "
-                         f"CPU {stats.fmt(m['controller_cpu_s'], 1)} s", "", ""])  # fmt: skip
+                         f"CPU {stats.fmt(m['controller_cpu_s'], 1)} s{_cluster_cpu(m)}", "", ""])  # fmt: skip
         # kubepool-shared is kubepool too: the same targets apply.
         rows += [row(f"P1 wall {k}", v, p1["targets"].get(k.replace("kubepool-shared", "kubepool"))) for k, v in p1["ratios"].items()]
         rows += [row(f"P1 {k}", v, p1.get("resource_targets", {}).get(k)) for k, v in p1.get("resource_ratios", {}).items()]
