@@ -174,7 +174,7 @@ class BenchCluster:
 
     def component_cpu(self) -> dict[str, float]:
         """CPU seconds so far of this cluster's processes (COMPONENTS), by component: read before and after a timed
-        run, it shows where the machine's cores went (on 2 cores the API server takes about half of them)."""
+        run, it shows where the machine's cores went."""
         out = dict.fromkeys(COMPONENTS, 0.0)
         tick = os.sysconf("SC_CLK_TCK")
         mine = str(self.lay.state_dir)

@@ -234,7 +234,7 @@ def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     the repeats where both ran and finished; kubepool-shared runs in the first repeat only)."""
     keys = ("wall_s", "pods_per_s", "requests_per_job", "controller_peak_rss_mib", "controller_cpu_s")
     med = {s: {k: _median(rs, k) for k in keys} | {"stalled": sum(r["stalled"] for r in rs)} for s, rs in runs.items()}
-    for s, rs in runs.items():  # runs recorded before the cluster's CPU was have none
+    for s, rs in runs.items():  # runs recorded before the cluster's CPU was measured have none
         by = [r["cluster_cpu_s"] for r in rs if r.get("cluster_cpu_s")]
         if by:
             med[s]["cluster_cpu_s"] = {k: stats.median([b[k] for b in by]) for k in by[0]}
