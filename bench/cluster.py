@@ -152,9 +152,13 @@ class BenchCluster:
         bench.wait_nodes_ready(fake_nodes, [str(n["name"]) for n in nodes_config(process_nodes)["nodes"]])
         if fake_nodes:
             bench.install_stages({"bench-head-complete": COMPLETE_STAGE})
-        bench.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-        bench.wait_established("mljobs.kubepool.dev", "computepools.kubepool.dev")
+        bench.install_crds(ROOT)
         return bench
+
+    def install_crds(self, tree: Path) -> None:
+        """The kubepool CRDs of a source tree (its `crds/`), applied and Established."""
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(tree / "crds"))
+        self.wait_established("mljobs.kubepool.dev", "computepools.kubepool.dev")
 
     def wait_established(self, *crds: str, timeout: float = 60) -> None:
         """Polls: `kubectl wait --for=condition=Established` fails outright on a CRD with no conditions yet."""

@@ -184,7 +184,6 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
         "controller_peak_rss_mib": u1.peak_rss_mib if u1 else None,
         "controller_cpu_s": (u1.cpu_s - u0.cpu_s) if u0 and u1 else None,
         "cluster_cpu_s": {k: round(c1[k] - c0[k], 2) for k in c1},
-        "apiserver_cpu_s": c1["kube-apiserver"] - c0["kube-apiserver"],
     }  # fmt: skip
 
 
