@@ -2,8 +2,10 @@
 
 P1 fan-out: N jobs of 1 head + 3 workers submitted at once, until all 4N pods are Running, for the kubepool
 operator, the KubeRay operator (N RayClusters of the same shape) and the floor (a raw client creating the 4N
-pods itself, 16 requests in flight), and the kopf floor (bench/kopffloor.py: the least kopf operator for the
-same jobs). One warm-up round, then repeats interleaved (kubepool, KubeRay, floor, kopf floor);
+pods itself, 16 requests in flight), the kopf floor (bench/kopffloor.py: the least kopf operator for the
+same jobs), and the writes floor (bench/writesfloor.py: every write kubepool's operator makes for the jobs, made
+by the bench's client with no operator). One warm-up round, then repeats interleaved (kubepool, KubeRay, floor,
+kopf floor, writes floor);
 ratios are taken pair by pair within a repeat, then the median. kubepool's jobs each get their own ComputePool,
 created once the operator is up: with pools shared by many jobs its FIFO admission loses wake-ups and jobs stay
 Queued, and pools that exist when it starts cost it O(nodes x pools^2) work (bench/NOTES.md). One extra run
@@ -50,15 +52,19 @@ from bench.controllers import (
     install_kuberay_crds,
     kuberay_dir,
 )
+from bench.writesfloor import WritesFloor
+from kubepool.kube.aio import Api
+from kubepool.kube.transport import AiohttpHttp, Endpoint
 from kubepool.local import kwok
 
 RESULTS = Path(__file__).with_name("results")
 KOPF_FLOOR = "kopf-floor"  # the least a kopf operator does for the same jobs (bench/kopffloor.py)
-SYSTEMS = ("kubepool", "kuberay", "floor", KOPF_FLOOR)
+WRITES_FLOOR = "writes-floor"  # kubepool's writes without its operator (bench/writesfloor.py)
+SYSTEMS = ("kubepool", "kuberay", "floor", KOPF_FLOOR, WRITES_FLOOR)
 SHARED = "kubepool-shared"  # kubepool with 10 pools shared by all jobs (documents the admission stall)
 BASE = "kubepool-base"  # kubepool from another source tree (bench/ab.py), on the same pools and jobs as "kubepool"
 BASE_SRC: dict[str, Path] = {}  # bench/ab.py sets BASE_SRC[BASE] to that tree's src/
-OWN_POOLS = ("kubepool", BASE)  # systems whose jobs each get their own ComputePool
+OWN_POOLS = ("kubepool", BASE, WRITES_FLOOR)  # systems whose jobs each get their own ComputePool
 WORKERS = 3
 POOLS = 10  # kubepool places one instance of a pool per node: 10 pools x 100 fake nodes hold 1000 instances
 OWN_POOL_LABEL = {"bench.kubepool.dev/pool": "per-job"}
@@ -87,6 +93,11 @@ def pool(name: str, max_nodes: int, labels: dict[str, str] | None = None) -> dic
     return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": name, "labels": labels or {}},
             "spec": {"minNodes": 0, "maxNodes": max_nodes, "nodeSelector": FAKE_POOL_LABEL,
                      "tolerations": [kwok.FAKE_TOLERATION], "resources": RESOURCES}}  # fmt: skip
+
+
+def own_pools(jobs: int) -> dict[str, dict[str, Any]]:
+    """The per-job pools of OWN_POOLS systems, by name."""
+    return {own_pool(i): pool(own_pool(i), WORKERS + 1, OWN_POOL_LABEL) for i in range(jobs)}
 
 
 def create_pools(bench: BenchCluster, pools: list[dict[str, Any]]) -> None:
@@ -142,26 +153,50 @@ def controller_for(system: str, bench: BenchCluster, kuberay_home: Path) -> Cont
     return None
 
 
+def operator_api(bench: BenchCluster) -> Api:
+    """The operator's own API client, on the bench cluster (the writes floor's)."""
+    return Api(AiohttpHttp(lambda: Endpoint(bench.lay.apiserver_url, ssl=bench.ssl_context())))
+
+
+async def _first(*aws: Any) -> None:
+    """Until the first of these is done; raises its error."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for t in done:
+        t.result()
+
+
 async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Controller | None) -> dict[str, Any]:
     want = jobs * (WORKERS + 1)
     running: set[str] = set()
     progress = asyncio.Event()
 
+    floor: WritesFloor | None = None
+
     def on_pod(kind: str, pod: dict[str, Any], _: float) -> None:
         if kind != "DELETED" and pod.get("status", {}).get("phase") == "Running":
             running.add(pod["metadata"]["name"])
             progress.set()
+            if floor:
+                floor.on_pod(pod)
 
     async with bench.client() as client:
         watcher = asyncio.create_task(watch(client, f"/api/v1/namespaces/{ns}/pods", on_pod))
         before = stats.request_totals(await metrics_text(client))
-        c0 = bench.component_cpu()
+        c0, client0 = bench.component_cpu(), time.process_time()
         u0 = ctl.usage() if ctl else None
         t0 = time.perf_counter()
-        await bounded(CONCURRENCY, [lambda p=p, b=b: create(client, p, b) for p, b in submissions(system, ns, jobs)])
+        writes = None
+        if system == WRITES_FLOOR:
+            floor = WritesFloor(client, operator_api(bench), ns, [b for _, b in submissions(system, ns, jobs)], own_pools(jobs),
+                                CONCURRENCY)
+            writes = asyncio.create_task(floor.run())
+            await _first(floor.submitted.wait(), writes)
+        else:
+            await bounded(CONCURRENCY, [lambda p=p, b=b: create(client, p, b) for p, b in submissions(system, ns, jobs)])
         submitted = time.perf_counter() - t0
         last = time.perf_counter()
-        while len(running) < want and time.perf_counter() - last < STALL_S:
+        while len(running) < want and time.perf_counter() - last < STALL_S and not (writes and writes.done()):
             progress.clear()
             try:
                 await asyncio.wait_for(progress.wait(), 1.0)
@@ -171,8 +206,13 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
         watcher.cancel()
         stalled = len(running) < want
         wall = (last if stalled else time.perf_counter()) - t0
-        c1 = bench.component_cpu()
+        c1, client1 = bench.component_cpu(), time.process_time()
         requests = stats.delta(before, stats.request_totals(await metrics_text(client)))
+        if floor and writes:  # its last jobs' last writes (after the window, as the operator's), and any error of its writes
+            try:
+                await asyncio.wait_for(writes, 120)
+            finally:
+                await floor.api.close()
     u1 = ctl.usage() if ctl else None
     return {
         "stalled": stalled, "running": len(running),
@@ -184,6 +224,7 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
         "controller_peak_rss_mib": u1.peak_rss_mib if u1 else None,
         "controller_cpu_s": (u1.cpu_s - u0.cpu_s) if u0 and u1 else None,
         "cluster_cpu_s": {k: round(c1[k] - c0[k], 2) for k in c1},
+        "client_cpu_s": client1 - client0,  # the bench's process: its submits and watch (the writes floor's writes)
     }  # fmt: skip
 
 
@@ -197,9 +238,11 @@ def fanout_run(bench: BenchCluster, system: str, jobs: int, tag: str, kuberay_ho
     spy: subprocess.Popen[bytes] | None = None
     if ctl:
         ctl.start()
-        if system in OWN_POOLS:  # per-job pools, created while the operator runs (see the module docstring)
-            create_pools(bench, [pool(own_pool(i), WORKERS + 1, OWN_POOL_LABEL) for i in range(jobs)])
+    if system in OWN_POOLS:  # per-job pools, created while the operator runs (see the module docstring)
+        create_pools(bench, list(own_pools(jobs).values()))
+        if ctl:
             ctl.settle()
+    if ctl:
         if profile:
             spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(ctl.pid),
                                     "--rate", "50", "--format", "raw", "--output", str(profile), "--nonblocking"],
@@ -224,14 +267,14 @@ def fanout_run(bench: BenchCluster, system: str, jobs: int, tag: str, kuberay_ho
 
 
 def _median(rs: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in rs if r[key] is not None]
+    values = [r[key] for r in rs if r.get(key) is not None]  # runs recorded before a measure was added lack it
     return stats.median(values) if values else None
 
 
 def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Medians per system (stalled runs have no wall time) and pair-by-pair ratios of wall time (median over
     the repeats where both ran and finished; kubepool-shared runs in the first repeat only)."""
-    keys = ("wall_s", "pods_per_s", "requests_per_job", "controller_peak_rss_mib", "controller_cpu_s")
+    keys = ("wall_s", "pods_per_s", "requests_per_job", "controller_peak_rss_mib", "controller_cpu_s", "client_cpu_s")
     med = {s: {k: _median(rs, k) for k in keys} | {"stalled": sum(r["stalled"] for r in rs)} for s, rs in runs.items()}
     for s, rs in runs.items():  # runs recorded before the cluster's CPU was measured have none
         by = [r["cluster_cpu_s"] for r in rs if r.get("cluster_cpu_s")]
@@ -239,7 +282,8 @@ def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             med[s]["cluster_cpu_s"] = {k: stats.median([b[k] for b in by]) for k in by[0]}
     pairs = {"kubepool / kuberay": ("kubepool", "kuberay"), "kubepool / floor": ("kubepool", "floor"),
              "kuberay / floor": ("kuberay", "floor"), f"{SHARED} / kuberay": (SHARED, "kuberay"),
-             f"{SHARED} / floor": (SHARED, "floor"), f"{KOPF_FLOOR} / kuberay": (KOPF_FLOOR, "kuberay")}
+             f"{SHARED} / floor": (SHARED, "floor"), f"{KOPF_FLOOR} / kuberay": (KOPF_FLOOR, "kuberay"),
+             f"{WRITES_FLOOR} / kuberay": (WRITES_FLOOR, "kuberay"), f"kubepool / {WRITES_FLOOR}": ("kubepool", WRITES_FLOOR)}
     ratios = {}
     for name, (a, b) in pairs.items():
         both = [stats.ratio(x["wall_s"], y["wall_s"]) for x, y in zip(runs.get(a, []), runs.get(b, []), strict=False)
@@ -443,12 +487,12 @@ def markdown(report: dict[str, Any]) -> str:
             cpu = m.get("cluster_cpu_s")
             if not cpu:
                 continue
-            own = m["controller_cpu_s"] or 0.0
-            total = sum(cpu.values()) + own
+            total = sum(cpu.values()) + (m["controller_cpu_s"] or 0.0) + (m.get("client_cpu_s") or 0.0)
             busy = stats.fmt(total / m["wall_s"], 2) if m["wall_s"] else "–"
-            rows.append([s, *(stats.fmt(cpu[k], 1) for k in COMPONENTS), stats.fmt(m["controller_cpu_s"], 1), stats.fmt(total, 1), busy])
-        out.append(stats.markdown_table(["system", *COMPONENTS, "controller", "total", "cores busy"], rows,
-                                        right=tuple(range(1, len(COMPONENTS) + 4))))
+            rows.append([s, *(stats.fmt(cpu[k], 1) for k in COMPONENTS), stats.fmt(m["controller_cpu_s"], 1),
+                         stats.fmt(m.get("client_cpu_s"), 1), stats.fmt(total, 1), busy])
+        out.append(stats.markdown_table(["system", *COMPONENTS, "controller", "bench client", "total", "cores busy"], rows,
+                                        right=tuple(range(1, len(COMPONENTS) + 5))))
     if p1 and p1.get("profile_top"):
         out += ["", f"### Where the kubepool operator spends its CPU (py-spy, warm-up run of {p1['warmup_jobs']} jobs)", "",
                 stats.markdown_table(["function (file)", "share of samples, inclusive"],

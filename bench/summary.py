@@ -41,7 +41,7 @@ def _cluster_cpu(m: dict[str, Any]) -> str:
     cpu = m.get("cluster_cpu_s")
     if not cpu or not m.get("wall_s"):
         return ""
-    busy = (sum(cpu.values()) + (m.get("controller_cpu_s") or 0.0)) / m["wall_s"]
+    busy = (sum(cpu.values()) + (m.get("controller_cpu_s") or 0.0) + (m.get("client_cpu_s") or 0.0)) / m["wall_s"]
     return f", API server CPU {stats.fmt(cpu['kube-apiserver'], 1)} s, cores busy {stats.fmt(busy, 2)}"
 
 
