@@ -11,11 +11,11 @@ from kubepool import naming
 from kubepool.controller import view
 from kubepool.controller.jobchildren import child_deleted
 from kubepool.controller.jobreconcile import job_key
-from kubepool.controller.observed import FAILED, SUCCEEDED, NodeView, PlaceholderView, PodView
+from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 from kubepool.controller.poolstatus import pools_affected_by_node
 from kubepool.controller.state import OperatorState
 from kubepool.controller.view import JobKey
-from kubepool.controller.workqueue import POD_EVENT_DELAY_SECONDS
+from kubepool.controller.workqueue import pod_event_delay
 
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
 PLACEHOLDERS = {**MANAGED, naming.LABEL_ROLE: naming.ROLE_PLACEHOLDER}  # warm capacity (ComputePool minNodes)
@@ -96,10 +96,7 @@ async def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     key = pod_job_key(body)
     if key is None:
         return
-    # A job's pods start in bursts (created, bound, running, ready: one pass and status write per burst); a pod
-    # that ended or is being deleted decides the job's outcome: no wait.
-    ended = body.get("status", {}).get("phase") in (SUCCEEDED, FAILED) or body.get("metadata", {}).get("deletionTimestamp")
-    _op(memo).queue.spawn(key, delay=0.0 if ended else POD_EVENT_DELAY_SECONDS)
+    _op(memo).queue.spawn(key, delay=pod_event_delay(body))
 
 
 @kopf.on.event("services", labels=MANAGED)

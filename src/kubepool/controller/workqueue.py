@@ -10,10 +10,12 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from kubepool.controller import admission, metrics
 from kubepool.controller.admission import Claim
 from kubepool.controller.backoff import retry_delay
+from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED, instance_id_of
 from kubepool.controller.view import JobKey
 from kubepool.kube import lanes
 from kubepool.kube.errors import Going, KubeError
@@ -23,8 +25,26 @@ RETRY_SECONDS = 5.0  # a pool's status pass that hit an API error runs again aft
 POOL_REFRESH_SECONDS = 1.0  # pool status passes are coalesced over this window
 EXPORT_DUE = ""  # the job-phase gauges' entry in pools_due (no pool has an empty name)
 POD_EVENT_DELAY_SECONDS = 0.1  # a pod event's pass waits this long, so the rest of the job's burst joins it
+POD_PROGRESS_DELAY_SECONDS = 1.0  # ... or this long when it can only change what the status shows (pod_event_delay)
 QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
 GOING_RETRY_MAX_SECONDS = 2.0  # a pass waiting for an object on its way out (errors.Going) retries at least this often
+
+
+def pod_event_delay(pod: Any) -> float:
+    """How long a pod event's pass waits. A pod that ended or is being deleted decides the job's outcome: no
+    wait. One that runs, has an address (the job's endpoints) or is the head on a node (its workers are created
+    then) changes what the pass does: the burst window. Any other (the echo of its creation, a worker bound,
+    its containers being made, unschedulable) changes only what the status shows, which the status writer
+    sends STATUS_FLUSH_SECONDS late anyway: the pass waits about as long, and the job's next event that
+    matters brings it forward (most of a start-up's pod events are of this kind)."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    phase = status.get("phase")
+    if phase in (SUCCEEDED, FAILED) or meta.get("deletionTimestamp"):
+        return 0.0
+    head = instance_id_of(meta.get("labels") or {}, meta.get("annotations")) == 0
+    if phase == RUNNING or status.get("podIP") or (head and (pod.get("spec") or {}).get("nodeName")):
+        return POD_EVENT_DELAY_SECONDS
+    return POD_PROGRESS_DELAY_SECONDS
 
 
 async def _unbound(_: object) -> None:
@@ -52,6 +72,7 @@ class WorkQueue:
     recheck: asyncio.Task[None] | None = None  # recheck_forever, while it runs
     failures: dict[JobKey, int] = field(default_factory=dict)  # a job's passes failed in a row (backoff)
     places: dict[JobKey, int] = field(default_factory=dict)  # a job's place in line for API slots (kube.lanes)
+    timers: dict[JobKey, tuple[float, asyncio.TimerHandle]] = field(default_factory=dict)  # a delayed pass: when, its timer
 
     def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
              export: Callable[[], None], claims: Callable[[Iterable[str] | None], list[Claim]]) -> None:
@@ -66,7 +87,7 @@ class WorkQueue:
             handle.cancel()
 
     def close(self) -> None:
-        for handle in self.wakeups.values():
+        for handle in [*self.wakeups.values(), *(t[1] for t in self.timers.values())]:
             handle.cancel()
         if self.recheck is not None:
             self.recheck.cancel()
@@ -86,18 +107,26 @@ class WorkQueue:
 
     def spawn(self, key: JobKey, delay: float = 0.0) -> None:
         """Run a job's pass in the background; retried on errors. A burst of events while one pass is already
-        waiting (for `delay`, then for the job's lock) costs one pass, not one per event."""
+        waiting (for `delay`, then for the job's lock) costs one pass, not one per event; a request for a
+        sooner pass moves the waiting one forward."""
+        loop = asyncio.get_running_loop()
         if key in self.pending:
-            return
-        self.pending.add(key)
+            timer = self.timers.get(key)
+            if timer is None or timer[0] <= loop.time() + delay:
+                return
+            timer[1].cancel()
+        else:
+            self.pending.add(key)
         if key not in self.places:  # first seen: behind every job seen before (creation order, or the listing's)
             self.places[key] = lanes.new_place()
         if delay > 0:
-            asyncio.get_running_loop().call_later(delay, self._start_job, key)
+            at = loop.time() + delay
+            self.timers[key] = (at, loop.call_at(at, self._start_job, key))
         else:
             self._start_job(key)
 
     def _start_job(self, key: JobKey) -> None:
+        self.timers.pop(key, None)
         asyncio.ensure_future(self._guarded_job(key))
 
     async def _guarded_job(self, key: JobKey) -> None:
