@@ -1,5 +1,5 @@
 """The operator's state for unit tests: wired as in production (wiring.new_operator), over a FakeApi and plain
-dicts standing in for kopf's indexes, with Events recorded by reason."""
+dicts standing in for kopf's indexes (the pod indexes are the operator's own, podwatch's), with Events recorded by reason."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from kubepool.api import ComputePool, MLJob
-from kubepool.controller import view
+from kubepool.controller import podwatch, view
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PlaceholderView, PodView
 from kubepool.controller.state import OperatorState
@@ -32,13 +32,26 @@ def operator_state(jobs: Sequence[MLJob] = (), pools: Sequence[ComputePool] = ()
                       post_event=lambda body, *, type, reason, message: events.append(reason))
     op.view.indexes = {
         view.JOB_INDEX: {(j.metadata.get("namespace", "ns"), j.metadata["name"]): [wire(j)] for j in jobs},
-        view.POD_INDEX: dict(pods or {}),
-        view.PLACEHOLDER_INDEX: dict(placeholders or {}),
         view.POOL_INDEX: {p.metadata["name"]: [wire(p)] for p in pools},
         view.NODE_INDEX: {},
+        **podwatch.new_indexes(),
     }
+    for key, views in (pods or {}).items():
+        set_pods(op, key, views)
+    for name, held in (placeholders or {}).items():
+        for p in held:
+            op.view.indexes[view.PLACEHOLDER_INDEX].put(p.name, name, p)
     op.view.track_open_jobs()  # as main.configure does: a job added later goes through `index_job`
     return op, fake, events
+
+
+def set_pods(op: OperatorState, key: tuple[str, str], views: Sequence[PodView]) -> None:
+    """The job's pods, as the pod index holds them from now on."""
+    index = op.view.indexes[view.POD_INDEX]
+    for old in list(index.get(key, ())):
+        index.drop(old.uid or old.name)
+    for p in views:
+        index.put(p.uid or p.name, key, p)
 
 
 def index_job(op: OperatorState, j: MLJob | dict[str, Any]) -> None:

@@ -8,17 +8,16 @@ from typing import Any
 import kopf
 
 from kubepool import naming
-from kubepool.controller import view
+from kubepool.controller import podwatch, view
 from kubepool.controller.jobchildren import child_deleted
 from kubepool.controller.jobreconcile import job_key
-from kubepool.controller.observed import NodeView, PlaceholderView, PodView
+from kubepool.controller.observed import NodeView
 from kubepool.controller.poolstatus import pools_affected_by_node
 from kubepool.controller.state import OperatorState
 from kubepool.controller.view import JobKey
-from kubepool.controller.workqueue import pod_event_delay
 
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
-PLACEHOLDERS = {**MANAGED, naming.LABEL_ROLE: naming.ROLE_PLACEHOLDER}  # warm capacity (ComputePool minNodes)
+POD_LISTING = "pod_listing"  # the pod handlers' index: always empty (podwatch keeps the operator's own)
 
 
 def _op(memo: kopf.Memo) -> OperatorState:
@@ -37,16 +36,12 @@ async def mljob_index(body: kopf.Body, namespace: str | None, name: str, memo: k
     return {key: view.indexed_job(body)}
 
 
-@kopf.index("pods", labels=MANAGED, id=view.POD_INDEX)
-async def pod_index(body: kopf.Body, namespace: str | None, labels: kopf.Labels,
-                    **_: Any) -> dict[tuple[str, str], PodView] | None:
-    job = labels.get(naming.LABEL_JOB)
-    return {(namespace or "default", job): PodView.of(body)} if job else None
-
-
-@kopf.index("pods", labels=PLACEHOLDERS, id=view.PLACEHOLDER_INDEX)
-async def placeholder_index(body: kopf.Body, labels: kopf.Labels, **_: Any) -> dict[str, PlaceholderView]:
-    return {labels.get(naming.LABEL_POOL, ""): PlaceholderView.of(body)}
+@kopf.index("pods", labels=MANAGED, id=POD_LISTING)
+async def pod_index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Registered so that kopf watches kubepool's pods and holds every handler until they are listed. Their
+    events go to podwatch.seen from the stream (main.configure: kopf_fence.take_over); only where kopf's stream
+    could not be taken over do they come here, and to `pod_event`."""
+    podwatch.file(_op(memo), body)
 
 
 @kopf.index(naming.GROUP, naming.POOL_PLURAL, id=view.POOL_INDEX)
@@ -92,11 +87,11 @@ def pod_job_key(body: Any) -> JobKey | None:
 
 
 @kopf.on.event("pods", labels=MANAGED)
-async def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    key = pod_job_key(body)
-    if key is None:
-        return
-    _op(memo).queue.spawn(key, delay=pod_event_delay(body))
+async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    op = _op(memo)
+    if event["type"] == "DELETED":
+        podwatch.forget(op, body)
+    podwatch.woken(op, event["type"], body)
 
 
 @kopf.on.event("services", labels=MANAGED)
@@ -108,14 +103,6 @@ async def child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **
     uid = (body.get("metadata", {}).get("labels") or {}).get(naming.LABEL_JOB_UID)
     if event["type"] == "DELETED" and key is not None and uid:
         child_deleted(_op(memo), key, uid)
-
-
-@kopf.on.event("pods", labels=PLACEHOLDERS)
-async def placeholder_event(labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    # Started, pre-empted or deleted: the pool's warmInstances moved, or a placeholder must be created again.
-    pool = labels.get(naming.LABEL_POOL)
-    if pool:
-        _op(memo).queue.refresh_pools([pool])
 
 
 @kopf.on.event(naming.GROUP, naming.POOL_PLURAL)

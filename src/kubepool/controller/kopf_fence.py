@@ -18,6 +18,8 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
   resumes, but an object deleted in the gap is simply absent from the list: no DELETED event, and kopf's
   indexes keep it forever. Each stream remembers what it has seen; when a re-list ends, what it lacks is
   delivered as a DELETED event (before kopf's end-of-listing mark), so the indexes and every handler resync.
+  `take_over` hands one kind's events (pods: most of them) to the operator in the stream itself, past kopf's
+  per-event processing.
 - `install_lean_readiness`: kopf holds every handler until each object of the first listings is indexed, with
   one toggle per listed object in one set, and wakes every waiting worker on each toggle added or dropped:
   N² wake-ups for N listed objects (a restart with thousands of jobs and pods never got to its first pass).
@@ -121,6 +123,7 @@ def relist_deletions(stream: Callable[..., AsyncIterator[Any]], listed_mark: obj
     async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
         seen = _SEEN.setdefault((kwargs.get("resource"), kwargs.get("namespace")), {})
         listed: set[str] | None = set()  # uids of this stream's listing; None once it ended
+        what = _kind_of(kwargs.get("resource"))
         async for event in stream(**kwargs):
             if event is listed_mark:
                 if listed is not None:
@@ -128,8 +131,12 @@ def relist_deletions(stream: Callable[..., AsyncIterator[Any]], listed_mark: obj
                     if gone:
                         log.warning("%s re-listed after a watch gap: %d object(s) deleted meanwhile, handled as "
                                     "deleted now", kwargs.get("resource"), len(gone))
+                    intake = _TAKEN.get(what)
                     for uid in gone:
-                        yield {"type": "DELETED", "object": seen.pop(uid)}
+                        if intake is not None:
+                            intake("DELETED", seen.pop(uid))
+                        else:
+                            yield {"type": "DELETED", "object": seen.pop(uid)}
                 listed = None
                 yield event
                 continue
@@ -145,10 +152,39 @@ def relist_deletions(stream: Callable[..., AsyncIterator[Any]], listed_mark: obj
                     seen[obj_uid] = _slim(obj)
                     if listed is not None and kind is None:
                         listed.add(obj_uid)
+                intake = _TAKEN.get(what)
+                if intake is not None and kind in (None, "ADDED", "MODIFIED", "DELETED"):
+                    intake(kind, obj)
+                    continue
             yield event
 
     continuous_watch.__wrapped__ = stream  # type: ignore[attr-defined]
     return continuous_watch
+
+
+def take_over(group: str, plural: str, intake: Callable[[str | None, dict[str, Any]], None] | None) -> bool:
+    """From now on every object event of kopf's `group`/`plural` streams (type None: listed; ADDED, MODIFIED,
+    DELETED, and those `relist_deletions` makes) goes to `intake` instead of kopf's processing, in the stream's
+    task, as it arrives; kopf's end-of-listing mark still reaches kopf, after `intake` had every listed object,
+    so kopf's readiness (every index filled before any handler runs) still waits for the listing. `intake` must
+    not raise. None gives the kind back to kopf. False (and nothing changed) if `install_relist_deletions` did
+    not wrap kopf's streams."""
+    from kopf._cogs.clients import watching
+
+    if not hasattr(getattr(watching, "continuous_watch", None), "__wrapped__"):
+        return False
+    if intake is None:
+        _TAKEN.pop((group, plural), None)
+    else:
+        _TAKEN[(group, plural)] = intake
+    return True
+
+
+_TAKEN: dict[tuple[str, str], Callable[[str | None, dict[str, Any]], None]] = {}
+
+
+def _kind_of(resource: Any) -> tuple[str, str]:
+    return getattr(resource, "group", None) or "", getattr(resource, "plural", None) or ""
 
 
 def install_relist_deletions() -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 
 from kubepool import naming
-from kubepool.controller import handlers, metrics
+from kubepool.controller import handlers, metrics, podwatch
 from kubepool.controller.collector import StartupHold
 from kubepool.controller.config import OperatorConfig, resolve_lease_namespace, resolve_placeholder_namespace
 from kubepool.controller.election import Timing
@@ -25,6 +25,7 @@ from kubepool.controller.kopf_fence import (
     LeanDiffBaseStorage,
     install_fast_json,
     install_relist_deletions,
+    take_over,
     when_indexed,
 )
 from kubepool.controller.leader import LeaderElector
@@ -129,11 +130,16 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     if cfg.kueue and WORKLOAD_INDEX not in kwargs:
         raise kopf.PermanentError("kueue is on but its handlers are not registered: run `python -m kubepool.controller`")
     indexes = {name: kwargs[name] for name in (*INDEXES, *OPTIONAL_INDEXES) if name in kwargs}
+    indexes.update(podwatch.new_indexes())  # the operator's own, filled by podwatch
     op = new_operator(cfg, new_api(settings), indexes=indexes,
                       placeholder_namespace=resolve_placeholder_namespace(cfg, own))
     op.view.track_open_jobs()  # the job handlers and the status writer report every change of a claim from here on
     op.view.track_pool_changes()  # and the pool handlers count the pool index's changes
     memo.op = op
+    # kopf's pod streams start after this handler: from their first listing on, each pod event goes to podwatch.
+    if not take_over("", "pods", lambda kind, body: podwatch.seen(op, kind, body)):
+        logger.warning("kopf's watch streams are not where kubepool expects them: pod events go through kopf's "
+                       "handlers (more CPU per event)")
     if cfg.leader_election:
         # `python -m kubepool.controller` waited for the lease before kopf started; `kopf run` waits here.
         elector: LeaderElector | None = getattr(memo, "elector", None)
@@ -171,6 +177,7 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         if task is not None:
             task.cancel()
     if op is not None:
+        take_over("", "pods", None)
         op.close()
         elector: LeaderElector | None = getattr(memo, "elector", None)
         if elector is not None:

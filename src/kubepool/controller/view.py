@@ -1,7 +1,7 @@
-"""The operator's read side: kopf's indexes (jobs, pods, placeholders, pools, nodes; live views kopf keeps
-current) read as parsed models, with the status this process last wrote winning over the watch's, so a
-decision never reads a status older than its own write. Nothing here calls the API; everything is rebuilt
-from the watches after a restart."""
+"""The operator's read side: kopf's indexes (jobs, pools, nodes; live views kopf keeps current) and the
+operator's own of pods and placeholders (podwatch), read as parsed models, with the status this process last
+wrote winning over the watch's, so a decision never reads a status older than its own write. Nothing here calls
+the API; everything is rebuilt from the watches after a restart."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)
 
-# The kopf indexes (handler ids in `handlers`): kopf passes each to every handler under this name.
+# The indexes by name: kopf's (handler ids in `handlers`: kopf passes each to every handler under this name),
+# and the pods', kept by podwatch.
 JOB_INDEX = "mljob_index"
 POD_INDEX = "pod_index"
 PLACEHOLDER_INDEX = "placeholder_index"
@@ -44,7 +45,7 @@ def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _FINISHED_PHASES = frozenset(str(p) for p in JobPhase if p.finished)
-INDEXES = (JOB_INDEX, POD_INDEX, PLACEHOLDER_INDEX, POOL_INDEX, NODE_INDEX)
+INDEXES = (JOB_INDEX, POOL_INDEX, NODE_INDEX)  # kopf's; the pod indexes are the operator's own (podwatch)
 OPTIONAL_INDEXES = (WORKLOAD_INDEX,)  # registered with their handlers only when configured
 
 
@@ -59,7 +60,7 @@ class ClusterView:
     process last wrote or is about to), read here, never written."""
 
     written: Mapping[str, MLJobStatus]
-    indexes: Mapping[str, Any] = field(default_factory=dict)  # INDEXES → kopf's index, captured at startup
+    indexes: Mapping[str, Any] = field(default_factory=dict)  # INDEXES → kopf's (captured at startup), and podwatch's
     # Parsed models by resourceVersion: every decision reads every job and pool, and pydantic validation of
     # the whole index per decision made bursts quadratic. Models handed out are never mutated.
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)

@@ -26,7 +26,7 @@ from kopf._core.intents import registries
 from kopf._core.reactor import inventory, orchestration, processing, queueing
 
 from kubepool import naming
-from kubepool.controller import handlers, kopf_fence, view
+from kubepool.controller import handlers, kopf_fence, podwatch, view
 from kubepool.controller.kopf_fence import DemoteRoutine, LeanDiffBaseStorage
 from kubepool.controller.main import apply_settings
 from support.factories import pool
@@ -386,7 +386,7 @@ async def test_kopf_processes_watch_events_through_every_fence(monkeypatch: pyte
     indexers.ensure(registry._indexing.get_all_handlers())
     assert set(view.INDEXES) <= set(indexers.indices)  # the handler ids the view reads
     op, _, _ = operator_state(placeholder_namespace="ops")
-    op.view.indexes = {name: indexers.indices[name] for name in view.INDEXES}
+    op.view.indexes = {**{name: indexers.indices[name] for name in view.INDEXES}, **podwatch.new_indexes()}
     patches: list[dict[str, Any]] = []
 
     async def patch_obj(*, patch: Any, **_: Any) -> tuple[None, None]:
@@ -483,3 +483,56 @@ async def test_the_liveness_probes_leave_no_access_lines() -> None:
     finally:
         access.removeHandler(seen)
         access.setLevel(before)
+
+
+async def test_a_taken_over_kind_reaches_its_intake_in_the_stream_and_kopf_only_its_listing_mark(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own infinite_watch of pods, taken over: every listed and watched pod, and the deletion a re-list
+    finds, goes to the intake, none to kopf; kopf's end-of-listing mark follows the listing's last pod into the
+    intake (kopf's readiness waits for it). Another kind streams as before, and a kind given back is kopf's."""
+    from kopf._cogs.clients import fetching, watching
+
+    def pod(uid: str) -> dict[str, Any]:
+        return {"kind": "Pod", "metadata": {"name": uid, "namespace": "ns", "uid": uid, "resourceVersion": "1"},
+                "status": {"phase": "Pending"}}
+
+    listings = [[pod("a"), pod("b")], [pod("b")]]
+
+    async def fetch_objs(**_: Any) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        yield listings.pop(0), "9"
+
+    async def watch_objs(**_: Any) -> AsyncIterator[dict[str, Any]]:
+        yield {"type": "MODIFIED", "object": {**pod("b"), "status": {"phase": "Running"}}}
+        yield {"type": "ERROR", "object": {"code": 410}}
+
+    assert kopf_fence.install_relist_deletions()
+    monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
+    monkeypatch.setattr(watching, "watch_objs", watch_objs)
+    monkeypatch.setattr(kopf_fence, "_SEEN", {})
+    monkeypatch.setattr(kopf_fence, "_TAKEN", {})
+    order: list[Any] = []
+    assert kopf_fence.take_over("", "pods", lambda kind, body: order.append((kind, body["metadata"]["uid"])))
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0
+    pods = references.Resource("", "v1", "pods", kind="Pod", namespaced=True)
+    async for event in watching.infinite_watch(settings=settings, resource=pods, namespace="ns", _iterations=2):
+        order.append(event.name if isinstance(event, watching.Bookmark) else ("kopf", event))
+    assert order == [(None, "a"), (None, "b"), "LISTED", ("MODIFIED", "b"),
+                     (None, "b"), ("DELETED", "a"), "LISTED", ("MODIFIED", "b")]
+
+    listings[:] = [[pod("c")]]
+    assert kopf_fence.take_over("", "pods", None)
+    given_back = [e async for e in watching.infinite_watch(settings=settings, resource=pods, namespace="other",
+                                                          _iterations=1) if isinstance(e, dict)]
+    assert [(e["type"], e["object"]["metadata"]["uid"]) for e in given_back] == [(None, "c"), ("MODIFIED", "b")]
+
+
+def test_no_kind_is_taken_over_where_kopfs_streams_are_not_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopf._cogs.clients import watching
+
+    async def unwrapped(**_: Any) -> AsyncIterator[Any]:
+        yield None
+
+    monkeypatch.setattr(watching, "continuous_watch", unwrapped)
+    monkeypatch.setattr(kopf_fence, "_TAKEN", {})
+    assert kopf_fence.take_over("", "pods", lambda kind, body: None) is False and kopf_fence._TAKEN == {}

@@ -4,14 +4,12 @@ the events that change what a pass does get it soon, the rest wait about as long
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
-import kopf
 import pytest
 
 from kubepool import naming
-from kubepool.controller import handlers, workqueue
+from kubepool.controller import podwatch, workqueue
 from kubepool.controller.workqueue import POD_EVENT_DELAY_SECONDS, POD_PROGRESS_DELAY_SECONDS, pod_event_delay
 from support.factories import job, pool
 from support.operator import operator_state
@@ -21,8 +19,9 @@ KEY = ("ns", "train")
 
 def pod_body(instance: int = 1, phase: str = "Pending", node: str | None = None, ip: str | None = None,
              deleting: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": f"train-homogeneouscluster-{instance}", "namespace": "ns",
-                            "labels": {naming.LABEL_JOB: "train", naming.LABEL_INSTANCE: str(instance)}}
+    meta: dict[str, Any] = {"name": f"train-homogeneouscluster-{instance}", "namespace": "ns", "uid": f"p{instance}",
+                            "labels": {naming.LABEL_JOB: "train", naming.LABEL_INSTANCE: str(instance),
+                                       naming.LABEL_MANAGED_BY: naming.MANAGED_BY}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T12:00:00Z"
     status: dict[str, Any] = {"phase": phase}
@@ -46,15 +45,14 @@ def test_only_pod_events_that_change_the_pass_get_the_burst_window(body: dict[st
 
 
 async def started_after(op: Any, events: list[tuple[float, dict[str, Any]]], limit: float = 2.0) -> float:
-    """Send the pod events (each after its pause; none: in the same turn of the loop) to the real handler;
-    seconds until the job's pass started."""
-    memo = cast(kopf.Memo, SimpleNamespace(op=op))
+    """Send the pod events (each after its pause; none: in the same turn of the loop) to the operator's pod
+    intake, as kopf's pod stream does; seconds until the job's pass started."""
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     for pause, body in events:
         if pause:
             await asyncio.sleep(pause)
-        await handlers.pod_event(body=kopf.Body(body), memo=memo)
+        podwatch.seen(op, "MODIFIED", body)
     while KEY in op.queue.pending and loop.time() - t0 < limit:
         await asyncio.sleep(0.005)
     assert KEY not in op.queue.pending, "the pass never started"

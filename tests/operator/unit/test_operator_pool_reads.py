@@ -17,7 +17,7 @@ from kopf._core.intents import registries
 from kopf._core.reactor import inventory, processing
 
 from kubepool import naming
-from kubepool.controller import handlers, view
+from kubepool.controller import handlers, podwatch, view
 from kubepool.controller.main import apply_settings
 from kubepool.controller.view import POOL_INDEX, ClusterView
 from support.factories import pool
@@ -62,7 +62,7 @@ async def test_each_pool_event_kopf_processes_is_seen_by_the_next_read(monkeypat
     indexers = indexing.OperatorIndexers()
     indexers.ensure(registry._indexing.get_all_handlers())
     op, _, _ = operator_state()
-    op.view.indexes = {name: indexers.indices[name] for name in view.INDEXES}
+    op.view.indexes = {**{name: indexers.indices[name] for name in view.INDEXES}, **podwatch.new_indexes()}
     op.view.track_pool_changes()
     memories, memo = inventory.ResourceMemories(), kopf.Memo(op=op)
 

@@ -14,7 +14,7 @@ from kubepool.controller.observed import PodView
 from kubepool.controller.state import OperatorState
 from support.factories import job, pod, pool
 from support.fake_api import FakeApi
-from support.operator import operator_state
+from support.operator import operator_state, set_pods
 
 
 def state(jobs: list[MLJob], pods: list[PodView] | None = None,
@@ -30,7 +30,7 @@ async def test_status_is_persisted_before_children_and_passes_are_idempotent() -
     assert api.pods() == ["train-homogeneouscluster-0"], "the head first; its workers once it holds a node"
     assert {k for k, _ in api.objects} >= {"ConfigMap", "Service", "NetworkPolicy", "Secret", "Role"}
     assert events == ["WaitingForInstances"]
-    op.view.indexes[view.POD_INDEX][("ns", "train")] = [pod(0, ready=False)]  # holds a node, not yet ready
+    set_pods(op, ("ns", "train"), [pod(0, ready=False)])  # holds a node, not yet ready
     await reconcile_job(op, ("ns", "train"))
     assert api.pods() == ["train-homogeneouscluster-0", "train-homogeneouscluster-1"]
     api.calls.clear()
@@ -47,7 +47,7 @@ async def test_done_frees_capacity_for_the_queued_job() -> None:
     await reconcile_job(op, ("ns", "train"))
     await reconcile_job(op, ("ns", "next"))
     assert api.statuses["next"]["reason"] == "Queued" and api.pods() == ["train-homogeneouscluster-0"]
-    op.view.indexes[view.POD_INDEX][("ns", "train")] = [pod(0, "Succeeded", False)]
+    set_pods(op, ("ns", "train"), [pod(0, "Succeeded", False)])
     await reconcile_job(op, ("ns", "train"))
     assert api.statuses["train"]["phase"] == "DONE" and "Completed" in events
     await asyncio.sleep(0.05)  # the queued job's pass runs in the background
@@ -145,7 +145,7 @@ async def test_a_burst_of_pod_events_costs_one_pass() -> None:
     op, api, _ = state([job(targetInstances=2)])
     await reconcile_job(op, ("ns", "train"))
     passes = len(api.calls)
-    op.view.indexes[view.POD_INDEX][("ns", "train")] = [pod(0, "Running", True), pod(1, "Running", True)]
+    set_pods(op, ("ns", "train"), [pod(0, "Running", True), pod(1, "Running", True)])
     for _ in range(4):
         op.queue.spawn(("ns", "train"), delay=0.01)
     assert op.queue.pending == {("ns", "train")}
@@ -186,37 +186,34 @@ async def test_instance_details_are_written_together_and_transitions_at_once(mon
     key = ("ns", "train")
     await reconcile_job(op, key)
     assert api.calls.count(("status", "train")) == 1  # admitted: at once
-    op.view.indexes[view.POD_INDEX][key] = [pod(0, "Pending", False), pod(1, "Pending", False)]
+    set_pods(op, key, [pod(0, "Pending", False), pod(1, "Pending", False)])
     await reconcile_job(op, key)
-    op.view.indexes[view.POD_INDEX][key] = [pod(0, "Running", True), pod(1, "Pending", False)]
+    set_pods(op, key, [pod(0, "Running", True), pod(1, "Pending", False)])
     await reconcile_job(op, key)
     assert api.calls.count(("status", "train")) == 1, "pods starting: not written yet"
     assert op.view.job(key)[0].status.ready_instances == 1, "but this process reads them at once"
     await asyncio.sleep(0.15)
     assert api.calls.count(("status", "train")) == 2 and api.statuses["train"]["readyInstances"] == 1
     assert api.statuses["train"]["instances"][0]["phase"] == "Running" and not op.status.unflushed
-    op.view.indexes[view.POD_INDEX][key] = [pod(0, "Running", True), pod(1, "Running", True)]
+    set_pods(op, key, [pod(0, "Running", True), pod(1, "Running", True)])
     await reconcile_job(op, key)
     assert api.calls.count(("status", "train")) == 3 and api.statuses["train"]["phase"] == "RUNNING"
     await asyncio.sleep(0.15)
     assert api.calls.count(("status", "train")) == 3, "nothing left to flush"
     assert api.urgent == [], "admitted, RUNNING: the common lanes"
-    op.view.indexes[view.POD_INDEX][key] = [pod(0, "Succeeded", False), pod(1, "Running", True)]
+    set_pods(op, key, [pod(0, "Succeeded", False), pod(1, "Running", True)])
     await reconcile_job(op, key)
     assert api.statuses["train"]["phase"] == "DONE" and api.urgent == ["train"], "the end: the urgent lanes"
 
 
 async def test_a_pod_that_ended_is_handled_at_once_a_starting_one_after_the_burst_window() -> None:
-    from types import SimpleNamespace
-
-    import kopf
-
-    from kubepool.controller import handlers
+    from kubepool import naming
+    from kubepool.controller import podwatch
     op, api, _ = state([job(targetInstances=1)])
-    memo = cast(kopf.Memo, SimpleNamespace(op=op))
-    meta = {"name": "train-homogeneouscluster-0", "namespace": "ns", "labels": {"kubepool.dev/job": "train"}}
+    meta = {"name": "train-homogeneouscluster-0", "namespace": "ns", "uid": "p0",
+            "labels": {naming.LABEL_JOB: "train", naming.LABEL_MANAGED_BY: naming.MANAGED_BY}}
     for phase, delayed in (("Running", True), ("Succeeded", False)):
-        await handlers.pod_event(body=kopf.Body({"metadata": meta, "status": {"phase": phase}}), memo=memo)
+        podwatch.seen(op, "MODIFIED", {"metadata": meta, "status": {"phase": phase}})
         await asyncio.sleep(workqueue.POD_EVENT_DELAY_SECONDS / 4)
         assert (("ns", "train") in op.queue.pending) is delayed, phase
         await asyncio.sleep(workqueue.POD_EVENT_DELAY_SECONDS * 2)

@@ -1,0 +1,113 @@
+"""kubepool's pods as the operator watches them: its own indexes of instance pods (by job) and warm-capacity
+placeholders (by pool), and what each pod event asks of the work queue.
+
+Pods are most of the operator's watch events (a start-up's pod is created, bound, made, run, ended). They reach
+`seen` straight from kopf's pod stream (`kopf_fence.take_over`), each filed and acted on at once, without kopf's
+per-event machinery (a task and queue per pod, its causes, its handler kwargs, its own index). Where kopf's
+stream cannot be taken over, kopf's pod handlers (`handlers`) call `file` and `woken` instead: the same indexes,
+the same wake-ups."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, ValuesView
+from typing import Any, Generic, TypeVar
+
+from kubepool import naming
+from kubepool.controller import view
+from kubepool.controller.observed import PlaceholderView, PodView
+from kubepool.controller.state import OperatorState
+from kubepool.controller.workqueue import pod_event_delay
+
+log = logging.getLogger(__name__)
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class ObjectIndex(Mapping[K, ValuesView[V]], Generic[K, V]):
+    """key → the views of the objects filed under it, one per object (by uid), as kopf's indexes read. An object
+    filed again under another key (its labels changed) moves."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[K, dict[str, V]] = {}
+        self._key_of: dict[str, K] = {}
+
+    def put(self, uid: str, key: K, value: V) -> None:
+        old = self._key_of.get(uid)
+        if old is not None and old != key:
+            self.drop(uid)
+        self._by_key.setdefault(key, {})[uid] = value
+        self._key_of[uid] = key
+
+    def drop(self, uid: str) -> None:
+        key = self._key_of.pop(uid, None)
+        if key is None:
+            return
+        under = self._by_key.get(key)
+        if under is not None:
+            under.pop(uid, None)
+            if not under:
+                del self._by_key[key]
+
+    def __getitem__(self, key: K) -> ValuesView[V]:
+        return self._by_key[key].values()
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+def new_indexes() -> dict[str, ObjectIndex[Any, Any]]:
+    """The pod indexes the view reads, by their names in `view`."""
+    return {view.POD_INDEX: ObjectIndex[tuple[str, str], PodView](),
+            view.PLACEHOLDER_INDEX: ObjectIndex[str, PlaceholderView]()}
+
+
+def _placeholder(labels: Mapping[str, str]) -> bool:
+    return labels.get(naming.LABEL_ROLE) == naming.ROLE_PLACEHOLDER
+
+
+def file(op: OperatorState, body: Mapping[str, Any]) -> None:
+    """A pod as listed or changed: its view replaces the one its index held."""
+    meta = body.get("metadata") or {}
+    uid, labels = meta.get("uid") or "", meta.get("labels") or {}
+    if not uid or labels.get(naming.LABEL_MANAGED_BY) != naming.MANAGED_BY:
+        return
+    if _placeholder(labels):
+        op.view.indexes[view.PLACEHOLDER_INDEX].put(uid, labels.get(naming.LABEL_POOL, ""), PlaceholderView.of(body))
+    elif job := labels.get(naming.LABEL_JOB):
+        op.view.indexes[view.POD_INDEX].put(uid, (meta.get("namespace") or "default", job), PodView.of(body))
+
+
+def forget(op: OperatorState, body: Mapping[str, Any]) -> None:
+    uid = (body.get("metadata") or {}).get("uid") or ""
+    for name in (view.POD_INDEX, view.PLACEHOLDER_INDEX):
+        op.view.indexes[name].drop(uid)
+
+
+def woken(op: OperatorState, event_type: str | None, body: Mapping[str, Any]) -> None:
+    """What a pod event asks of the work queue: its job's pass (sooner for the events that decide something:
+    `pod_event_delay`), or its pool's pass for a placeholder (started, pre-empted or deleted: the pool's
+    warmInstances moved, or a placeholder must be created again)."""
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if _placeholder(labels):
+        if pool := labels.get(naming.LABEL_POOL):
+            op.queue.refresh_pools([pool])
+    elif job := labels.get(naming.LABEL_JOB):
+        delay = 0.0 if event_type == "DELETED" else pod_event_delay(body)
+        op.queue.spawn((meta.get("namespace") or "default", job), delay=delay)
+
+
+def seen(op: OperatorState, event_type: str | None, body: Mapping[str, Any]) -> None:
+    """One event of kopf's pod stream (type None: listed), taken over from kopf: filed, then acted on."""
+    try:
+        if event_type == "DELETED":
+            forget(op, body)
+        else:
+            file(op, body)
+        woken(op, event_type, body)
+    except Exception:  # the stream is kopf's: an error here must not end it
+        log.exception("pod event not handled: %s", (body.get("metadata") or {}).get("name"))

@@ -1,0 +1,90 @@
+"""The operator's own pod indexes (podwatch): each pod event, as kopf's taken-over pod stream hands it on, is filed
+where the view reads it and asks for the pass it needs; a deleted pod leaves no trace."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubepool import naming
+from kubepool.controller import podwatch, view, workqueue
+from kubepool.controller.podwatch import ObjectIndex
+from support.factories import job, pool
+from support.operator import operator_state
+
+KEY = ("ns", "train")
+
+
+def body(uid: str, job_name: str | None = "train", phase: str = "Pending", instance: int = 1,
+         pool_name: str | None = None, namespace: str = "ns") -> dict[str, Any]:
+    labels = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY, naming.LABEL_INSTANCE: str(instance)}
+    if job_name:
+        labels[naming.LABEL_JOB] = job_name
+    if pool_name:
+        labels |= {naming.LABEL_ROLE: naming.ROLE_PLACEHOLDER, naming.LABEL_POOL: pool_name}
+    return {"metadata": {"name": f"pod-{uid}", "namespace": namespace, "uid": uid, "labels": labels},
+            "status": {"phase": phase}}
+
+
+def test_an_object_index_files_each_object_once_and_moves_it_with_its_key() -> None:
+    index: ObjectIndex[str, int] = ObjectIndex()
+    index.put("u1", "a", 1)
+    index.put("u2", "a", 2)
+    index.put("u1", "a", 3)  # replaced
+    assert sorted(index["a"]) == [2, 3] and len(index) == 1
+    index.put("u2", "b", 4)  # its key changed: gone from the old one
+    assert list(index["a"]) == [3] and list(index["b"]) == [4]
+    index.drop("u1")
+    index.drop("never-filed")
+    assert list(index) == ["b"] and index.get("a") is None
+
+
+async def test_each_pod_event_is_filed_under_its_job_and_a_deleted_pod_is_forgotten() -> None:
+    op, _, _ = operator_state([job(targetInstances=2)], [pool()])
+    try:
+        podwatch.seen(op, None, body("p0", instance=0))  # listed
+        podwatch.seen(op, "ADDED", body("p1"))
+        podwatch.seen(op, "MODIFIED", body("p1", phase="Running"))
+        podwatch.seen(op, "ADDED", body("q0", job_name="other"))
+        assert sorted((p.name, p.phase) for p in op.view.pods(KEY)) == [("pod-p0", "Pending"), ("pod-p1", "Running")]
+        assert [p.name for p in op.view.pods(("ns", "other"))] == ["pod-q0"]
+        podwatch.seen(op, "DELETED", {"metadata": body("p1")["metadata"]})  # a re-list's slim body
+        assert [p.name for p in op.view.pods(KEY)] == ["pod-p0"]
+        # neither unmanaged pods nor pods without a job are filed
+        podwatch.seen(op, "ADDED", {"metadata": {"name": "x", "namespace": "ns", "uid": "x",
+                                                 "labels": {naming.LABEL_JOB: "train"}}})
+        podwatch.seen(op, "ADDED", body("y", job_name=None))
+        assert [p.name for p in op.view.pods(KEY)] == ["pod-p0"]
+    finally:
+        op.close()
+
+
+async def test_a_deleted_pod_asks_for_its_jobs_pass_at_once_a_created_one_after_the_progress_window() -> None:
+    op, _, _ = operator_state([job(targetInstances=2)], [pool()])
+    try:
+        podwatch.seen(op, "ADDED", body("p1"))
+        at, _ = op.queue.timers[KEY]
+        assert at - asyncio.get_running_loop().time() > workqueue.POD_PROGRESS_DELAY_SECONDS / 2
+        podwatch.seen(op, "DELETED", {"metadata": body("p1")["metadata"]})  # no deletionTimestamp in a slim body
+        assert KEY not in op.queue.timers and KEY in op.queue.pending  # the waiting pass started now
+    finally:
+        op.close()
+
+
+async def test_a_placeholder_is_filed_under_its_pool_and_wakes_the_pools_pass() -> None:
+    op, _, _ = operator_state([], [pool()])
+    try:
+        podwatch.seen(op, "ADDED", body("w0", job_name=None, pool_name="cpu", namespace="ops"))
+        assert [p.name for p in op.view.placeholders("cpu")] == ["pod-w0"] and "cpu" in op.queue.pools_due
+        assert not op.queue.timers  # no job's pass
+        podwatch.seen(op, "DELETED", body("w0", job_name=None, pool_name="cpu", namespace="ops"))
+        assert op.view.placeholders("cpu") == []
+    finally:
+        op.close()
+
+
+def test_an_event_that_cannot_be_filed_is_logged_and_the_stream_goes_on(caplog: Any) -> None:
+    op, _, _ = operator_state()
+    op.view.indexes = {name: {} for name in view.INDEXES}  # no pod indexes: filing fails
+    podwatch.seen(op, "ADDED", body("p1"))
+    assert "pod event not handled: pod-p1" in caplog.text
