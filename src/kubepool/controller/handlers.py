@@ -14,7 +14,6 @@ from kubepool.controller.jobreconcile import job_key
 from kubepool.controller.observed import NodeView
 from kubepool.controller.poolstatus import pools_affected_by_node
 from kubepool.controller.state import OperatorState
-from kubepool.controller.view import JobKey
 
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
 POD_LISTING = "pod_listing"  # the pod handlers' index: always empty (podwatch keeps the operator's own)
@@ -80,12 +79,6 @@ async def reconcile_mljob(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
 
 
 # --- pods, pools, nodes ----------------------------------------------------------------------------------------
-def pod_job_key(body: Any) -> JobKey | None:
-    meta = body.get("metadata", {})
-    job = (meta.get("labels") or {}).get(naming.LABEL_JOB)
-    return (meta.get("namespace", "default"), job) if job else None
-
-
 @kopf.on.event("pods", labels=MANAGED)
 async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     op = _op(memo)
@@ -99,7 +92,7 @@ async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
 async def child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A job's Service or NetworkPolicy deleted (by hand, or the garbage collector removing an earlier job's of
     the same name): the job writes it again."""
-    key = pod_job_key(body)
+    key = view.owning_job(body)
     uid = (body.get("metadata", {}).get("labels") or {}).get(naming.LABEL_JOB_UID)
     if event["type"] == "DELETED" and key is not None and uid:
         child_deleted(_op(memo), key, uid)

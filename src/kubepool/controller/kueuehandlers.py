@@ -10,17 +10,17 @@ import kopf
 
 from kubepool import naming
 from kubepool.controller import view
-from kubepool.controller.handlers import MANAGED, _op, pod_job_key
+from kubepool.controller.handlers import MANAGED, _op
 
 
 @kopf.index(naming.KUEUE_GROUP, naming.WORKLOAD_PLURAL, labels=MANAGED, id=view.WORKLOAD_INDEX)
 async def workload_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
-    key = pod_job_key(body)
+    key = view.owning_job(body)
     return {key: dict(body)} if key else None
 
 
 @kopf.on.event(naming.KUEUE_GROUP, naming.WORKLOAD_PLURAL, labels=MANAGED)
 async def workload_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    key = pod_job_key(body)
+    key = view.owning_job(body)
     if key is not None:
         _op(memo).queue.spawn(key)

@@ -69,16 +69,20 @@ def _placeholder(labels: Mapping[str, str]) -> bool:
     return labels.get(naming.LABEL_ROLE) == naming.ROLE_PLACEHOLDER
 
 
+def _managed(body: Mapping[str, Any]) -> bool:
+    return ((body.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_MANAGED_BY) == naming.MANAGED_BY
+
+
 def file(op: OperatorState, body: Mapping[str, Any]) -> None:
-    """A pod as listed or changed: its view replaces the one its index held."""
+    """A kubepool pod as listed or changed: its view replaces the one its index held."""
     meta = body.get("metadata") or {}
     uid, labels = meta.get("uid") or "", meta.get("labels") or {}
-    if not uid or labels.get(naming.LABEL_MANAGED_BY) != naming.MANAGED_BY:
+    if not uid:
         return
     if _placeholder(labels):
         op.view.indexes[view.PLACEHOLDER_INDEX].put(uid, labels.get(naming.LABEL_POOL, ""), PlaceholderView.of(body))
-    elif job := labels.get(naming.LABEL_JOB):
-        op.view.indexes[view.POD_INDEX].put(uid, (meta.get("namespace") or "default", job), PodView.of(body))
+    elif key := view.owning_job(body):
+        op.view.indexes[view.POD_INDEX].put(uid, key, PodView.of(body))
 
 
 def forget(op: OperatorState, body: Mapping[str, Any]) -> None:
@@ -91,18 +95,19 @@ def woken(op: OperatorState, event_type: str | None, body: Mapping[str, Any]) ->
     """What a pod event asks of the work queue: its job's pass (sooner for the events that decide something:
     `pod_event_delay`), or its pool's pass for a placeholder (started, pre-empted or deleted: the pool's
     warmInstances moved, or a placeholder must be created again)."""
-    meta = body.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    labels = (body.get("metadata") or {}).get("labels") or {}
     if _placeholder(labels):
         if pool := labels.get(naming.LABEL_POOL):
             op.queue.refresh_pools([pool])
-    elif job := labels.get(naming.LABEL_JOB):
-        delay = 0.0 if event_type == "DELETED" else pod_event_delay(body)
-        op.queue.spawn((meta.get("namespace") or "default", job), delay=delay)
+    elif key := view.owning_job(body):
+        op.queue.spawn(key, delay=0.0 if event_type == "DELETED" else pod_event_delay(body))
 
 
 def seen(op: OperatorState, event_type: str | None, body: Mapping[str, Any]) -> None:
-    """One event of kopf's pod stream (type None: listed), taken over from kopf: filed, then acted on."""
+    """One event of kopf's pod stream (type None: listed), taken over from kopf: filed, then acted on. Only
+    kubepool's pods: the watch's label selector (main.apply_settings) keeps others out, and they stop here too."""
+    if not _managed(body):
+        return
     try:
         if event_type == "DELETED":
             forget(op, body)

@@ -30,6 +30,13 @@ PLACEHOLDER_INDEX = "placeholder_index"
 POOL_INDEX = "pool_index"
 NODE_INDEX = "node_index"
 WORKLOAD_INDEX = "workload_index"  # only where the operator acts for Kueue (OperatorConfig.kueue): kueuehandlers
+def owning_job(body: Mapping[str, Any]) -> JobKey | None:
+    """The job an object the operator made for it (pod, Service, Workload, ...) belongs to, by its job label."""
+    meta = body.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(naming.LABEL_JOB)
+    return (meta.get("namespace") or "default", job) if job else None
+
+
 def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the job index keeps of an MLJob event: the body itself (kopf never mutates an event's body), less its
     managedFields (more than half of a finished job's body, read by nothing here) and the results its instances

@@ -83,6 +83,19 @@ async def test_a_placeholder_is_filed_under_its_pool_and_wakes_the_pools_pass() 
         op.close()
 
 
+async def test_a_pod_not_kubepools_is_neither_filed_nor_wakes_anything() -> None:
+    op, _, _ = operator_state([job(targetInstances=2)], [pool()])
+    try:
+        for b in (body("p1"), body("w0", job_name=None, pool_name="cpu")):
+            del b["metadata"]["labels"][naming.LABEL_MANAGED_BY]
+            for kind in ("ADDED", "DELETED"):
+                podwatch.seen(op, kind, b)
+        assert op.view.pods(KEY) == [] and op.view.placeholders("cpu") == []
+        assert not op.queue.timers and not op.queue.pending and not op.queue.pools_due
+    finally:
+        op.close()
+
+
 def test_an_event_that_cannot_be_filed_is_logged_and_the_stream_goes_on(caplog: Any) -> None:
     op, _, _ = operator_state()
     op.view.indexes = {name: {} for name in view.INDEXES}  # no pod indexes: filing fails
