@@ -37,6 +37,8 @@ class PodView:
     ip: str | None = None
     hostname: str = ""  # spec.hostname and spec.subdomain: the pod's DNS record under a headless Service
     subdomain: str = ""
+    created: str = ""  # metadata.creationTimestamp as written (parsed only where needed: plan._endpoints)
+    unschedulable: bool = False  # PodScheduled False: the scheduler (or a scheduling gate) holds it off a node
 
     @property
     def is_head(self) -> bool:
@@ -79,6 +81,8 @@ class PodView:
             ip=status.get("podIP") or None,
             hostname=spec.get("hostname") or "",
             subdomain=spec.get("subdomain") or "",
+            created=meta.get("creationTimestamp") or "",
+            unschedulable=conditions.get("PodScheduled") == "False",
         )
 
 

@@ -17,6 +17,9 @@ from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PodView
 
+# How long pods on their way to an address hold the job's EndpointSlice back (_endpoints): on real nodes a pod has
+# its address seconds after its creation, long before its container runs.
+SLICE_WAIT = timedelta(seconds=10)
 # Failures whose pods hold capacity for nothing: removed at once. Other endings (DONE, HeadFailed) give
 # workers `worker_grace_seconds` to leave on their own first.
 _REMOVE_AT_ONCE = {job_status.CANCELLED, job_status.INSTANCES_UNAVAILABLE, job_status.INSTANCES_LOST,
@@ -131,7 +134,27 @@ def _earlier_attempts(c: _Context, plan: Plan) -> None:
 
 
 def _endpoints(c: _Context, plan: Plan) -> None:
-    plan.endpoint_slice = build_endpoint_slice(JobRef.of(c.job), [p for p in c.pods if p.attempt == c.st.attempt])
+    """The slice once no pod of the attempt is on its way to an address: one write for instances that start
+    together, not one per address (the head's alone, then each worker's). On its way: live, no address yet, and
+    not held off a node by the scheduler (a pool short of nodes), or about to be created this pass. Each holds
+    the slice for at most SLICE_WAIT from its creation (pods to create: from the newest pod's), so a pod that
+    never gets an address, or a create refused, does not keep the others out of DNS."""
+    pods = [p for p in c.pods if p.attempt == c.st.attempt]
+    held = [p.created for p in pods if p.ip is None and not p.unschedulable and not p.terminated and not p.deleting]
+    if plan.create_pods and pods:
+        held.append(max(p.created for p in pods))
+    until = [t + SLICE_WAIT for t in map(_timestamp, held) if t is not None and t + SLICE_WAIT > c.now]
+    if until:
+        plan.wake(min(until))
+        return
+    plan.endpoint_slice = build_endpoint_slice(JobRef.of(c.job), pods)
+
+
+def _timestamp(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def _deadlines(c: _Context, plan: Plan) -> None:

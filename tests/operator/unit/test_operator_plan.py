@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -11,7 +12,7 @@ from kubepool.controller.admission import Decision
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.jobstatus import Observed, compute_job_status
 from kubepool.controller.observed import PodView
-from kubepool.controller.plan import plan_job
+from kubepool.controller.plan import SLICE_WAIT, plan_job
 from support.factories import T0, at, job, pod, pool, with_status
 
 CFG = OperatorConfig(worker_grace_seconds=30)
@@ -141,3 +142,36 @@ def test_an_existing_child_is_the_jobs_only_when_it_owns_it() -> None:
     assert existing_child(owned_by("u1", name="other"), ref) == FOREIGN
     assert existing_child(owned_by("u1", kind="Deployment"), ref) == FOREIGN
     assert existing_child({}, ref) == FOREIGN  # e.g. the user's own Service of that name
+
+
+def _addressed(p: PodView, ip: str | None, created: float, unschedulable: bool = False) -> PodView:
+    return dataclasses.replace(p, ip=ip, uid=f"u-{p.name}", created=at(created).isoformat(), unschedulable=unschedulable)
+
+
+def test_the_endpoint_slice_waits_for_the_pods_on_their_way_to_an_address() -> None:
+    """One write for instances that start together: not the head's address alone, then each worker's. A pod the
+    scheduler cannot place does not hold it; one that never gets an address holds it SLICE_WAIT at most."""
+    j = admitted(job(targetInstances=3), granted=3)
+    assert j.status is not None
+    st = j.status
+    head = _addressed(pod(0), "10.0.0.1", 1)
+    plan = plan_job(j, st, [head], POOLS, cfg=CFG, now=at(2))
+    assert plan.create_pods and plan.endpoint_slice is None, "the workers this pass creates are on their way"
+    assert plan.wake_at == at(1) + SLICE_WAIT
+    w1, w2 = _addressed(pod(1, "Pending", False), None, 2), _addressed(pod(2), None, 2)
+    plan = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(3))
+    assert plan.endpoint_slice is None and plan.wake_at == at(2) + SLICE_WAIT
+    w1, w2 = _addressed(pod(1), "10.0.0.2", 2), _addressed(pod(2), "10.0.0.3", 2)
+    plan = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(4))
+    assert plan.endpoint_slice is not None
+    assert [e["addresses"] for e in plan.endpoint_slice["endpoints"]] == [["10.0.0.1"], ["10.0.0.2"], ["10.0.0.3"]]
+    # A pool short of nodes: the scheduler marked the last worker unschedulable; the others are published.
+    w2 = _addressed(pod(2, "Pending", False), None, 2, unschedulable=True)
+    slice_ = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(4)).endpoint_slice
+    assert slice_ is not None and len(slice_["endpoints"]) == 2
+    # Placed but never addressed (a sandbox that does not start): held back SLICE_WAIT from its creation, no more.
+    w2 = _addressed(pod(2), None, 2)
+    assert plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(5)).endpoint_slice is None
+    late = at(2) + SLICE_WAIT
+    slice_ = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=late).endpoint_slice
+    assert slice_ is not None and len(slice_["endpoints"]) == 2
