@@ -39,6 +39,29 @@ def test_verdicts() -> None:
     assert row("x", 7.25, 8, 1, " s") == ["x", "7.2 s", "≤ 8 s", "yes"]
 
 
+def test_a_missed_target_names_its_floor_only_where_the_floor_misses_it_too() -> None:
+    assert row("p3", 10.8, 6, 1, " s", floor=("bare Ray", 9.7))[3] == "NO: target under the floor (bare Ray 9.7 s)"
+    assert row("p3", 10.8, 6, 1, " s", floor=("bare Ray", 5.0))[3] == "NO", "a floor under the target excuses nothing"
+    assert row("p3", 10.8, 6, 1, " s", floor=("bare Ray", None))[3] == "NO"
+    assert row("p3", 5.5, 6, 1, " s", floor=("bare Ray", 9.7))[3] == "yes"
+
+
+def test_p1_wall_rows_take_their_floors_from_the_same_run() -> None:
+    from bench.summary import scale_rows
+
+    med = {"wall_s": 1.0, "pods_per_s": 1.0, "requests_per_job": 1.0, "controller_peak_rss_mib": 1.0, "controller_cpu_s": 1.0}
+    p1 = {"jobs": 2, "pods_per_job": 4, "median": {"kubepool": med},
+          "targets": {"kubepool / kuberay": 0.8, "kubepool / floor": 1.3},
+          "ratios": {"kubepool / kuberay": 0.95, "kubepool-shared / kuberay": 0.78, "kubepool / floor": 2.9,
+                     "kuberay / floor": 2.95, "writes-floor / kuberay": 0.81}}
+    rows = {r[0]: r[3] for r in scale_rows({"cluster_up_s": 1.0, "cold_build": "", "p1": p1})}
+    assert rows["P1 wall kubepool / kuberay"] == "NO: target under the floor (writes-floor / kuberay 0.81)"
+    assert rows["P1 wall kubepool-shared / kuberay"] == "yes"
+    assert rows["P1 wall kubepool / floor"] == "NO: target under the floor (kuberay / floor 2.95)"
+    p1["ratios"]["writes-floor / kuberay"] = 0.7
+    assert scale_rows({"cluster_up_s": 1.0, "cold_build": "", "p1": p1})[3][3] == "NO"
+
+
 def test_ray_floor_nodes_take_ports_apart_and_only_the_head_is_head() -> None:
     import re
     from pathlib import Path
