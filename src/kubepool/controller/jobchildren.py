@@ -29,7 +29,7 @@ from kubepool.controller.builders.common import local_port_shift
 from kubepool.controller.builders.raycluster import raycluster_name
 from kubepool.controller.config import RuntimeAccountPolicy
 from kubepool.controller.observed import PodView
-from kubepool.controller.plan import FOREIGN, OWNED, Plan, existing_child
+from kubepool.controller.plan import FOREIGN, OWNED, Plan, existing_child, slice_to_write
 from kubepool.controller.view import JobKey
 from kubepool.kube.errors import Foreign, Going
 
@@ -93,9 +93,9 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
         raise
     for p in todo:
         expected[p["metadata"]["name"]] = now + EXPECT_POD_SECONDS
-    if plan.endpoint_slice is not None and memo.endpoint_slices.get(uid) != plan.endpoint_slice:
-        await op.api.apply(plan.endpoint_slice)
-        memo.endpoint_slices[uid] = plan.endpoint_slice
+    if (endpoint_slice := slice_to_write(plan, memo.endpoint_slices.get(uid))) is not None:
+        await op.api.apply(endpoint_slice)
+        memo.endpoint_slices[uid] = endpoint_slice
     if plan.apply_raycluster is not None and memo.rayclusters.get(uid) != plan.apply_raycluster:
         await op.api.apply(plan.apply_raycluster)  # replicas follow the granted instances (scale_cluster)
         memo.rayclusters[uid] = plan.apply_raycluster

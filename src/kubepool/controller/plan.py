@@ -36,6 +36,8 @@ class Plan:
     delete_raycluster: bool = False
     release_pods: list[PodView] = field(default_factory=list)  # KubeRay's deleted pods whose exit was seen
     endpoint_slice: Obj | None = None  # the headless Service's endpoints as they should be now (None: leave them)
+    # pods on their way to an address: the slice is written now only to take back an address (slice_to_write)
+    endpoint_slice_held: bool = False
     wake_at: datetime | None = None
 
     def wake(self, at: datetime) -> None:
@@ -134,20 +136,36 @@ def _earlier_attempts(c: _Context, plan: Plan) -> None:
 
 
 def _endpoints(c: _Context, plan: Plan) -> None:
-    """The slice once no pod of the attempt is on its way to an address: one write for instances that start
-    together, not one per address (the head's alone, then each worker's). On its way: live, no address yet, and
-    not held off a node by the scheduler (a pool short of nodes), or about to be created this pass. Each holds
+    """The slice is held while a pod of the attempt is on its way to an address: one write for instances that
+    start together, not one per address (the head's alone, then each worker's). On its way: live, no address yet,
+    and not held off a node by the scheduler (a pool short of nodes), or about to be created this pass. Each holds
     the slice for at most SLICE_WAIT from its creation (pods to create: from the newest pod's), so a pod that
-    never gets an address, or a create refused, does not keep the others out of DNS."""
+    never gets an address, or a create refused, does not keep the others out of DNS. A held slice is still
+    written when it takes back an address (a retry's: the earlier attempt's head must not resolve)."""
     pods = [p for p in c.pods if p.attempt == c.st.attempt]
+    plan.endpoint_slice = build_endpoint_slice(JobRef.of(c.job), pods)
     held = [p.created for p in pods if p.ip is None and not p.unschedulable and not p.terminated and not p.deleting]
     if plan.create_pods and pods:
         held.append(max(p.created for p in pods))
     until = [t + SLICE_WAIT for t in map(_timestamp, held) if t is not None and t + SLICE_WAIT > c.now]
     if until:
+        plan.endpoint_slice_held = True
         plan.wake(min(until))
-        return
-    plan.endpoint_slice = build_endpoint_slice(JobRef.of(c.job), pods)
+
+
+def slice_to_write(plan: Plan, written: Obj | None) -> Obj | None:
+    """PURE: the slice a pass writes, given the one this process wrote last (None: none, or not since its start):
+    none when unchanged; a held one only where it takes back an address `written` published."""
+    new = plan.endpoint_slice
+    if new is None or new == written:
+        return None
+    if plan.endpoint_slice_held and not (written is not None and _addresses(written) - _addresses(new)):
+        return None
+    return new
+
+
+def _addresses(s: Obj) -> set[str]:
+    return {a for e in s.get("endpoints") or [] for a in e.get("addresses") or []}
 
 
 def _timestamp(value: str) -> datetime | None:

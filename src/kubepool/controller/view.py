@@ -30,6 +30,8 @@ PLACEHOLDER_INDEX = "placeholder_index"
 POOL_INDEX = "pool_index"
 NODE_INDEX = "node_index"
 WORKLOAD_INDEX = "workload_index"  # only where the operator acts for Kueue (OperatorConfig.kueue): kueuehandlers
+
+
 def owning_job(body: Mapping[str, Any]) -> JobKey | None:
     """The job an object the operator made for it (pod, Service, Workload, ...) belongs to, by its job label."""
     meta = body.get("metadata") or {}

@@ -12,7 +12,7 @@ from kubepool.controller.admission import Decision
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.jobstatus import Observed, compute_job_status
 from kubepool.controller.observed import PodView
-from kubepool.controller.plan import SLICE_WAIT, plan_job
+from kubepool.controller.plan import SLICE_WAIT, Plan, plan_job, slice_to_write
 from support.factories import T0, at, job, pod, pool, with_status
 
 CFG = OperatorConfig(worker_grace_seconds=30)
@@ -156,22 +156,36 @@ def test_the_endpoint_slice_waits_for_the_pods_on_their_way_to_an_address() -> N
     st = j.status
     head = _addressed(pod(0), "10.0.0.1", 1)
     plan = plan_job(j, st, [head], POOLS, cfg=CFG, now=at(2))
-    assert plan.create_pods and plan.endpoint_slice is None, "the workers this pass creates are on their way"
+    assert plan.create_pods and plan.endpoint_slice_held, "the workers this pass creates are on their way"
     assert plan.wake_at == at(1) + SLICE_WAIT
     w1, w2 = _addressed(pod(1, "Pending", False), None, 2), _addressed(pod(2), None, 2)
     plan = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(3))
-    assert plan.endpoint_slice is None and plan.wake_at == at(2) + SLICE_WAIT
+    assert plan.endpoint_slice_held and plan.wake_at == at(2) + SLICE_WAIT
     w1, w2 = _addressed(pod(1), "10.0.0.2", 2), _addressed(pod(2), "10.0.0.3", 2)
     plan = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(4))
-    assert plan.endpoint_slice is not None
+    assert plan.endpoint_slice is not None and not plan.endpoint_slice_held
     assert [e["addresses"] for e in plan.endpoint_slice["endpoints"]] == [["10.0.0.1"], ["10.0.0.2"], ["10.0.0.3"]]
     # A pool short of nodes: the scheduler marked the last worker unschedulable; the others are published.
     w2 = _addressed(pod(2, "Pending", False), None, 2, unschedulable=True)
-    slice_ = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(4)).endpoint_slice
-    assert slice_ is not None and len(slice_["endpoints"]) == 2
+    plan = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(4))
+    assert not plan.endpoint_slice_held and plan.endpoint_slice and len(plan.endpoint_slice["endpoints"]) == 2
     # Placed but never addressed (a sandbox that does not start): held back SLICE_WAIT from its creation, no more.
     w2 = _addressed(pod(2), None, 2)
-    assert plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(5)).endpoint_slice is None
-    late = at(2) + SLICE_WAIT
-    slice_ = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=late).endpoint_slice
-    assert slice_ is not None and len(slice_["endpoints"]) == 2
+    assert plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(5)).endpoint_slice_held
+    plan = plan_job(j, st, [head, w1, w2], POOLS, cfg=CFG, now=at(2) + SLICE_WAIT)
+    assert not plan.endpoint_slice_held and plan.endpoint_slice and len(plan.endpoint_slice["endpoints"]) == 2
+
+
+def test_a_held_slice_is_still_written_to_take_back_an_address() -> None:
+    """A retry's head has its address while its workers are on their way: the earlier attempt's addresses must
+    not keep resolving meanwhile, so the held slice goes out where it takes one back, not where it only adds."""
+    def eps(*ips: str) -> dict[str, object]:
+        return {"endpoints": [{"addresses": [ip]} for ip in ips]}
+
+    old = eps("10.0.0.1", "10.0.0.2")  # the earlier attempt's head and worker
+    assert slice_to_write(Plan(endpoint_slice=eps("10.0.0.9"), endpoint_slice_held=True), old) == eps("10.0.0.9")
+    assert slice_to_write(Plan(endpoint_slice=eps("10.0.0.1", "10.0.0.2", "10.0.0.3"), endpoint_slice_held=True), old) is None
+    assert slice_to_write(Plan(endpoint_slice=eps("10.0.0.1"), endpoint_slice_held=True), None) is None
+    assert slice_to_write(Plan(endpoint_slice=eps("10.0.0.1")), None) == eps("10.0.0.1")
+    assert slice_to_write(Plan(endpoint_slice=old), old) is None, "unchanged: nothing to write"
+    assert slice_to_write(Plan(), old) is None, "no address at all: the slice is left as it is"
