@@ -8,6 +8,8 @@ import base64
 import functools
 import http.server
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,3 +111,90 @@ def test_requirements_come_from_the_jobs_own_index(kubectl: Any, namespace: str,
     assert st["phase"] == "DONE", json.dumps(st, indent=1)
     log = kubectl("logs", "-n", namespace, "pip-index-homogeneouscluster-0", "--tail=-1").stdout
     assert "PROBE 7" in log, log[-3000:]
+
+
+# A pin of a package the image has in another version (the image's numpy is 2.x): what users of xgboost 2.1 write.
+NUMPY_PIN = "1.26.4"
+WHEELS = Path.home() / ".cache" / "kubepool" / "wheels"
+PIN_SCRIPT = """\
+import json, os, sys
+import numpy
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+seen = {"payload": numpy.__version__}
+if os.environ.get("SM_CURRENT_HOST") is None:  # Ray mode: a task on every node sees the job's numpy too
+    ray.init(address="auto")
+
+    @ray.remote(num_cpus=0.1)
+    def probe():
+        import numpy
+        return numpy.__version__
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    seen["tasks"] = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                             for n in nodes])
+print("PIN " + json.dumps(seen), flush=True)
+"""
+
+
+def numpy_wheel() -> Path:
+    """numpy's cp311 wheel for this machine, downloaded once into the wheel cache (the test serves it itself)."""
+    found = sorted(WHEELS.glob(f"numpy-{NUMPY_PIN}-cp311-*.whl"))
+    if not found:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(WHEELS),
+                               f"numpy=={NUMPY_PIN}"], capture_output=True, text=True, timeout=300)
+        found = sorted(WHEELS.glob(f"numpy-{NUMPY_PIN}-cp311-*.whl"))
+        assert proc.returncode == 0 and found, f"cannot download numpy {NUMPY_PIN}:\n{proc.stderr}"
+    return found[0]
+
+
+@pytest.fixture
+def numpy_index(tmp_path: Path) -> Iterator[str]:
+    """A PEP 503 simple index on loopback holding numpy 1.26.4 only."""
+    wheel = numpy_wheel()
+    root = tmp_path / "index"
+    page = root / "simple" / "numpy"
+    page.mkdir(parents=True)
+    (root / "wheels").mkdir()
+    (root / "wheels" / wheel.name).symlink_to(wheel)
+    (page / "index.html").write_text(f'<a href="../../wheels/{wheel.name}">{wheel.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
+
+
+def test_a_pin_of_an_image_package_wins_on_every_instance_and_leaves_the_image_alone(
+        kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, apply: Any, numpy_index: str) -> None:
+    """numpy==1.26.4 on an image with numpy 2: the payload and Ray tasks on both nodes (Ray mode), and both
+    instances of a SageMaker-mode job, import 1.26.4; the image (this venv, the process nodes' interpreter) keeps
+    its own numpy."""
+    import numpy
+
+    before = numpy.__version__
+    pool = compute_pool("cpu", max_nodes=4)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": {"pin.py": PIN_SCRIPT}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
+    common = {"computePool": pool, "targetInstances": 2, "entrypoint": {"file": "pin.py"},
+              "code": {"configMap": "payload"}, "pipRequirements": [f"numpy=={NUMPY_PIN}"],
+              "pipOptions": {"indexUrl": numpy_index}, "instancesTimeoutSeconds": 240}
+    apply(mljob("pin-ray", **common))
+    apply(mljob("pin-sm", mode="sagemaker", **common))
+    for job in ("pin-ray", "pin-sm"):
+        st = wait_phase(kubectl, namespace, job, {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+        assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    seen = []
+    for pod in ("pin-ray-homogeneouscluster-0", "pin-sm-homogeneouscluster-0", "pin-sm-homogeneouscluster-1"):
+        log = kubectl("logs", "-n", namespace, pod, "--tail=-1").stdout
+        line = next((ln for ln in log.splitlines() if ln.startswith("PIN ")), None)
+        assert line is not None, log[-3000:]
+        seen.append(json.loads(line[4:]))
+    assert seen[0] == {"payload": NUMPY_PIN, "tasks": [NUMPY_PIN, NUMPY_PIN]}, seen
+    assert seen[1:] == [{"payload": NUMPY_PIN}] * 2, seen
+    after = subprocess.run([sys.executable, "-c", "import numpy; print(numpy.__version__)"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert after == before != NUMPY_PIN
