@@ -1,6 +1,7 @@
-"""Outputs are kept (spec.output) on the local cluster with a real S3-compatible server: a 2-instance SageMaker
-job submitted with the SageMaker SDK (`Estimator(output_path=...)`) leaves model.tar.gz and output.tar.gz in
-SageMaker's layout, the second instance's own files under its host, and `estimator.model_data` names the model;
+"""Outputs are kept (spec.output) on the local cluster with a real S3-compatible server: a 2-group SageMaker
+job submitted with the SageMaker SDK (`Estimator(output_path=...)`) whose model only the second group saves
+leaves model.tar.gz and output.tar.gz in SageMaker's layout, each with every host's files as SageMaker
+aggregates them, each host's own under its host, and `estimator.model_data` names the model;
 a payload that writes /opt/ml/output/failure FAILS with those words, as on SageMaker."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from kubepool import naming
-from kubepool.sagemaker import Estimator
+from kubepool.sagemaker import Estimator, InstanceGroup
 from support.operator_cluster import Operator, wait_phase
 from support.s3 import CREDENTIALS, client, s3_server
 
@@ -26,8 +27,8 @@ TRAIN = """\
 import json, os
 host = os.environ["SM_CURRENT_HOST"]
 model, data = os.environ["SM_MODEL_DIR"], os.environ["SM_OUTPUT_DATA_DIR"]
-if host == "algo-1":
-    with open(os.path.join(model, "model.json"), "w") as f:
+if os.environ["SM_CURRENT_INSTANCE_GROUP"] == "trainer":  # only the second group saves the model
+    with open(os.path.join(model, "model.pt"), "w") as f:
         json.dump({"trained_by": host, "epochs": int(os.environ["SM_HP_EPOCHS"])}, f)
 with open(os.path.join(data, f"metrics-{host}.csv"), "w") as f:
     f.write("loss,0.1\\n")
@@ -65,7 +66,8 @@ def test_estimator_outputs_are_kept_in_sagemakers_layout(kubectl: Any, namespace
     pool = compute_pool("cpu", max_nodes=2)
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    est = Estimator(str(script), instance_type=pool, instance_count=2, hyperparameters={"epochs": 3},
+    groups = [InstanceGroup("reader", pool, 1), InstanceGroup("trainer", pool, 1)]
+    est = Estimator(str(script), instance_groups=groups, hyperparameters={"epochs": 3},
                     namespace=namespace, output_path="s3://models/runs", s3_endpoint_url=endpoint,
                     s3_credentials_secret=_credentials(kubectl, namespace), max_run=240)
     job = est.fit(wait=False)
@@ -75,11 +77,12 @@ def test_estimator_outputs_are_kept_in_sagemakers_layout(kubectl: Any, namespace
     assert est.model_data == f"s3://models/{base}/model.tar.gz" == st["outputs"]["modelArtifacts"]
     s3 = client(endpoint)
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="models", Prefix=f"runs/{job.name}/")["Contents"])
-    assert keys == [f"{base}/algo-2/output.tar.gz", f"{base}/model.tar.gz", f"{base}/output.tar.gz"]
+    assert keys == [f"{base}/algo-1/output.tar.gz", f"{base}/algo-2/model.tar.gz", f"{base}/algo-2/output.tar.gz",
+                    f"{base}/model.tar.gz", f"{base}/output.tar.gz"]
     model = _members(s3.get_object(Bucket="models", Key=f"{base}/model.tar.gz")["Body"].read())
-    assert json.loads(model["model.json"]) == {"trained_by": "algo-1", "epochs": 3}
+    assert json.loads(model["model.pt"]) == {"trained_by": "algo-2", "epochs": 3}
     assert _members(s3.get_object(Bucket="models", Key=f"{base}/output.tar.gz")["Body"].read()) == {
-        "metrics-algo-1.csv": b"loss,0.1\n"}
+        "metrics-algo-1.csv": b"loss,0.1\n", "metrics-algo-2.csv": b"loss,0.1\n"}
     assert _members(s3.get_object(Bucket="models", Key=f"{base}/algo-2/output.tar.gz")["Body"].read()) == {
         "metrics-algo-2.csv": b"loss,0.1\n"}
 

@@ -1,6 +1,7 @@
-"""spec.output in the runtime: instance 0's model.tar.gz and output.tar.gz always kept in SageMaker's layout,
-another instance's only when it wrote something (under its host), to a real S3-compatible server and to a
-mounted directory (a PVC); /opt/ml/output/failure read as SageMaker reads it."""
+"""spec.output in the runtime: model.tar.gz and output.tar.gz in SageMaker's layout, each the aggregate of every
+host's files as SageMaker's are (always there, even empty), and each host's own under its host when it wrote
+something, to a real S3-compatible server and to a mounted directory (a PVC); /opt/ml/output/failure read as
+SageMaker reads it."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ def endpoint() -> Iterator[str]:
         yield url
 
 
-def contract(target: OutputTarget) -> JobContract:
-    return build_contract(job_name="train", namespace="ns", job_uid="u", groups=[Group(name="g", instance_type="ml.m5.large", count=2)],
-                          target_instances=2, min_instances=2, output=target)
+def contract(target: OutputTarget, groups: int = 1, count: int = 2) -> JobContract:
+    gs = [Group(name=f"g{i}", instance_type="ml.m5.large", count=count) for i in range(groups)]
+    return build_contract(job_name="train", namespace="ns", job_uid="u", groups=gs, target_instances=groups * count,
+                          min_instances=groups * count, output=target)
 
 
 def members(blob: bytes) -> dict[str, bytes]:
@@ -49,14 +51,19 @@ def test_s3_layout_per_instance(endpoint: str, tmp_path: Path, monkeypatch: pyte
     (head.model_dir / "sub" / "cfg.json").write_text("{}")
     (worker.output_data_dir / "metrics.csv").write_text("loss,1\n")
     env = dict(CREDENTIALS)
+    base = f"s3://{BUCKET}/runs/train/output"
     assert outputs.keep(c, c.identity(0), head, env) == [
-        f"s3://{BUCKET}/runs/train/output/model.tar.gz", f"s3://{BUCKET}/runs/train/output/output.tar.gz"]
-    assert outputs.keep(c, c.identity(1), worker, env) == [f"s3://{BUCKET}/runs/train/output/algo-2/output.tar.gz"]
-    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
-    assert keys == ["runs/train/output/algo-2/output.tar.gz", "runs/train/output/model.tar.gz", "runs/train/output/output.tar.gz"]
+        f"{base}/algo-1/model.tar.gz", f"{base}/model.tar.gz", f"{base}/output.tar.gz"]
+    assert outputs.keep(c, c.identity(1), worker, env) == [
+        f"{base}/algo-2/output.tar.gz", f"{base}/model.tar.gz", f"{base}/output.tar.gz"]
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/train/")["Contents"])
+    assert keys == ["runs/train/output/algo-1/model.tar.gz", "runs/train/output/algo-2/output.tar.gz",
+                    "runs/train/output/model.tar.gz", "runs/train/output/output.tar.gz"]
     got = members(s3.get_object(Bucket=BUCKET, Key="runs/train/output/model.tar.gz")["Body"].read())
     assert got == {"weights.bin": b"w0", "sub/cfg.json": b"{}"}
-    assert members(s3.get_object(Bucket=BUCKET, Key="runs/train/output/output.tar.gz")["Body"].read()) == {}
+    # The worker's metrics are in the job's output.tar.gz, as SageMaker aggregates every host's.
+    assert members(s3.get_object(Bucket=BUCKET, Key="runs/train/output/output.tar.gz")["Body"].read()) == {
+        "metrics.csv": b"loss,1\n"}
     assert members(s3.get_object(Bucket=BUCKET, Key="runs/train/output/algo-2/output.tar.gz")["Body"].read()) == {
         "metrics.csv": b"loss,1\n"}
 
@@ -67,9 +74,64 @@ def test_a_mounted_volume(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "ml")
     layout.create()
     (layout.model_dir / "m.txt").write_text("m")
-    assert outputs.keep(c, c.identity(0), layout, {})[0] == "pvc://results/team/train/output/model.tar.gz"
+    assert "pvc://results/team/train/output/model.tar.gz" in outputs.keep(c, c.identity(0), layout, {})
     assert members((mount / "train/output/model.tar.gz").read_bytes()) == {"m.txt": b"m"}
     assert not list(mount.rglob("*.part"))
+
+
+def test_the_model_saved_by_the_second_group_is_the_jobs_model(endpoint: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2-group job where only the second group saves /opt/ml/model/model.pt: model.tar.gz (what
+    status.outputs.modelArtifacts and Estimator.model_data name) has it, whichever instance ends last."""
+    for k, v in CREDENTIALS.items():
+        monkeypatch.setenv(k, v)
+    s3 = client(endpoint)
+    c = contract(OutputTarget(location=f"s3://{BUCKET}/two", s3_uri=f"s3://{BUCKET}/two", s3_endpoint_url=endpoint),
+                 groups=2, count=1)
+    head, trainer = Layout(tmp_path / "0"), Layout(tmp_path / "1")
+    for layout in (head, trainer):
+        layout.create()
+    (trainer.model_dir / "model.pt").write_bytes(b"weights")
+    outputs.keep(c, c.identity(1), trainer, dict(CREDENTIALS))  # the trainer ends first, the head last
+    outputs.keep(c, c.identity(0), head, dict(CREDENTIALS))
+    got = members(s3.get_object(Bucket=BUCKET, Key="two/train/output/model.tar.gz")["Body"].read())
+    assert got == {"model.pt": b"weights"}
+
+
+def test_hosts_writing_the_same_path_keep_both_and_the_first_host_wins_the_aggregate(tmp_path: Path) -> None:
+    mount = tmp_path / "pvc"
+    c = contract(OutputTarget(location="pvc://results", local_path=str(mount)), count=3)
+    layouts = [Layout(tmp_path / str(i)) for i in range(3)]
+    for i, layout in enumerate(layouts):
+        layout.create()
+        (layout.model_dir / "model.pt").write_text(f"host {i}")
+        (layout.model_dir / f"only-{i}.txt").write_text(str(i))
+    for i in (2, 0, 1):
+        outputs.keep(c, c.identity(i), layouts[i], {})
+    assert members((mount / "train/output/model.tar.gz").read_bytes()) == {
+        "model.pt": b"host 0", "only-0.txt": b"0", "only-1.txt": b"1", "only-2.txt": b"2"}
+    assert members((mount / "train/output/algo-3/model.tar.gz").read_bytes())["model.pt"] == b"host 2"
+
+
+def test_instances_ending_together_leave_an_aggregate_with_both(tmp_path: Path) -> None:
+    """Two instances aggregating at once: whichever writes last has read the other's archive."""
+    import threading
+
+    mount = tmp_path / "pvc"
+    c = contract(OutputTarget(location="pvc://results", local_path=str(mount)), count=2)
+    layouts = [Layout(tmp_path / str(i)) for i in range(2)]
+    for i, layout in enumerate(layouts):
+        layout.create()
+        (layout.model_dir / f"part-{i}.bin").write_bytes(bytes([i]) * 100_000)
+    for _ in range(5):
+        threads = [threading.Thread(target=outputs.keep, args=(c, c.identity(i), layouts[i], {})) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert set(members((mount / "train/output/model.tar.gz").read_bytes())) == {"part-0.bin", "part-1.bin"}
+        for p in mount.rglob("*.tar.gz"):
+            p.unlink()
 
 
 def test_no_output_location_keeps_nothing(tmp_path: Path) -> None:
