@@ -176,3 +176,29 @@ def test_input_mode_is_recorded_as_given() -> None:
     plain = Channel(name="eval", source=ChannelSource(s3_uri="s3://b/e"))
     config = sagemaker.input_data_config([fast, plain])
     assert config["train"]["TrainingInputMode"] == "FastFile" and config["eval"]["TrainingInputMode"] == "File"
+
+
+def test_twelve_hosts_are_in_the_order_the_toolkit_documents_and_reads(tmp_path: Path) -> None:
+    """algo-1..algo-12: `hosts` (and each group's) sorted lexicographically, as the toolkit's Environment says
+    SageMaker writes them; the toolkit itself, reading the files written here, sees that order and algo-1 as
+    its master."""
+    import subprocess
+    import sys
+
+    from sagemaker_training import environment
+
+    assert "sorted lexicographically" in " ".join((environment.Environment.__doc__ or "").split())
+    c = build_contract(job_name="twelve", namespace="ns", job_uid="u", groups=[
+        Group(name="a", instance_type="ml.m5.large", count=5), Group(name="b", instance_type="ml.m5.large", count=7)],
+        target_instances=12, min_instances=12, entrypoint=Entrypoint(path="train.py"), mode=RunMode.SAGEMAKER)
+    expected = sorted(f"algo-{n}" for n in range(1, 13))
+    layout = Layout(tmp_path)
+    env = sagemaker.training_env(c, c.identity(10), layout, num_cpus=1, num_gpus=0, module_dir=str(tmp_path))
+    sagemaker.write_config_files(layout, env, c.hyperparameters)
+    read = ("import json; from sagemaker_training import environment; e = environment.Environment(); "
+            "print(json.dumps([e.hosts, e.current_instance_group_hosts, e.master_hostname]))")
+    out = subprocess.run([sys.executable, "-c", read], env={"SAGEMAKER_BASE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True).stdout
+    hosts, group_hosts, master = json.loads(out.splitlines()[-1])
+    assert hosts == expected == env["hosts"] and master == "algo-1"
+    assert group_hosts == sorted(f"algo-{n}" for n in range(6, 13))

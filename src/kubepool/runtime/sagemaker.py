@@ -89,11 +89,17 @@ class Layout:
             d.mkdir(parents=True, exist_ok=True)
 
 
+def host_order(hosts: Sequence[str]) -> list[str]:
+    """SageMaker's order of host names: "sorted lexicographically" (the toolkit's Environment docs), so
+    algo-10 comes before algo-2 in a job of ten or more."""
+    return sorted(hosts)
+
+
 def resource_config(contract: JobContract, me: InstanceIdentity) -> dict[str, Any]:
     """resourceconfig.json; a homogeneous job is one group named homogeneousCluster, as on SageMaker."""
     groups = [
         {
-            "hosts": [i.host for i in contract.instances if i.group == g.name],
+            "hosts": host_order([i.host for i in contract.instances if i.group == g.name]),
             "instance_group_name": g.name,
             "instance_type": g.instance_type,
         }
@@ -103,7 +109,7 @@ def resource_config(contract: JobContract, me: InstanceIdentity) -> dict[str, An
         "current_group_name": me.group,
         "current_host": me.host,
         "current_instance_type": contract.group_of(me.group).instance_type,
-        "hosts": me.hosts,
+        "hosts": host_order(me.hosts),
         "instance_groups": groups,
         "network_interface_name": NETWORK_INTERFACE,
     }
@@ -197,7 +203,7 @@ def training_env(
     user_hps, framework = split_hyperparameters(decoded)
     dist_groups = distribution_instance_groups(contract, me.group, decoded)
     dist_hosts = distribution_hosts(rc, dist_groups)
-    master = dist_hosts[0] if dist_hosts else me.hosts[0]
+    master = dist_hosts[0] if dist_hosts else rc["hosts"][0]
     groups_dict = {g["instance_group_name"]: g for g in rc["instance_groups"]}
     entry = entry_point_name(contract)
     return {
@@ -210,7 +216,7 @@ def training_env(
         "distribution_hosts": dist_hosts,
         "distribution_instance_groups": dist_groups,
         "framework_module": None,
-        "hosts": me.hosts,
+        "hosts": rc["hosts"],
         "hyperparameters": user_hps,
         "input_config_dir": str(layout.config_dir),
         "input_data_config": input_data_config(channels),
