@@ -31,6 +31,7 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"create", "patch"},  # the contract, server-side applied
     ("", "serviceaccounts"): {"create", "patch"},  # the runtime's account, server-side applied
     ("", "secrets"): {"get", "create"},  # Ray token (created if absent); a credentialsSecret's labels (metadata only)
+    ("", "persistentvolumeclaims"): {"get"},  # access modes of an output/checkpoint claim (jobsteps.refused_volumes)
     ("rbac.authorization.k8s.io", "roles"): {"create", "patch"},  # the runtime's, server-side applied
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},
     ("discovery.k8s.io", "endpointslices"): {"create", "patch"},  # applied; never read, deleted by GC

@@ -18,7 +18,7 @@ import yaml
 
 from kubepool import naming
 from kubepool.sagemaker import Estimator, InstanceGroup
-from support.operator_cluster import Operator, wait_phase
+from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 from support.s3 import CREDENTIALS, client, s3_server
 
 pytestmark = [pytest.mark.cluster]
@@ -128,3 +128,29 @@ def test_a_retry_resumes_from_its_checkpoint(kubectl: Any, namespace: str, opera
     assert "resuming from epoch 5" in log and "finished from epoch 5" in log, log[-3000:]
     body = client(endpoint).get_object(Bucket="models", Key=f"ckpt/{namespace}/epoch.txt")["Body"].read()
     assert body == b"5"
+
+
+def _claim(kubectl: Any, namespace: str, name: str, mode: str) -> None:
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+           "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}, "storageClassName": "none"}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(pvc), check=True)
+
+
+def test_an_ordinary_read_write_once_output_claim_of_two_instances_is_refused_naming_the_mode(
+        kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, apply: Any) -> None:
+    """Every instance writes the output claim from its own node: a ReadWriteOnce claim fails the job before any
+    pod exists, saying it needs ReadWriteMany; a ReadWriteMany one is admitted."""
+    pool = compute_pool("cpu", max_nodes=2)
+    _claim(kubectl, namespace, "rwo", "ReadWriteOnce")
+    _claim(kubectl, namespace, "rwx", "ReadWriteMany")
+    common = {"computePool": pool, "targetInstances": 2, "entrypoint": {"command": ["true"]}, "mode": "sagemaker"}
+    apply(mljob("out-rwo", output={"persistentVolumeClaim": {"claimName": "rwo"}}, **common))
+    apply(mljob("out-rwx", output={"persistentVolumeClaim": {"claimName": "rwx"}}, **common))
+    st = wait_phase(kubectl, namespace, "out-rwo", {"DONE", "FAILED"}, 60, operator)
+    assert (st["phase"], st["reason"]) == ("FAILED", "VolumeNotShared"), json.dumps(st, indent=1)
+    assert "PersistentVolumeClaim rwo is ReadWriteOnce" in st["message"] and "[ReadWriteMany]" in st["message"]
+    assert not json.loads(kubectl("get", "pods", "-n", namespace, "-l", f"{naming.LABEL_JOB}=out-rwo", "-o", "json",
+                                  check=True).stdout)["items"]
+    admitted = wait_for(lambda: (get_json(kubectl, namespace, "mljob", "out-rwx").get("status") or {}).get("admittedAt"),
+                        60, "MLJob out-rwx admitted")
+    assert admitted

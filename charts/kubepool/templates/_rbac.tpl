@@ -38,6 +38,11 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create]
+# Application: the access modes of a job's output and checkpoint claims (a job of several instances needs them
+# ReadWriteMany).
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get]
 # Application: the Role and RoleBinding of the runtime's ServiceAccount (server-side applied).
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]

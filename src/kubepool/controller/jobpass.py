@@ -32,6 +32,7 @@ RESUMED = "Resumed"  # a suspended job set to run again: back in its pools' queu
 CANCELLED = "Cancelled"
 KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
 CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
+VOLUME_NOT_SHARED = "VolumeNotShared"  # an output/checkpoint claim that several nodes cannot all mount
 API_REFUSED = "ApiRefused"  # the API server refused a write of the job's children (quota, policy, RBAC)
 
 
@@ -46,6 +47,9 @@ class Observed:
     kuberay_installed: bool = False
     # Labels of each Secret a channel takes credentials from (None: no such Secret); read before admission only.
     credentials: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    # Access modes of each claim every instance writes (builders.pods.shared_claims; None: no such claim); read
+    # before admission and on a resize only.
+    claim_modes: Mapping[str, Sequence[str] | None] = field(default_factory=dict)
     refused: str = ""  # the API server's last refusal of a write of the job's children ("": none since)
 
 

@@ -14,7 +14,7 @@ from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import RAYCLUSTER_CRD
 from kubepool.controller import admission, metrics
 from kubepool.controller.builders.common import placement_of, pools_of
-from kubepool.controller.builders.pods import credentials_secrets
+from kubepool.controller.builders.pods import credentials_secrets, shared_claims
 from kubepool.controller.jobchildren import apply_plan, release_pods
 from kubepool.controller.jobstatus import API_REFUSED, SUSPENDED, Observed, compute_job_status, ends
 from kubepool.controller.kueuereconcile import kueue_step
@@ -94,13 +94,16 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
     # Before anything is created: the channels' credential Secrets must opt in (metadata only, never the data).
     credentials = {s: await op.api.labels_of("v1", "Secret", key[0], s) for s in credentials_secrets(job)} if admitting else {}
 
+    resized = (not admitting and not finished and not paused and prev is not None
+               and len(placement_of(job)) != len(prev.instances))
+    # And the claims every instance writes: several nodes can mount them all only when ReadWriteMany.
+    claims = {c: await op.api.access_modes_of(key[0], c) for c in shared_claims(job)} if admitting else {}
+
     def status(decision: admission.Decision | None = None) -> MLJobStatus:
         return compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
                                                 kuberay_installed=kuberay, credentials=credentials,
+                                                claim_modes=claims,
                                                 refused=op.children.refused.get(job.metadata.get("uid", ""), "")))
-
-    resized = (not admitting and not finished and not paused and prev is not None
-               and len(placement_of(job)) != len(prev.instances))
     if not admitting and not resized:
         new = status()
         await op.status.write(key, job, new)

@@ -32,6 +32,7 @@ from kubepool.controller.jobpass import (
     RETRYING,
     SUSPENDED,
     TERMINATING,
+    VOLUME_NOT_SHARED,
     WAITING_FOR_INSTANCES,
     Observed,
     first_admitted,
@@ -42,7 +43,7 @@ from kubepool.controller.jobsteps import advance
 # The reasons (status.reason and Event reasons) and Observed are part of this module's face.
 __all__ = [
     "API_REFUSED", "CANCELLED", "COMPLETED", "CREDENTIALS_NOT_ALLOWED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
-    "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RESUMED", "RETRYING", "SUSPENDED", "TERMINATING", "WAITING_FOR_INSTANCES",
+    "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RESUMED", "RETRYING", "SUSPENDED", "TERMINATING", "VOLUME_NOT_SHARED", "WAITING_FOR_INSTANCES",
     "Observed", "compute_job_status", "decisive", "ends", "first_admitted", "status_changed",
 ]
 

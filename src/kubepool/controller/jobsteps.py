@@ -3,13 +3,15 @@ precedence (STEPS), each reading one pass over the job (`Pass`). `jobstatus.comp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 
 from kubepool import naming
 from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
 from kubepool.contract import RunMode, runtime_failure_error, runtime_failure_reason
 from kubepool.controller.admission import Decision
+from kubepool.controller.builders.common import placement_of
+from kubepool.controller.builders.pods import shared_claims
 from kubepool.controller.jobpass import (
     API_REFUSED,
     CANCELLED,
@@ -26,6 +28,7 @@ from kubepool.controller.jobpass import (
     RETRYING,
     SUSPENDED,
     TERMINATING,
+    VOLUME_NOT_SHARED,
     WAITING_FOR_INSTANCES,
     Observed,
     Pass,
@@ -90,6 +93,24 @@ def refused_credentials(credentials: Mapping[str, Mapping[str, str] | None]) -> 
 def _credentials_refused(p: Pass) -> bool:
     message = refused_credentials(p.obs.credentials)
     return bool(message) and p.finish(JobPhase.FAILED, CREDENTIALS_NOT_ALLOWED, message)
+
+
+def refused_volumes(job: MLJob, instances: int, modes: Mapping[str, Sequence[str] | None]) -> str:
+    """Why the job's instances cannot all write its output or checkpoint claim ("" when they can): more than one
+    instance runs on more than one node, where only a ReadWriteMany claim can be mounted by all of them."""
+    if instances <= 1:
+        return ""
+    fields = shared_claims(job)
+    why = [f"{fields[name]}: PersistentVolumeClaim {name} is {', '.join(got) or 'without accessModes'}, but all "
+           f"{instances} instances of the job write to it from their own nodes: it needs accessModes "
+           f"[ReadWriteMany] (or use an s3 location)"
+           for name, got in modes.items() if name in fields and got is not None and "ReadWriteMany" not in got]
+    return "; ".join(why)
+
+
+def _volumes_refused(p: Pass) -> bool:
+    message = refused_volumes(p.job, len(placement_of(p.job)), p.obs.claim_modes)
+    return bool(message) and p.finish(JobPhase.FAILED, VOLUME_NOT_SHARED, message)
 
 
 def _admission(p: Pass) -> bool:
@@ -246,7 +267,7 @@ def _instances_observed(p: Pass) -> bool:
 
 # PENDING → RUNNING → DONE/FAILED, in order of precedence.
 STEPS: tuple[Callable[[Pass], bool], ...] = (
-    _cancelled, _suspended, _resumed, _kuberay_missing, _credentials_refused, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
+    _cancelled, _suspended, _resumed, _kuberay_missing, _credentials_refused, _volumes_refused, _admission, _deadline, _observe, _succeeded, _failed, _instances_observed,
     _running, _started, _instances_timeout, _waiting,
 )
 

@@ -254,6 +254,17 @@ class Api:
         meta: Obj = json.loads(resp.content).get("metadata") or {}
         return meta
 
+    async def access_modes_of(self, namespace: str, name: str) -> list[str] | None:
+        """A PersistentVolumeClaim's access modes (those of its bound volume, else those it asks for), or None
+        when it does not exist."""
+        path = f"{collection_path('v1', 'PersistentVolumeClaim', namespace)}/{name}"
+        resp = await self._request("GET", path, f"get PersistentVolumeClaim {namespace}/{name}", ok=(404,))
+        if int(resp.status_code) == 404:
+            return None
+        pvc: Obj = json.loads(resp.content)
+        modes = (pvc.get("status") or {}).get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or []
+        return [str(m) for m in modes]
+
     async def labels_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
         """The labels of one object, or None when it does not exist (metadata only)."""
         meta = await self.metadata_of(api_version, kind, namespace, name)

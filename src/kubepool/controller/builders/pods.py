@@ -130,6 +130,17 @@ def _volumes(job: MLJob, inst: Placement, ref: JobRef, mine: PodSettingsOf) -> t
     return volumes + pip_vols + mine.volumes, mounts + pip_mounts + mine.volume_mounts
 
 
+def shared_claims(job: MLJob) -> dict[str, str]:
+    """The PersistentVolumeClaims every instance mounts read-write (the output, the checkpoints), each with the
+    field that names it: a job of more than one instance needs them ReadWriteMany (its pods run on several
+    nodes)."""
+    out: dict[str, str] = {}
+    for field, loc in (("spec.checkpoint", job.spec.checkpoint), ("spec.output", job.spec.output)):
+        if loc is not None and loc.persistent_volume_claim is not None:
+            out.setdefault(loc.persistent_volume_claim.claim_name, f"{field}.persistentVolumeClaim")
+    return out
+
+
 def credentials_secrets(job: MLJob) -> list[str]:
     """The Secrets the job's channels and output take credentials from (each must opt in: naming.LABEL_CREDENTIALS)."""
     sources = [c.source.s3 for c in job.spec.channels or []] + [job.spec.output.s3 if job.spec.output else None,
