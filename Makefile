@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-12)
 export KUBECONFIG ?= $(CURDIR)/.kubepool/kubeconfig
 PYTEST_ARGS ?=
 
@@ -20,12 +20,13 @@ help:
 	@echo "make images      build kubepool/operator:dev and kubepool/runtime:dev as OCI archives, no Docker (docs/images.md)"
 	@echo "make images-cuda the runtime image's CUDA variant; make images-test runs the built images under runc"
 	@echo "make test-realnode  the real-node tier alone (make test runs it after the rest; root)"
+	@echo "make release REGISTRY=host[:port]/path  publish images, chart (oci://) and wheel of pyproject's version (docs/install.md)"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "[venv $$(date +%H:%M:%S)] installing kubepool and its dependencies into $(VENV) (torch is large: a first install downloads several GB and takes minutes)"
 	@t0=$$(date +%s); $(BIN)/pip install -q --upgrade pip setuptools wheel \
-	  && $(BIN)/pip install -q --progress-bar off -e '.[dev]' \
+	  && $(BIN)/pip install -q --progress-bar off -c constraints.txt -e '.[dev]' \
 	  && echo "[venv $$(date +%H:%M:%S)] installed in $$(( $$(date +%s) - t0 ))s"
 	@rm -f $(VENV)/.installed-* && touch $@
 
@@ -77,7 +78,10 @@ dashboard-picture: venv k8s-bin prometheus-bin  # the chart's dashboard drawn fr
 	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q --progress-bar off -e '.[dashboard]'
 	$(BIN)/python -m bench.dashboard
 
-.PHONY: images-cuda images-test test-realnode
+.PHONY: images-cuda images-test test-realnode release
+release: venv k8s-bin  # REGISTRY=host[:port]/path: images, the chart (OCI) and the wheel of pyproject's version, pushed (docs/install.md)
+	PYTHON=$(BIN)/python hack/release/release.sh
+
 images:  # no Docker engine: a Debian base from mmdebstrap, buildah, the Dockerfiles; cached in ~/.cache/kubepool/images
 	hack/images/build.sh operator runtime
 

@@ -124,7 +124,7 @@ def p3(lay: Layout, repeats: int) -> dict[str, Any]:
     the time) followed the same way, so the two P3s compare stage by stage: one warm-up, then `repeats` runs."""
     helm = [lay.bin("helm"), "--kubeconfig", str(lay.kubeconfig)]
     chart = controlplane.REPO_ROOT / "charts" / "kubepool"
-    values = {"image": {"tag": "dev", "pullPolicy": "Never"},
+    values = {"image": {"repository": "kubepool/operator", "tag": "dev", "pullPolicy": "Never"},
               "operator": {"runtimeImage": RUNTIME, "watchNamespaces": ["bench-jobs"], "warmCapacity": False,
                            "settings": {"imagePullPolicy": "Never"}},
               "pools": [{"name": "bench-real", "spec": {"resources": {"cpu": "1", "memory": "2Gi"}, "minNodes": 0,

@@ -158,9 +158,9 @@ if [[ $needs_torch == 1 ]]; then
 else
     grep -v -E "$NO_TORCH" "$REPO/runtime-image/requirements.txt" >"$WHEEL_REQS"
 fi
-WHEELS_KEY=$( (printf '%s\n' "$BASE_TAG" "$TORCH_INDEX_URL"; cat "$REPO/pyproject.toml" \
+WHEELS_KEY=$( (printf '%s\n' "$BASE_TAG" "$TORCH_INDEX_URL"; cat "$REPO/pyproject.toml" "$REPO/constraints.txt" \
     "$REPO/runtime-image/requirements.txt") | hash_of)
-LEAN_WHEELS_KEY=$( (printf '%s\n' "$BASE_TAG" "$TORCH_INDEX_URL"; cat "$REPO/pyproject.toml" "$WHEEL_REQS") | hash_of)
+LEAN_WHEELS_KEY=$( (printf '%s\n' "$BASE_TAG" "$TORCH_INDEX_URL"; cat "$REPO/pyproject.toml" "$REPO/constraints.txt" "$WHEEL_REQS") | hash_of)
 wheels_stamp=$(cat "$WHEELS/.inputs" 2>/dev/null || true)
 if [[ ${FORCE:-0} != 1 && ( $wheels_stamp == "$WHEELS_KEY" || ( $needs_torch == 0 && $wheels_stamp == "$LEAN_WHEELS_KEY" ) ) ]]; then
     step "wheelhouse: up to date ($(find "$WHEELS" -name '*.whl' | wc -l) wheels)"
@@ -180,7 +180,7 @@ print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"]
                 + p["project"]["optional-dependencies"]["operator"]))
 PY
         /tmp/v/bin/pip download --progress-bar off -d /root/wheels --extra-index-url "'"$TORCH_INDEX_URL"'" -r /root/wheel-requirements.txt
-        /tmp/v/bin/pip download --progress-bar off -d /root/wheels -r /tmp/operator.txt'
+        /tmp/v/bin/pip download --progress-bar off -d /root/wheels -c /src/constraints.txt -r /tmp/operator.txt'
     buildah rm "$ctr" >/dev/null
     trap - EXIT
     if [[ $needs_torch == 1 ]]; then echo "$WHEELS_KEY"; else echo "$LEAN_WHEELS_KEY"; fi >"$WHEELS/.inputs"
@@ -233,6 +233,7 @@ build_image() {
     case $name in
     operator)
         dockerfile=operator/Dockerfile
+        files+=(constraints.txt)
         args=(--build-arg "PYTHON_IMAGE=$BASE_REF")
         ;;
     runtime | runtime-cuda)

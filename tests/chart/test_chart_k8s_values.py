@@ -51,7 +51,7 @@ def _deployment(render: Any, tmp_path: Path) -> dict[str, Any]:
 def test_kubernetes_objects_reach_the_operator_pod(render: Any, tmp_path: Path) -> None:
     pod = _deployment(render, tmp_path)["spec"]["template"]
     spec, [c] = pod["spec"], pod["spec"]["containers"]
-    assert c["image"] == f"kubepool/operator@{DIGEST}"
+    assert c["image"] == f"ghcr.io/kubepool/operator@{DIGEST}"
     for key in ("affinity", "tolerations", "topologySpreadConstraints", "nodeSelector", "priorityClassName",
                 "imagePullSecrets"):
         assert spec[key] == OVERRIDES[key], key

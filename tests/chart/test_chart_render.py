@@ -11,6 +11,7 @@ import pytest
 import yaml
 from chartlib import CHART, KUBE_VERSION, NAMESPACE, OPERATOR_RIGHTS, REPO, by_kind, run_helm
 
+import kubepool
 from kubepool import naming
 from kubepool.api import ComputePool, ComputePoolSpec, InstanceFamily
 from kubepool.controller.config import ENV_PREFIX, OperatorConfig
@@ -69,7 +70,8 @@ def test_deployment(render: Any) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     [c] = pod["containers"]
-    assert c["image"] == "kubepool/operator:0.1.0"
+    version = kubepool.__version__  # the release's one version is the chart's appVersion and the images' tag
+    assert c["image"] == f"ghcr.io/kubepool/operator:{version}"
     assert c["command"] == ["python", "-m", "kubepool.controller"]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
@@ -77,7 +79,7 @@ def test_deployment(render: Any) -> None:
     assert c["args"] == ["--log-level=info", "--log-format=full", "--standalone"]
     assert {"name": "USER", "value": "kubepool"} in c["env"]  # kopf's getpass.getuser() for any uid
     cfg = operator_config(c)
-    assert cfg.default_image == "kubepool/runtime:0.1.0"
+    assert cfg.default_image == f"ghcr.io/kubepool/runtime:{version}"  # beside the operator's
     assert cfg.default_backend == "pods" and cfg.namespaces == ()
     assert (cfg.liveness_port, cfg.metrics_port) == (8081, 8080)
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
@@ -91,7 +93,7 @@ def test_values_reach_the_deployment(render: Any) -> None:
                   "--set", "operator.watchNamespaces={a,b}", "--set", "metrics.enabled=false")
     [dep] = by_kind(objs, "Deployment")
     [c] = dep["spec"]["template"]["spec"]["containers"]
-    assert c["image"] == "kubepool/operator:dev"
+    assert c["image"] == "ghcr.io/kubepool/operator:dev"
     cfg = operator_config(c)
     assert cfg.default_image == "reg/rt:1" and cfg.namespaces == ("a", "b") and cfg.metrics_port == 0
     assert not by_kind(objs, "Service")
@@ -336,4 +338,4 @@ def test_chart_crds_are_a_byte_copy_of_crds() -> None:
 
 def test_chart_metadata() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert chart["apiVersion"] == "v2" and chart["appVersion"] == "0.1.0"
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == kubepool.__version__

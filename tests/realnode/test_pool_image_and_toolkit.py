@@ -45,7 +45,7 @@ def _values(jobs_ns: str, plain: str, marked: str) -> dict[str, Any]:
     spec = {"resources": {"cpu": "1", "memory": "2Gi"}, "minNodes": 0, "maxNodes": 1,
             "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}
     return {
-        "image": {"tag": "dev", "pullPolicy": "Never"},
+        "image": {"repository": "kubepool/operator", "tag": "dev", "pullPolicy": "Never"},  # make images' local name
         "operator": {"runtimeImage": RUNTIME, "watchNamespaces": [jobs_ns], "warmCapacity": False,
                      "settings": {"imagePullPolicy": "Never"}},
         "pools": [{"name": plain, "spec": spec}, {"name": marked, "spec": {**spec, "image": MARKED}}],

@@ -175,7 +175,7 @@ def run_helm(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 def _chart_values(jobs_ns: str, pool: str) -> dict[str, Any]:
     return {
-        "image": {"tag": "dev", "pullPolicy": "Never"},
+        "image": {"repository": "kubepool/operator", "tag": "dev", "pullPolicy": "Never"},  # make images' local name
         "operator": {"runtimeImage": RUNTIME, "watchNamespaces": [jobs_ns], "warmCapacity": False,
                      "settings": {"imagePullPolicy": "Never"}},
         # A real node has the host's 2 CPUs: instances of one CPU (the family's 3 would never fit).

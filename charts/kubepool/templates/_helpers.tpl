@@ -64,15 +64,21 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
+{{/* The runtime image is published beside the operator's (same registry path, same tag): a mirror that moves
+image.repository (and image.tag) moves the job instances' image with it. */}}
+{{- define "kubepool.runtimeRepository" -}}
+{{- printf "%s/runtime" (dir .Values.image.repository) }}
+{{- end }}
+
 {{- define "kubepool.runtimeImage" -}}
-{{- default (printf "kubepool/runtime:%s" .Chart.AppVersion) .Values.operator.runtimeImage }}
+{{- default (printf "%s:%s" (include "kubepool.runtimeRepository" .) (default .Chart.AppVersion .Values.image.tag)) .Values.operator.runtimeImage }}
 {{- end }}
 
 {{/* The CUDA variant goes with the chart's own runtime image; a runtime image of the user's own is used on GPU
 pools too unless gpuRuntimeImage names another. */}}
 {{- define "kubepool.gpuRuntimeImage" -}}
 {{- if .Values.operator.gpuRuntimeImage }}{{ .Values.operator.gpuRuntimeImage }}
-{{- else if not .Values.operator.runtimeImage }}{{ printf "kubepool/runtime:%s-cuda" .Chart.AppVersion }}
+{{- else if not .Values.operator.runtimeImage }}{{ printf "%s:%s-cuda" (include "kubepool.runtimeRepository" .) (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import kopf
 
+import kubepool
 from kubepool.controller import main as _main  # import = registration of the handlers
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.kopf_fence import install_lean_readiness, quiet_routine_logs
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=tuple(LOG_FORMATS), default="full",
                    help="full: timestamped lines; plain: messages only; json: one object per line")
     p.add_argument("--verbose", action="store_true", help="the same as --log-level=debug")
+    p.add_argument("--version", action="version", version=f"kubepool-operator {kubepool.__version__}")
     return p
 
 

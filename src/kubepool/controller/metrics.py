@@ -16,6 +16,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFam
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+import kubepool
 from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
 from kubepool.controller.jobstatus import ends
 
@@ -24,6 +25,9 @@ _BOUNDS = [floatToGoString(b) for b in _WAIT_BUCKETS] + ["+Inf"]  # the `le` lab
 
 JOBS = Gauge("kubepool_mljobs", "MLJobs by phase", ["phase"])
 QUEUED = Gauge("kubepool_mljobs_queued", "MLJobs waiting for pool capacity")
+# Which release is running (always 1): the version the package, the chart and the images share.
+BUILD_INFO = Gauge("kubepool_build_info", "The running operator's version (value 1)", ["version"])
+BUILD_INFO.labels(version=kubepool.__version__).set(1)
 RECONCILE_SECONDS = Histogram("kubepool_reconcile_seconds", "Time to reconcile one MLJob",
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 RECONCILE_ERRORS = Counter("kubepool_reconcile_errors_total", "Passes that failed and will be retried, by kind "

@@ -47,6 +47,12 @@ class NodePaths:
         return self.dir / "containerd" / "containerd.sock"
 
     @property
+    def registry_hosts_dir(self) -> Path:
+        """containerd's registry host configs (`<host:port>/hosts.toml`), shared by the nodes of one cluster:
+        kubepool.local.realnode.registry writes them; containerd reads them at each pull."""
+        return self.dir.parent / "certs.d"
+
+    @property
     def cni_conf_dir(self) -> Path:
         return self.dir / "cni" / "net.d"
 
@@ -113,6 +119,8 @@ def containerd_config(paths: NodePaths) -> str:
         # cgroup v1 host without systemd as init: the cgroupfs driver, as the kubelet's.
         (f"{cri}.containerd.runtimes.runc.options", {"SystemdCgroup": False}),
         (f"{cri}.cni", {"bin_dir": CNI_BIN_DIR, "conf_dir": paths.cni_conf_dir}),
+        # Registries the nodes pull from (their CA, https), as `kubepool.local.realnode.registry.trust` wrote them.
+        (f"{cri}.registry", {"config_path": paths.registry_hosts_dir}),
         ('plugins."io.containerd.internal.v1.opt"', {"path": paths.dir / "containerd" / "opt"}),
     ]
     lines = ["# kubepool real node: written by `kubepool local up`, do not edit"]
