@@ -45,6 +45,7 @@ ENV_RAY_PORT_STRIDE = "KUBEPOOL_RAY_PORT_STRIDE"
 # A worker group whose instance ids are not consecutive (a resized job: new instances take new ids) lists them,
 # replica index order, comma separated; the replica index picks its own (`replica_instance_id`).
 ENV_INSTANCE_IDS = "KUBEPOOL_INSTANCE_IDS"
+ENV_FRAMEWORK = "KUBEPOOL_FRAMEWORK"  # a framework estimator's package, framework_version and py_version (JSON)
 
 # Every variable the operator sets on an instance (pods, and KubeRay's templates): an MLJob's spec.env may not
 # name one (the CRD refuses it), since the user's value would be dropped or the runtime would read a lie.

@@ -202,3 +202,26 @@ def test_twelve_hosts_are_in_the_order_the_toolkit_documents_and_reads(tmp_path:
     hosts, group_hosts, master = json.loads(out.splitlines()[-1])
     assert hosts == expected == env["hosts"] and master == "algo-1"
     assert group_hosts == sorted(f"algo-{n}" for n in range(6, 13))
+
+
+def test_the_framework_an_estimator_asked_for_is_checked_in_the_payloads_environment() -> None:
+    """PyTorch(framework_version=..., py_version=...): the image (this venv) must have them; `2.5` is any 2.5.x."""
+    import os
+    import sys
+    from importlib.metadata import version
+
+    from kubepool.contract import ENV_FRAMEWORK
+    from kubepool.sagemaker.frameworks import framework_env
+
+    torch = version("torch").split("+")[0]
+    minor = ".".join(torch.split(".")[:2])
+    py = f"py{sys.version_info[0]}{sys.version_info[1]}"
+    base = {"PATH": os.environ["PATH"]}
+    assert sagemaker.framework_problem(base) is None
+    assert sagemaker.framework_problem({**base, **framework_env("torch", minor, py)}) is None
+    assert sagemaker.framework_problem({**base, **framework_env("torch", torch, "py3")}) is None
+    wrong = sagemaker.framework_problem({**base, **framework_env("torch", "1.13", "py38")})
+    assert wrong is not None and f"framework_version 1.13: the image has torch {version('torch')}" in wrong
+    assert f"py_version py38: the image has Python {sys.version_info[0]}.{sys.version_info[1]}." in wrong
+    missing = sagemaker.framework_problem({**base, ENV_FRAMEWORK: '{"package": "tensorflow", "framework_version": "2.16"}'})
+    assert missing is not None and "the image has tensorflow not installed" in missing

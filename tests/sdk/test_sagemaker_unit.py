@@ -151,3 +151,110 @@ def test_role_is_the_service_account_and_environment_the_env(fake_kube: FakeKube
     assert spec["serviceAccountName"] == "trainer" and spec["env"] == [{"name": "MODE", "value": "fast"}]
     with pytest.raises(ValueError, match="name a ServiceAccount .*eks.amazonaws.com/role-arn"):
         Estimator(entry, instance_type="cpu", instance_count=1, role="arn:aws:iam::123456789012:role/train")
+
+
+# The framework estimators, against the SageMaker Python SDK v2's own code (support.sagemaker_sdk).
+_REFUSED_FRAMEWORK_ARGS = {"compiler_config", "training_recipe", "recipe_overrides"}
+_VERSIONS = [None, "1.9", "1.10", "1.10.0", "1.11", "2.1.1", "2.2", "2.16"]
+_PYS = [None, "py2", "py3", "py311"]
+
+
+def _outcome(fn: object, *args: object) -> tuple[str, str] | None:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except (ValueError, AttributeError) as e:
+        return type(e).__name__, str(e).split(". ")[0]
+    return None
+
+
+def test_framework_estimators_live_where_the_sdk_has_them_with_its_parameters() -> None:
+    import inspect
+
+    from support import sagemaker_sdk
+
+    from kubepool.sagemaker.instance_group import InstanceGroup as Group
+    from kubepool.sagemaker.pytorch import PyTorch
+    from kubepool.sagemaker.tensorflow import TensorFlow
+
+    def ours(cls: type) -> list[str]:
+        return [p.name for p in inspect.signature(cls).parameters.values() if p.kind is not p.VAR_KEYWORD]
+
+    assert ours(PyTorch) == [p for p in sagemaker_sdk.params("pytorch/estimator", "PyTorch")
+                             if p not in _REFUSED_FRAMEWORK_ARGS]
+    assert ours(TensorFlow) == [p for p in sagemaker_sdk.params("tensorflow/estimator", "TensorFlow")
+                                if p not in _REFUSED_FRAMEWORK_ARGS]
+    assert ours(Group) == sagemaker_sdk.params("instance_group", "InstanceGroup")
+
+
+def test_version_checks_are_the_sdks() -> None:
+    import logging
+
+    from support import sagemaker_sdk
+    from packaging import version  # the SDK's own dependency, for its code only
+
+    from kubepool.sagemaker import frameworks, tensorflow
+
+    sdk_validate = sagemaker_sdk.function("fw_utils", "validate_version_or_image_args")
+    tf = "tensorflow/estimator"
+    legacy = sagemaker_sdk.constant(tf, "_HIGHEST_LEGACY_MODE_ONLY_VERSION", "TensorFlow")
+    py2 = sagemaker_sdk.constant(tf, "_HIGHEST_PYTHON_2_VERSION", "TensorFlow")
+    latest_py2 = sagemaker_sdk.constant("tensorflow/defaults", "LATEST_PY2_VERSION")
+    assert (tensorflow.LATEST_PY2_VERSION, frameworks.Version(latest_py2)) == (latest_py2, tensorflow.HIGHEST_PYTHON_2_VERSION)
+    assert frameworks.Version(legacy) == tensorflow.HIGHEST_LEGACY_MODE_ONLY_VERSION
+    assert __import__("kubepool.sagemaker.pytorch").sagemaker.pytorch.LATEST_PY2_VERSION == sagemaker_sdk.constant(
+        "pytorch/defaults", "LATEST_PY2_VERSION")
+
+    class Session:
+        boto_region_name = "us-east-1"
+
+    names = {"version": version, "defaults": type("D", (), {"LATEST_PY2_VERSION": latest_py2}),
+             "image_uris": type("U", (), {"retrieve": staticmethod(lambda *a, **k: "legacy-image")}),
+             "logging": logging}
+    sdk_tf = type("TF", (), {
+        "_HIGHEST_LEGACY_MODE_ONLY_VERSION": version.Version(legacy), "_HIGHEST_PYTHON_2_VERSION": version.Version(py2),
+        **{m: sagemaker_sdk.function(tf, m, names, cls="TensorFlow")
+           for m in ("_validate_args", "_only_legacy_mode_supported", "_only_python_3_supported")}})
+
+    def sdk_tensorflow(fv: str | None, py: str | None, image: str | None) -> None:
+        sdk_validate(fv, py, image)
+        obj = sdk_tf()
+        obj.framework_version, obj.py_version, obj.image_uri, obj.instance_type = fv, py, image, "ml.c5.xlarge"
+        obj.sagemaker_session = Session()
+        obj._validate_args(py_version=py)
+
+    def our_tensorflow(fv: str | None, py: str | None, image: str | None) -> None:
+        frameworks.validate_version_or_image_args(fv, py, image)
+        tensorflow.validate_args(fv, py, image)
+
+    seen = set()
+    for fv in _VERSIONS:
+        for py in _PYS:
+            for image in (None, "my-image"):
+                want = _outcome(sdk_validate, fv, py, image)
+                assert _outcome(frameworks.validate_version_or_image_args, fv, py, image) == want, (fv, py, image)
+                want_tf = _outcome(sdk_tensorflow, fv, py, image)
+                assert _outcome(our_tensorflow, fv, py, image) == want_tf, (fv, py, image)
+                seen.add(want_tf and want_tf[0])
+    assert seen == {None, "ValueError", "AttributeError"}  # the grid reaches every outcome
+
+
+def test_framework_versions_reach_every_instance_as_the_check_it_makes(fake_kube: FakeKube, entry: str) -> None:
+    from kubepool.contract import ENV_FRAMEWORK
+    from kubepool.sagemaker.pytorch import PyTorch
+    from kubepool.sagemaker.tensorflow import TensorFlow
+
+    job = PyTorch(entry, framework_version="2.5", py_version="py311", instance_type="cpu", instance_count=1,
+                  environment={"MODE": "fast"}).fit(wait=False)
+    env = {e["name"]: e["value"] for e in fake_kube.jobs[("team", job.name)].wire()["spec"]["env"]}
+    assert env["MODE"] == "fast"
+    assert json.loads(env[ENV_FRAMEWORK]) == {"package": "torch", "framework_version": "2.5", "py_version": "py311"}
+    tf = TensorFlow(entry_point=entry, framework_version="2.16", py_version="py311", instance_type="cpu",
+                    instance_count=1, hyperparameters={"epochs": 1}).fit(wait=False)
+    spec = fake_kube.jobs[("team", tf.name)].wire()["spec"]
+    assert spec["hyperParameters"]["model_dir"] == "/opt/ml/model" and spec["hyperParameters"]["epochs"] == "1"
+    assert json.loads({e["name"]: e["value"] for e in spec["env"]}[ENV_FRAMEWORK])["package"] == "tensorflow"
+    with pytest.raises(ValueError, match="Training Compiler"):
+        PyTorch(entry, framework_version="2.5", py_version="py311", instance_type="cpu", instance_count=1,
+                compiler_config=object())
+    with pytest.raises(ValueError, match="py_version 'python3'"):
+        PyTorch(entry, framework_version="2.5", py_version="python3", instance_type="cpu", instance_count=1)

@@ -98,6 +98,9 @@ def unpack_payload(mounted: Path, env: Mapping[str, str]) -> Path:
 
 def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], gpus: int) -> dict[str, str]:
     """Writes /opt/ml (config files, channel data) and returns the SM_* env for this instance."""
+    problem = sagemaker.framework_problem(env)  # after pip: the job's requirements may bring the framework
+    if problem:
+        raise sagemaker.FrameworkMismatch(problem)
     layout = sagemaker.Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR)))
     tenv = sagemaker.training_env(
         contract,

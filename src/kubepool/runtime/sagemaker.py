@@ -8,13 +8,16 @@ from the contract and this instance's identity, plus `write_config_files`. Chann
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubepool import naming
-from kubepool.contract import Channel, InstanceIdentity, JobContract
+from kubepool.contract import ENV_FRAMEWORK, Channel, InstanceIdentity, JobContract
 
 NETWORK_INTERFACE = "eth0"
 DEFAULT_LOG_LEVEL = 20
@@ -322,3 +325,40 @@ def write_config_files(layout: Layout, env: Mapping[str, Any], hyperparameters: 
     }
     for name, doc in files.items():
         (layout.config_dir / name).write_text(json.dumps(doc, sort_keys=True, indent=1))
+
+
+class FrameworkMismatch(Exception):
+    """The image lacks the framework version or Python a framework estimator asked for."""
+
+
+_PROBE = ("import importlib.metadata as m, json, sys\n"
+          "try:\n    v = m.version(sys.argv[1])\nexcept m.PackageNotFoundError:\n    v = None\n"
+          "print(json.dumps([v, '%d.%d.%d' % sys.version_info[:3]]))")
+
+
+def _numbers(version: str) -> list[int]:
+    return [int(m.group()) for m in (re.match(r"\d+", p) for p in version.split("+")[0].split(".")) if m]
+
+
+def framework_problem(env: Mapping[str, str]) -> str | None:
+    """What the payload's environment (the image, and the job's pipRequirements) lacks of the framework
+    estimator's framework_version and py_version (ENV_FRAMEWORK; `2.5` asks for any 2.5.x, `py311` for Python
+    3.11), or None when it has them or none was asked for."""
+    if not env.get(ENV_FRAMEWORK):
+        return None
+    want = json.loads(env[ENV_FRAMEWORK])
+    out = subprocess.run([sys.executable, "-c", _PROBE, want["package"]], env=dict(env), capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    have, python = json.loads(out.splitlines()[-1])
+    problems = []
+    fv = want.get("framework_version")
+    if fv and (have is None or _numbers(have)[:len(_numbers(fv))] != _numbers(fv)):
+        problems.append(f"framework_version {fv}: the image has {want['package']} {have or 'not installed'}")
+    pv = want.get("py_version")
+    digits = pv[2:] if pv else ""
+    asked = [int(digits[0])] + ([int(digits[1:])] if digits[1:] else []) if digits else []
+    if pv and _numbers(python)[:len(asked)] != asked:
+        problems.append(f"py_version {pv}: the image has Python {python}")
+    if not problems:
+        return None
+    return "; ".join(problems) + " (use an image that has them: image_uri, or the pool's image; or pipRequirements)"

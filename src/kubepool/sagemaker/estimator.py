@@ -161,7 +161,8 @@ class Estimator:
         s3_credentials_secret: Secret with the AWS keys for them (labelled kubepool.dev/credentials=true).
         sagemaker_session: The cluster connection (`kubepool.jobs.connect(context=...)`, where SageMaker takes
             its Session); default from the kubeconfig.
-        **kwargs: Other SageMaker arguments (framework_version, py_version, ...) are accepted and ignored.
+        **kwargs: Other SageMaker arguments are accepted and ignored, with a warning (framework_version and
+            py_version are the framework estimators': kubepool.sagemaker.pytorch.PyTorch, .tensorflow.TensorFlow).
 
     Raises:
         ValueError: The instance arguments break SageMaker's rules.
