@@ -41,8 +41,6 @@ from kubepool.contract import (
 from kubepool.runtime import gate, result, result_store, snowflake
 from kubepool.runtime.sagemaker import Layout
 
-ENV_CHECK_INTERVAL = "MLRS_INSTANCES_CHECK_INTERVAL"  # Snowflake's knob, seconds
-
 
 def log(msg: str) -> None:
     print(f"kubepool[{os.environ.get(ENV_INSTANCE_ID, '?')}]: {msg}", flush=True)
@@ -110,27 +108,16 @@ def count_alive_nodes() -> int:
 
 
 def gate_instances(contract: JobContract, env: Mapping[str, str]) -> int:
-    """Snowflake's wait_for_instances against this Ray cluster; the driver disconnects afterwards so the
-    payload's own `ray.init(address="auto")` starts clean."""
+    """Snowflake's wait_for_instances against this Ray cluster, its clock started here (after pip install, data
+    download and Ray start) and tuned by the job's env as Snowflake's launcher is; the driver disconnects
+    afterwards so the payload's own `ray.init(address="auto")` starts clean."""
     import ray
 
+    spec = gate.spec_from_env(contract.target_instances, contract.min_instances, contract.instances_timeout_seconds,
+                              contract.min_wait_seconds, env)
     ray.init(address=env["RAY_ADDRESS"], logging_level=logging.WARNING, log_to_driver=False)
     try:
-        spec = gate.GateSpec(
-            target=contract.target_instances,
-            minimum=contract.min_instances,
-            min_wait=contract.effective_min_wait(),
-            timeout=contract.gate_timeout(time.time()),  # what is left since admission: the operator's clock
-            budget=f"instancesTimeoutSeconds={contract.instances_timeout_seconds}",
-        )
-        return gate.wait_for_instances(
-            spec,
-            count_alive_nodes,
-            clock=time.monotonic,
-            sleep=time.sleep,
-            log=log,
-            check_interval=float(env.get(ENV_CHECK_INTERVAL, "10")),
-        )
+        return gate.wait_for_instances(spec, count_alive_nodes, clock=time.monotonic, sleep=time.sleep, log=log)
     finally:
         ray.shutdown()
 
