@@ -7,14 +7,26 @@ function written for `snowflake.ml.modeling.distributors.pytorch` runs unchanged
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from kubepool.contract import DEFAULT_BASE_DIR, ENV_BASE_DIR, ENV_INSTANCE_ID
 from kubepool.distributors.data import ShardSpec, load_shard
+
+
+def job_model_dir(env: Mapping[str, str] | None = None) -> Path | None:
+    """Inside a kubepool job, this instance's SageMaker model dir (/opt/ml/model), which the runtime keeps after
+    the job as model.tar.gz (spec.output); None elsewhere (a plain Ray cluster)."""
+    env = os.environ if env is None else env
+    if ENV_INSTANCE_ID not in env:
+        return None
+    return Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR)) / "model"
 
 
 class MetricsReporter:

@@ -28,7 +28,14 @@ import ray
 import torch
 import torch.distributed as dist
 
-from kubepool.distributors.context import ArtifactManager, Context, DataShard, get_context, set_context
+from kubepool.distributors.context import (
+    ArtifactManager,
+    Context,
+    DataShard,
+    get_context,
+    job_model_dir,
+    set_context,
+)
 from kubepool.distributors.data import ShardSpec, is_shardable, plan_shards
 from kubepool.distributors.netif import interface_for
 from kubepool.distributors.workers import (
@@ -301,10 +308,14 @@ class PyTorchDistributor:
 
 
 def _write_model(files: dict[str, bytes], stage: str | None) -> str | None:
-    """Rank 0's model dir on the driver: under the artifact stage when given, else a fresh temp dir."""
+    """Rank 0's model dir on the driver: under the artifact stage when given; else, in a kubepool job, the
+    instance's /opt/ml/model, kept after the job as model.tar.gz (spec.output) as SageMaker keeps it; else (a
+    plain Ray cluster) a fresh temp dir."""
     if not files:
         return None
-    root = Path(stage.removeprefix("file://")) / "model" if stage else Path(tempfile.mkdtemp(prefix="kubepool-model-"))
+    kept = job_model_dir()
+    root = (Path(stage.removeprefix("file://")) / "model" if stage else kept if kept is not None
+            else Path(tempfile.mkdtemp(prefix="kubepool-model-")))
     for rel, data in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
