@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256s
 export KUBECONFIG ?= $(CURDIR)/.kubepool/kubeconfig
 PYTEST_ARGS ?=
 
-.PHONY: demo-plan help venv k8s-bin kuberay-bin prometheus-bin dashboard-picture cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
+.PHONY: docs demo-plan help venv k8s-bin kuberay-bin prometheus-bin dashboard-picture cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
 
 help:
 	@echo "make demo        set up everything, run a 3-instance job on the local cluster, print its logs and result"
@@ -46,6 +46,9 @@ cluster-down: venv
 
 cluster-status: venv
 	$(BIN)/kubepool local status
+
+docs: venv
+	$(BIN)/python -m kubepool.cli.docgen > docs/cli.md
 
 crds: venv
 	$(BIN)/python -m kubepool.api.crdgen crds

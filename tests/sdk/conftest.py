@@ -15,7 +15,9 @@ from support.operator_fixtures import apply, compute_pool, crds, operator  # noq
 def fake_kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKube]:
     kube = FakeKube()
 
-    def connect(namespace: str | None = None, **_: object) -> FakeKube:
+    def connect(namespace: str | None = None, *, session: object = None, **_: object) -> FakeKube:
+        if isinstance(session, FakeKube):  # a session made from it (`submit --dry-run`'s)
+            return session
         if namespace:
             kube.namespace = namespace
         return kube

@@ -36,6 +36,7 @@ class FakeKube:
         self.configmaps: dict[tuple[str, str], ConfigMap] = {}
         self.calls: list[str] = []
         self.logs: dict[int, list[str]] = {}  # instance id -> log lines of its pod
+        self.log_calls: list[dict[str, object]] = []  # the since/timestamps of each pod_log call
         self.watch_events: list[tuple[str, MLJob]] = []
         self.configmap_error: KubeError | None = None
         self._uids = itertools.count(1)
@@ -129,7 +130,10 @@ class FakeKube:
                     spec=PodSpec(containers=[Container(name="main")]), status=PodStatus(containerStatuses=[done]))]
 
     def pod_log(self, name: str, *, container: str | None = None, tail_lines: int | None = None,
-                follow: bool = False, namespace: str | None = None) -> Iterator[str]:
+                follow: bool = False, namespace: str | None = None, since_seconds: int | None = None,
+                timestamps: bool = False) -> Iterator[str]:
         assert container == "main"
-        lines = self.logs[int(name.rsplit("-", 1)[1])]
+        self.log_calls.append({"since_seconds": since_seconds, "timestamps": timestamps})
+        lines = [f"2026-01-01T00:00:0{i}Z {line}" if timestamps else line
+                 for i, line in enumerate(self.logs[int(name.rsplit("-", 1)[1])])]
         return iter(lines[-tail_lines:] if tail_lines else lines)

@@ -56,8 +56,10 @@ def test_submit_list_status_logs_cancel(fake_kube: FakeKube, script: Path, capsy
                      "--name", "j1", "--", "a"]) == 0
     assert capsys.readouterr().out.strip() == "team/j1"
     assert cli.main(["list", "--output", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert rows[0]["name"] == "j1" and rows[0]["instances"] == "0/3" and rows[0]["status"] == "PENDING"
+    listed = json.loads(capsys.readouterr().out)  # kubectl get's List of the objects
+    assert (listed["kind"], listed["apiVersion"]) == ("List", "v1")
+    (obj,) = listed["items"]
+    assert (obj["kind"], obj["metadata"]["name"], obj["spec"]["targetInstances"]) == ("MLJob", "j1", 3)
     fake_kube.set_phase("j1", "RUNNING", readyInstances=3, targetInstances=3, minInstances=2, instances=[
         {"instanceId": i, "group": "homogeneousCluster", "rankInGroup": i, "host": f"algo-{i + 1}",
          "pod": f"j1-homogeneouscluster-{i}", "ready": True, "phase": "Running"} for i in range(3)])
@@ -109,9 +111,8 @@ def test_no_kubeconfig(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: 
 
 def test_pools(fake_kube: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["pools", "-o", "json"]) == 0
-    (doc,) = json.loads(capsys.readouterr().out)
-    assert (doc["name"], doc["maxNodes"], doc["cpu"], doc["memory"]) == ("cpu", 4, "3", "13Gi")
-    assert (doc["warmInstances"], doc["idleSince"]) == (0, None)
+    (doc,) = json.loads(capsys.readouterr().out)["items"]
+    assert (doc["kind"], doc["metadata"]["name"], doc["spec"]["maxNodes"]) == ("ComputePool", "cpu", 4)
     assert cli.main(["pools"]) == 0
     assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["cpu", "CPU_X64_S", "-"]
 
@@ -137,8 +138,9 @@ def test_output_formats(fake_kube: FakeKube, script: Path, capsys: pytest.Captur
     assert cli.main(["list", "-o", "name"]) == 0
     assert capsys.readouterr().out == "mljob.kubepool.dev/j1\n"
     assert cli.main(["list", "-o", "yaml"]) == 0
-    (row,) = yaml.safe_load(capsys.readouterr().out)
-    assert (row["name"], row["status"], row["message"]) == ("j1", "FAILED", "HeadFailed: exit 3")
+    (row,) = yaml.safe_load(capsys.readouterr().out)["items"]
+    assert (row["metadata"]["name"], row["status"]["phase"], row["status"]["message"]) == (
+        "j1", "FAILED", "HeadFailed: exit 3")
     assert cli.main(["list"]) == 0
     assert "MESSAGE" not in capsys.readouterr().out
     assert cli.main(["list", "-o", "wide"]) == 0
@@ -192,7 +194,8 @@ def test_bash_completion(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert cli.main(["completion", "bash"]) == 0
     text = capsys.readouterr().out
     assert _complete(text, ["kubepool", "st"]) == ["status"]
-    assert set(_complete(text, ["kubepool", "list", "-o", ""])) == {"table", "wide", "json", "yaml", "name"}
+    assert set(_complete(text, ["kubepool", "list", "-o", ""])) == {"table", "wide", "json", "yaml", "name",
+                                                                    "jsonpath=", "custom-columns="}
     assert "--all" in _complete(text, ["kubepool", "logs", "j", "--a"])
     assert _complete(text, ["kubepool", "completion", "z"]) == ["zsh"]
     # Job names come from `kubepool list -o name` with the namespace typed so far.
@@ -219,3 +222,144 @@ def test_follow_every_instance_and_wait_without_logs(fake_kube: FakeKube, script
     assert cli.main(["submit", str(script), "--pool", "cpu", "--name", "j4", "--wait", "--no-logs", "--timeout", "0.2"]) == 124
     out = capsys.readouterr().out
     assert out.strip() == "team/j4" and "kubepool[0]" not in out
+
+
+def test_global_flags_before_or_after_the_command() -> None:
+    before, _ = cli.parse_args(["-n", "team", "--context", "prod", "--kubeconfig", "k", "list"])
+    after, _ = cli.parse_args(["list", "-n", "team", "--context", "prod", "--kubeconfig", "k"])
+    assert (before.namespace, before.context, before.kubeconfig) == (after.namespace, after.context,
+                                                                     after.kubeconfig) == ("team", "prod", "k")
+    both, _ = cli.parse_args(["-n", "a", "status", "j", "-n", "b"])  # the later one wins, as in kubectl
+    assert both.namespace == "b"
+    neither, _ = cli.parse_args(["status", "j"])
+    assert (neither.namespace, neither.context, neither.kubeconfig) == (None, None, None)
+
+
+def test_output_values_are_checked_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in (["list", "-o", "xml"], ["list", "-o", "jsonpath={.items[*].metadata.name"],
+                ["list", "-o", "custom-columns=NAME"], ["submit", "t.py", "--pool", "p", "-o", "yaml"]):
+        with pytest.raises(SystemExit) as err:
+            cli.parse_args(bad)
+        assert err.value.code == 2, bad
+    assert "unclosed" in capsys.readouterr().err
+
+
+def test_jsonpath_and_custom_columns(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("b", "a"):
+        cli.main(["submit", str(script), "--pool", "cpu", "--name", name, "--label", f"app={name}"])
+    fake_kube.set_phase("a", "RUNNING")
+    capsys.readouterr()
+    assert cli.main(["list", "-o", "jsonpath={.items[*].metadata.name}"]) == 0
+    assert capsys.readouterr().out == "a b"  # the API server's order, no newline: as kubectl get
+    template = '{range .items[?(@.status.phase=="RUNNING")]}{.metadata.name}:{.metadata.labels.app}{"\\n"}{end}'
+    assert cli.main(["list", "-o", f"jsonpath={template}"]) == 0
+    assert capsys.readouterr().out == "a:a\n"
+    assert cli.main(["list", "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["NAME      PHASE", "a         RUNNING", "b         <none>"]
+    assert cli.main(["status", "a", "-o", "jsonpath={.spec.computePool}"]) == 0
+    assert capsys.readouterr().out == "cpu"
+
+
+def test_watch_prints_changes_until_the_job_ends(fake_kube: FakeKube, script: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from kubepool.cli import commands
+
+    cli.main(["submit", str(script), "--pool", "cpu", "--name", "w1"])
+    steps = iter([lambda: fake_kube.set_phase("w1", "RUNNING"), lambda: None, lambda: fake_kube.set_phase("w1", "DONE")])
+    monkeypatch.setattr(commands.time, "sleep", lambda _: next(steps)())
+    capsys.readouterr()
+    assert cli.main(["status", "w1", "-w", "-o", "jsonpath={.status.phase} "]) == 0
+    assert capsys.readouterr().out.split() == ["RUNNING", "DONE"]  # one line per change; ends with the job
+    # list -w: the header once, then each changed row; Ctrl-C ends it with 130.
+    fake_kube.set_phase("w1", "RUNNING")
+    steps = iter([lambda: fake_kube.set_phase("w1", "FAILED"), lambda: None])
+    monkeypatch.setattr(commands.time, "sleep", lambda _: next(steps, _interrupt)())
+    assert cli.main(["list", "--watch"]) == 130
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["NAMESPACE", "NAME", "STATUS"] and len(out) == 3
+    assert out[1].split()[2] == "RUNNING" and out[2].split()[2] == "FAILED"
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def test_logs_since_and_timestamps(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cli.main(["submit", str(script), "--pool", "cpu", "--name", "l1"])
+    fake_kube.logs = {0: ["Ray start-up noise", "kubepool[0]: hello"]}
+    capsys.readouterr()
+    assert cli.main(["logs", "l1", "--since", "1h30m", "--timestamps"]) == 0
+    assert capsys.readouterr().out == "2026-01-01T00:00:01Z kubepool[0]: hello\n"  # filtered on the text
+    assert fake_kube.log_calls[-1] == {"since_seconds": 5400, "timestamps": True}
+    assert cli.main(["logs", "l1", "--since", "soon"]) == 2
+    assert "--since 'soon'" in capsys.readouterr().err
+
+
+def test_submit_labels_queue_and_dry_run(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["submit", str(script), "--pool", "cpu", "--name", "q1", "--queue", "team-q",
+                     "--label", "app=x", "--dry-run", "-o", "yaml"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert ("team", "q1") not in fake_kube.jobs and not fake_kube.configmaps  # nothing created
+    assert printed["kind"] == "MLJob" and printed["spec"]["computePool"] == "cpu"
+    assert printed["metadata"]["labels"] == {"app": "x", "kueue.x-k8s.io/queue-name": "team-q",
+                                             "app.kubernetes.io/managed-by": "kubepool"}
+    assert cli.main(["submit", str(script), "--pool", "cpu", "--name", "q1", "--queue", "team-q", "--label", "app=x"]) == 0
+    assert fake_kube.jobs[("team", "q1")].metadata["labels"] == printed["metadata"]["labels"]
+    assert fake_kube.jobs[("team", "q1")].spec == api_spec(printed)  # the dry run printed what submit creates
+    assert cli.main(["submit", str(script), "--pool", "nope", "--dry-run"]) == 3  # the pool is read, as by submit
+    assert cli.main(["submit", str(script), "--pool", "cpu", "--label", "novalue"]) == 2
+
+
+def api_spec(doc: dict[str, object]) -> object:
+    from kubepool import api
+
+    return api.MLJob.model_validate(doc).spec
+
+
+def test_fish_completion(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import shutil
+
+    assert cli.main(["completion", "fish"]) == 0
+    text = capsys.readouterr().out
+    assert "complete -c kubepool -n __fish_use_subcommand -a dashboard" in text
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed: the script's lines are checked, not run")
+    fake = tmp_path / "kubepool"
+    fake.write_text('#!/bin/sh\n[ "$1 $2 $3 $4 $5" = "list -o name -n team" ] && '
+                    'printf "mljob.kubepool.dev/train-1\\n"\n')
+    fake.chmod(0o755)
+    script_file = tmp_path / "kubepool.fish"
+    script_file.write_text(text)
+
+    def complete(line: str) -> list[str]:
+        out = subprocess.run(["fish", "--no-config", "-c", f"source {script_file}; complete -C {shlex.quote(line)}"],
+                             capture_output=True, text=True, check=True,
+                             env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}).stdout
+        return [w.split("\t")[0] for w in out.splitlines()]
+
+    assert complete("kubepool sta") == ["status"]
+    assert set(complete("kubepool list -o ")) >= {"json", "yaml", "wide"}
+    assert complete("kubepool logs -n team tr") == ["train-1"]
+
+
+def test_dashboard_forwards_through_kubectl(fake_kube: FakeKube, script: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    cli.main(["submit", str(script), "--pool", "cpu", "--name", "d1"])
+    assert cli.main(["dashboard", "d1"]) == 3  # not running yet
+    fake_kube.set_phase("d1", "RUNNING", instances=[{"instanceId": 0, "group": "homogeneousCluster", "rankInGroup": 0,
+                                                     "host": "algo-1", "pod": "d1-head", "phase": "Running"}])
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\n')
+    kubectl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert cli.main(["--context", "prod", "dashboard", "d1", "--port", "9999"]) == 0
+    assert (tmp_path / "args").read_text().split() == [
+        "port-forward", "-n", "team", "pod/d1-head", "9999:8265", "--address", "127.0.0.1", "--context=prod"]
+    assert "http://127.0.0.1:9999" in capsys.readouterr().err
+
+
+def test_docs_cli_md_is_generated_from_the_parser() -> None:
+    from kubepool.cli import docgen
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+    assert doc.read_text() == docgen.markdown(), "docs/cli.md is stale: python -m kubepool.cli.docgen > docs/cli.md"

@@ -69,7 +69,7 @@ def test_unknown_pool_and_limits(namespace: str, pool: str, tmp_path: Path, caps
     assert cli.main(["submit", str(script), "--pool", pool, "-n", namespace, "--instances", "5",
                      "--min-instances", "4"]) == 2
     assert "max_nodes (3)" in capsys.readouterr().err
-    assert json.loads(_cli_json(capsys, ["list", "-n", namespace, "-o", "json"])) == []
+    assert json.loads(_cli_json(capsys, ["list", "-n", namespace, "-o", "json"]))["items"] == []
 
 
 def _cli_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -85,8 +85,8 @@ def test_wait_timeout_cancel_list_delete(kubectl: Any, namespace: str, pool: str
     with pytest.raises(TimeoutError):
         job.wait(2)  # nothing runs it: no operator here
     assert cli.main(["wait", "idle", "-n", namespace, "--timeout", "1"]) == 124
-    rows = json.loads(_cli_json(capsys, ["list", "-n", namespace, "-o", "json"]))
-    assert [(r["name"], r["status"], r["pool"]) for r in rows] == [("idle", "PENDING", pool)]
+    rows = json.loads(_cli_json(capsys, ["list", "-n", namespace, "-o", "json"]))["items"]
+    assert [(r["metadata"]["name"], r["spec"]["computePool"]) for r in rows] == [("idle", pool)]
     assert cli.main(["cancel", f"{namespace}/idle"]) == 0
     assert kubectl.json("get", "mljob", "idle", "-n", namespace)["spec"]["cancel"] is True
     jobs.delete_job(job)

@@ -70,8 +70,8 @@ def test_ray_tasks_file_on_three_instances(operator: Any, compute_pool: Any, nam
     assert "Available nodes: 3" in job.get_logs()  # type: ignore[operator]
     for k in range(3):
         assert job.get_logs(instance_id=k), f"instance {k} has no log after the end"
-    rows = json.loads(_out(capsys, ["list", "-n", namespace, "--output", "json"]))
-    assert [(r["name"], r["status"]) for r in rows] == [(job.name, "DONE")]
+    rows = json.loads(_out(capsys, ["list", "-n", namespace, "--output", "json"]))["items"]
+    assert [(r["metadata"]["name"], r["status"]["phase"]) for r in rows] == [(job.name, "DONE")]
     status = json.loads(_out(capsys, ["status", job.id, "--output", "json"]))
     assert len(status["instances"]) == 3
     every = _out(capsys, ["logs", job.id, "--all", "--verbose"]).splitlines()

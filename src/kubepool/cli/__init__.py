@@ -1,22 +1,23 @@
 """The `kubepool` command line (also `kubectl kubepool`): submit and follow MLJobs, and see the compute pools.
 
-    kubepool submit FILE|DIR --pool P [--instances N] [--min-instances M] [--entrypoint E] [--name NAME]
-                    [--env K=V]... [--pip REQ]... [--image IMG] [--wait [--no-logs]] [--timeout S] [-- ARGS...]
-    kubepool list   [-A] [--limit N] [-o table|wide|json|yaml|name]
-    kubepool status JOB [-o table|wide|json|yaml|name]
-    kubepool logs   JOB [--instance N | --all] [--tail N] [-f]
+    kubepool [GLOBAL] submit FILE|DIR --pool P [--instances N] [--min-instances M] [--entrypoint E] [--name NAME]
+                    [--env K=V]... [--pip REQ]... [--image IMG] [--label K=V]... [--queue Q]
+                    [--dry-run -o yaml|json] [--wait [--no-logs]] [--timeout S] [-- ARGS...]
+    kubepool list   [-A] [--limit N] [-w] [-o FORMAT]
+    kubepool status JOB [-w] [-o FORMAT]
+    kubepool logs   JOB [--instance N | --all] [--tail N] [--since 5m] [--timestamps] [-f]
     kubepool wait   JOB [--timeout S]
-    kubepool cancel JOB
-    kubepool delete JOB
-    kubepool pools  [-o table|wide|json|yaml|name]
+    kubepool cancel|suspend|resume|delete JOB
+    kubepool dashboard JOB [--port P]
+    kubepool pools  [-o FORMAT]
     kubepool version [--client] [-o text|json|yaml]
-    kubepool completion bash|zsh
+    kubepool completion bash|zsh|fish
     kubepool local  {up,down,status} ...
 
-Every command that reaches the cluster takes kubectl's `--kubeconfig` and `--context`; job commands take
-`-n/--namespace`. JOB is NAME (in --namespace, else the kubeconfig context's namespace) or NAMESPACE/NAME.
-`submit` prints the job id on stdout; progress goes to stderr. Errors are one line on stderr,
-`kubepool: error: ...`.
+GLOBAL is kubectl's `--kubeconfig`, `--context` and `-n/--namespace`, before or after the command. FORMAT is
+table, wide, json, yaml, name, jsonpath=TEMPLATE or custom-columns=SPEC. JOB is NAME (in --namespace, else the
+kubeconfig context's namespace) or NAMESPACE/NAME. `submit` prints the job id on stdout; progress goes to
+stderr. Errors are one line on stderr, `kubepool: error: ...`. docs/cli.md has every option.
 
 Exit codes (stable; scripts may rely on them):
     0    success; for `wait` and `submit --wait`: the job is DONE

@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import queue
+import re
+import shutil
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from kubepool import naming
-from kubepool.cli.output import MLJOB_KIND, POOL_KIND, Column, render, serialize, table
+from kubepool.cli.output import MLJOB_KIND, POOL_KIND, Column, Doc, render, render_objects, serialize, table
 from kubepool.jobs import manager
 from kubepool.kube.errors import NotFound
+from kubepool.kube.sync import Kube
 
 EXIT_OK, EXIT_JOB_FAILED = 0, 1
 LOG_DRAIN_SECONDS = 10.0  # after the job ended, how long `submit --wait` lets the head's last lines arrive
+WATCH_POLL_SECONDS = 1.0  # `-w`: how often the objects are read again
+TERMINAL = ("DONE", "FAILED", "CANCELLED")
 
 JOB_COLUMNS = (Column("NAMESPACE", lambda d: d["namespace"]), Column("NAME", lambda d: d["name"]),
                Column("STATUS", lambda d: d["status"]), Column("INSTANCES", lambda d: d["instances"]),
@@ -50,14 +57,39 @@ def session(args: argparse.Namespace) -> Any:
     return manager.connect(getattr(args, "namespace", None), kubeconfig=args.kubeconfig, context=args.context)
 
 
-def _env(pairs: Iterable[str]) -> dict[str, str]:
+def _env(pairs: Iterable[str], flag: str = "--env") -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--env {pair!r}: use KEY=VALUE")
+            raise ValueError(f"{flag} {pair!r}: use KEY=VALUE")
         out[key] = value
     return out
+
+
+def _labels(args: argparse.Namespace) -> dict[str, str]:
+    labels = _env(args.label, "--label")
+    if args.queue:
+        labels[naming.LABEL_KUEUE_QUEUE] = args.queue
+    return labels
+
+
+class _Captured(Exception):
+    def __init__(self, job: Any) -> None:
+        super().__init__("dry run")
+        self.job = job
+
+
+def _capture(self: Any, job: Any, namespace: str | None = None) -> Any:
+    raise _Captured(job)
+
+
+def _dry_run(kube: Kube) -> Kube:
+    """The session of `submit --dry-run`: the same connection, reading what a submission reads (the pool, its
+    image), whose MLJob create hands the object back instead; nothing is written."""
+    dry = copy.copy(kube)
+    dry.__class__ = type(f"DryRun{type(kube).__name__}", (type(kube),), {"create_job": _capture})
+    return dry
 
 
 def _job(args: argparse.Namespace) -> Any:
@@ -118,34 +150,120 @@ def cmd_submit(args: argparse.Namespace, script_args: list[str]) -> int:
     common: dict[str, Any] = dict(
         args=script_args, target_instances=args.instances, min_instances=args.min_instances, env_vars=_env(args.env),
         pip_requirements=args.pip, name=args.name, namespace=args.namespace, instances_timeout=args.instances_timeout,
-        image=args.image, parallel=args.parallel, session=session(args),
+        image=args.image, parallel=args.parallel, session=session(args), labels=_labels(args),
     )
-    if path.is_dir():
-        if not args.entrypoint:
-            raise ValueError(f"{path} is a directory: pass --entrypoint FILE (relative to it)")
-        job = manager.submit_directory(path, args.pool, entrypoint=args.entrypoint, **common)
-    elif path.is_file():
-        if args.entrypoint:
-            raise ValueError("--entrypoint is only for a directory")
-        job = manager.submit_file(path, args.pool, **common)
-    else:
-        raise ValueError(f"{path} is neither a file nor a directory")
+    if args.dry_run:
+        common["session"] = _dry_run(common["session"])
+    try:
+        if path.is_dir():
+            if not args.entrypoint:
+                raise ValueError(f"{path} is a directory: pass --entrypoint FILE (relative to it)")
+            job = manager.submit_directory(path, args.pool, entrypoint=args.entrypoint, **common)
+        elif path.is_file():
+            if args.entrypoint:
+                raise ValueError("--entrypoint is only for a directory")
+            job = manager.submit_file(path, args.pool, **common)
+        else:
+            raise ValueError(f"{path} is neither a file nor a directory")
+    except _Captured as dry:
+        print(serialize(dry.job.wire(), args.output or "yaml"))
+        return EXIT_OK
     print(job.id, flush=True)
     if not args.wait:
         return EXIT_OK
     return wait(job, args.timeout) if args.no_logs else wait_with_logs(job, args.timeout)
 
 
+def _whole(fmt: str) -> bool:
+    """Whether `-o fmt` prints whole objects (kubectl get's json, yaml, jsonpath, custom-columns)."""
+    return fmt in ("json", "yaml") or "=" in fmt
+
+
+def _emit(text: str, fmt: str) -> None:
+    print(text, end="" if fmt.startswith("jsonpath=") else "\n", flush=True)  # kubectl adds no newline to jsonpath
+
+
+def watch(read: Callable[[], list[Doc]], key: Callable[[Doc], Any], show: Callable[[list[Doc], bool], None],
+          until: Callable[[list[Doc]], bool] = lambda _: False) -> None:
+    """kubectl's `-w`: show what `read` returns, then, each time it is read again, the documents that changed
+    (`show(docs, first)`), until `until` holds for the latest reading (or the user interrupts)."""
+    seen: dict[Any, Doc] = {}
+    first = True
+    while True:
+        docs = read()
+        changed = [d for d in docs if seen.get(key(d)) != d]
+        seen = {key(d): d for d in docs}
+        if changed or first:
+            show(changed, first)
+            first = False
+        if until(docs):
+            return
+        time.sleep(WATCH_POLL_SECONDS)
+
+
+def _job_objects(args: argparse.Namespace, kube: Any) -> list[Doc]:
+    """The jobs as whole objects, in the API server's order (namespace, name) as `kubectl get` lists them;
+    `--limit` keeps the newest."""
+    objs = kube.list_jobs(args.namespace, args.all_namespaces)
+    if args.limit > 0:
+        objs = sorted(objs, key=lambda o: str(o.metadata.get("creationTimestamp", "")), reverse=True)[:args.limit]
+    docs = [o.wire() for o in objs]
+    return sorted(docs, key=lambda d: (d["metadata"].get("namespace", ""), d["metadata"].get("name", "")))
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    rows = manager.job_summaries(session(args), limit=args.limit, namespace=args.namespace,
-                                 all_namespaces=args.all_namespaces)
-    print(render([asdict(r) for r in rows], args.output, JOB_COLUMNS, MLJOB_KIND))
+    kube = session(args)
+    if _whole(args.output):
+        def read() -> list[Doc]:
+            return _job_objects(args, kube)
+
+        def show(docs: list[Doc], first: bool) -> None:
+            if first:
+                _emit(render_objects(docs, args.output), args.output)
+            else:  # each change as one object, as kubectl get -w prints them
+                for d in docs:
+                    _emit(render_objects([d], args.output, single=True), args.output)
+    else:
+        def read() -> list[Doc]:
+            rows = manager.job_summaries(kube, limit=args.limit, namespace=args.namespace,
+                                         all_namespaces=args.all_namespaces)
+            return [asdict(r) for r in rows]
+
+        def show(docs: list[Doc], first: bool) -> None:
+            text = render(docs, args.output, JOB_COLUMNS, MLJOB_KIND)
+            if not first and args.output in ("table", "wide"):
+                text = "\n".join(text.splitlines()[1:])  # the header once, as kubectl -w
+            if text:
+                print(text, flush=True)
+    if args.watch:
+        watch(read, lambda d: (d.get("metadata", d).get("namespace"), d.get("metadata", d).get("name")), show)
+    else:
+        show(read(), True)
     return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     job = _job(args)
-    obj = job.refresh()
+    if not args.watch:
+        return _status_once(args, job, job.refresh())
+    latest: list[Any] = []
+
+    def read() -> list[Doc]:
+        latest[:] = [job.refresh()]
+        return [latest[0].wire()]
+
+    def show(docs: list[Doc], first: bool) -> None:
+        _status_once(args, job, latest[0])
+
+    # Unlike kubectl's -w, it ends with the job: an ended job does not change any more.
+    watch(read, lambda d: "job", show, until=lambda docs: job.status in TERMINAL)
+    return EXIT_OK
+
+
+def _status_once(args: argparse.Namespace, job: Any, obj: Any) -> int:
+    if "=" in args.output:
+        _emit(render_objects([obj.wire()], args.output, single=True), args.output)
+        return EXIT_OK
     st = obj.status
     doc = {
         "id": job.id, "name": job.name, "namespace": job.namespace, "status": job.status,
@@ -198,24 +316,38 @@ def _merged(streams: dict[str, Iterator[str]]) -> Iterator[str]:
             yield f"[{prefix}] {line}"
 
 
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def duration_seconds(text: str) -> int:
+    """kubectl's --since: a Go duration of hours, minutes and seconds (`90s`, `5m`, `1h30m`), at least 1 s."""
+    m = _DURATION.fullmatch(text)
+    if not text or not m:
+        raise ValueError(f"--since {text!r}: use a duration such as 30s, 5m or 1h")
+    seconds = int(m[1] or 0) * 3600 + int(m[2] or 0) * 60 + int(m[3] or 0)
+    return max(seconds, 1)
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
+    when = {"verbose": args.verbose, "timestamps": args.timestamps,
+            "since_seconds": duration_seconds(args.since) if args.since else None}
     job = _job(args)
     if args.all:
         ids = _instance_ids(job)
         if args.follow:
-            streams = {naming.sagemaker_host(i): iter(job.follow_logs(i, verbose=args.verbose)) for i in ids}
+            streams = {naming.sagemaker_host(i): iter(job.follow_logs(i, **when)) for i in ids}
             for line in _merged(streams):
                 print(line, flush=True)
             return EXIT_OK
         for i in ids:
-            for line in job.get_logs(args.tail, i, as_list=True, verbose=args.verbose):
+            for line in job.get_logs(args.tail, i, as_list=True, **when):
                 print(f"[{naming.sagemaker_host(i)}] {line}")
         return EXIT_OK
     if args.follow:
-        for line in job.follow_logs(args.instance, verbose=args.verbose):
+        for line in job.follow_logs(args.instance, **when):
             print(line, flush=True)
     else:
-        text = job.get_logs(args.tail, args.instance, verbose=args.verbose)
+        text = job.get_logs(args.tail, args.instance, **when)
         if text:
             print(text)
     return EXIT_OK
@@ -223,6 +355,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_pools(args: argparse.Namespace) -> int:
     pools = sorted(session(args).list_pools(), key=lambda p: str(p.metadata.get("name", "")))
+    if _whole(args.output):
+        _emit(render_objects([p.wire() for p in pools], args.output), args.output)
+        return EXIT_OK
     docs = []
     for p in pools:
         st, size = p.status, p.spec.instance_size()
@@ -256,6 +391,28 @@ def cmd_version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """`kubectl ray session`'s habit: forward a local port to the job's Ray dashboard on its head pod, through
+    the API server (`kubectl port-forward`), until interrupted."""
+    job = _job(args)
+    try:
+        job.get_ray_dashboard_url()  # refuses a job that runs no dashboard
+    except RuntimeError as err:
+        raise ValueError(str(err)) from None
+    head = next((i.pod for i in job.instances if i.instance_id == 0 and i.pod and i.phase == "Running"), None)
+    if job.status != "RUNNING" or head is None:
+        raise NotFound(f"job {job.id} is {job.status}: its Ray dashboard is served while its head runs", 404)
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise ValueError("kubectl is not on PATH: `kubepool dashboard` forwards the port through it")
+    cmd = [kubectl, "port-forward", "-n", job.namespace, f"pod/{head}", f"{args.port}:{naming.RAY_DASHBOARD_PORT}",
+           "--address", args.address]
+    cmd += [f"--{flag}={value}" for flag in ("kubeconfig", "context") if (value := getattr(args, flag, None))]
+    print(f"Ray dashboard of {job.id}: http://{args.address}:{args.port} (Ctrl-C to stop)", file=sys.stderr,
+          flush=True)
+    return subprocess.call(cmd)
+
+
 def cmd_completion(args: argparse.Namespace) -> int:
     from kubepool.cli import completion, parser
 
@@ -266,7 +423,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace, script_args: list[str]) -> int:
     """Run one parsed command and return its exit code (errors propagate; `main` maps them)."""
     simple = {"list": cmd_list, "status": cmd_status, "logs": cmd_logs, "pools": cmd_pools,
-              "version": cmd_version, "completion": cmd_completion}
+              "version": cmd_version, "completion": cmd_completion, "dashboard": cmd_dashboard}
     if args.command == "submit":
         return cmd_submit(args, script_args)
     if args.command in simple:

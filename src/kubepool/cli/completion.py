@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from kubepool.cli.output import OBJECT_OUTPUTS, TABLE_OUTPUTS, output_format
+
 # Subcommands whose positional argument is a job, and options whose value is a pool.
-JOB_COMMANDS = ("status", "logs", "wait", "cancel", "suspend", "resume", "delete")
+JOB_COMMANDS = ("status", "logs", "wait", "cancel", "suspend", "resume", "delete", "dashboard")
 POOL_OPTIONS = ("--pool",)
 
 
@@ -23,9 +25,15 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
     return [o for a in parser._actions for o in a.option_strings]
 
 
+def _values(action: argparse.Action) -> list[str]:
+    """The values to offer after an option: its choices, or -o's formats (checked by a type, not by choices)."""
+    if action.type is output_format:
+        return [*TABLE_OUTPUTS, *OBJECT_OUTPUTS]
+    return [str(c) for c in action.choices or ()]
+
+
 def _choices(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
-    return {o: [str(c) for c in a.choices] for a in parser._actions if a.choices and a.option_strings
-            for o in a.option_strings}
+    return {o: _values(a) for a in parser._actions if _values(a) and a.option_strings for o in a.option_strings}
 
 
 def bash(parser: argparse.ArgumentParser) -> str:
@@ -72,6 +80,51 @@ complete -o default -F _kubepool kubepool
 
 
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
+    if shell == "fish":
+        return fish(parser)
     if shell == "zsh":  # zsh runs bash completions through its bashcompinit layer
         return "autoload -U +X bashcompinit && bashcompinit\n" + bash(parser)
     return bash(parser)
+
+
+def _fish_quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def fish(parser: argparse.ArgumentParser) -> str:
+    """fish's `complete` lines: the subcommands with their help, each one's options (with their choices), job
+    names after a job command and pool names after --pool, read from the cluster with the flags typed so far."""
+    lines = ["# kubepool completion for fish: kubepool completion fish | source", "complete -c kubepool -f",
+             "function __kubepool_cluster_args",
+             "    set -l words (commandline -opc)",
+             "    for i in (seq (count $words))",
+             "        if contains -- $words[$i] -n --namespace --context --kubeconfig",
+             "            and test $i -lt (count $words)",
+             "            printf '%s\\n' $words[$i] $words[(math $i + 1)]",
+             "        end",
+             "    end",
+             "end"]
+    subs = _subparsers(parser)
+    for name, p in subs.items():
+        help_text = next((c.help for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+                          for c in a._choices_actions if c.dest == name), "") or ""
+        lines.append(f"complete -c kubepool -n __fish_use_subcommand -a {name} -d {_fish_quote(help_text)}")
+        for action in p._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            flags = " ".join(f"-s {o[1:]}" if len(o) == 2 else f"-l {o[2:]}" for o in action.option_strings)
+            extra = " -r" if action.nargs != 0 else ""
+            if _values(action):
+                extra += f" -a {_fish_quote(' '.join(_values(action)))}"
+            elif action.option_strings[-1] in POOL_OPTIONS:
+                extra += " -a '(kubepool pools -o name (__kubepool_cluster_args) 2>/dev/null | string replace -r \".*/\" \"\")'"
+            lines.append(f"complete -c kubepool -n '__fish_seen_subcommand_from {name}' {flags}{extra}"
+                         f" -d {_fish_quote((action.help or '').split(' (')[0])}")
+        positional = [a for a in p._actions if not a.option_strings and a.choices]
+        for action in positional:
+            words = " ".join(str(c) for c in action.choices or ())
+            lines.append(f"complete -c kubepool -n '__fish_seen_subcommand_from {name}' -a {_fish_quote(words)}")
+    jobs = " ".join(JOB_COMMANDS)
+    lines.append(f"complete -c kubepool -n '__fish_seen_subcommand_from {jobs}' -a '(kubepool list -o name "
+                 "(__kubepool_cluster_args) 2>/dev/null | string replace -r \".*/\" \"\")'")
+    return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ endpoint, the result from what the head kept on the job."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -60,6 +60,22 @@ def status_of(obj: api.MLJob) -> str:
     if obj.spec.cancel and phase not in TERMINAL:
         return "CANCELLING"
     return phase
+
+
+def _user_lines(lines: Iterable[str], timestamps: bool) -> Iterator[str]:
+    """`user_lines`, on lines that may start with the API server's timestamp (kept on the lines it yields)."""
+    if not timestamps:
+        yield from user_lines(lines)
+        return
+    stamp = [""]
+
+    def texts() -> Iterator[str]:
+        for line in lines:
+            stamp[0], _, text = line.partition(" ")
+            yield text
+
+    for text in user_lines(texts()):  # it yields a line before reading the next: the stamp is that line's
+        yield f"{stamp[0]} {text}"
 
 
 class MLJob:
@@ -281,14 +297,17 @@ class MLJob:
     def _container(pod: Pod) -> str | None:
         return pod.spec.containers[0].name if pod.spec and pod.spec.containers else None
 
-    def _log_lines(self, instance_id: int, limit: int, follow: bool = False) -> Iterator[str]:
+    def _log_lines(self, instance_id: int, limit: int, follow: bool = False, since_seconds: int | None = None,
+                   timestamps: bool = False) -> Iterator[str]:
         pod = self._pod(instance_id)
         assert pod.metadata is not None and pod.metadata.name is not None
         return self.kube.pod_log(pod.metadata.name, container=self._container(pod),
-                                 tail_lines=limit if limit > 0 else None, follow=follow, namespace=self._namespace)
+                                 tail_lines=limit if limit > 0 else None, follow=follow, namespace=self._namespace,
+                                 since_seconds=since_seconds, timestamps=timestamps)
 
     def get_logs(self, limit: int = -1, instance_id: int | None = None, *, as_list: bool = False,
-                 verbose: bool = False) -> str | list[str]:
+                 verbose: bool = False, since_seconds: int | None = None,
+                 timestamps: bool = False) -> str | list[str]:
         """Logs of one instance, readable while it runs and after the job ended (until the job is deleted).
 
         Args:
@@ -297,6 +316,8 @@ class MLJob:
             as_list: Return a list of lines instead of one string.
             verbose: The whole log (Ray's start-up output too); by default only
                 the payload's output and the runtime's own lines.
+            since_seconds: Only lines written in the last this many seconds (kubectl's `--since`).
+            timestamps: Prefix each line with its RFC3339 time (kubectl's `--timestamps`).
 
         Returns:
             The log text, or its lines.
@@ -305,10 +326,11 @@ class MLJob:
             ValueError: `instance_id` is not an instance of the job.
             NotFound: The instance has no pod yet (or any more).
         """
+        iid, when = self._head_or(instance_id), {"since_seconds": since_seconds, "timestamps": timestamps}
         if verbose:
-            lines = list(self._log_lines(self._head_or(instance_id), limit))
+            lines = list(self._log_lines(iid, limit, **when))
         else:  # the filter needs the banners, which a tail may cut off
-            lines = list(user_lines(self._log_lines(self._head_or(instance_id), -1)))
+            lines = list(_user_lines(self._log_lines(iid, -1, **when), timestamps))
         if limit > 0:
             lines = lines[-limit:]
         return lines if as_list else "\n".join(lines)
@@ -317,7 +339,8 @@ class MLJob:
         """Print `get_logs(limit, instance_id)`."""
         print(self.get_logs(limit, instance_id, verbose=verbose))
 
-    def follow_logs(self, instance_id: int | None = None, *, verbose: bool = False) -> Iterator[str]:
+    def follow_logs(self, instance_id: int | None = None, *, verbose: bool = False, since_seconds: int | None = None,
+                    timestamps: bool = False) -> Iterator[str]:
         """Stream one instance's log lines as they are written, until its container exits.
 
         Waits for the instance's pod to start first (logs exist only once its container runs).
@@ -335,8 +358,8 @@ class MLJob:
             if states and states[0].state and (states[0].state.running or states[0].state.terminated):
                 break
             time.sleep(POD_START_POLL_S)
-        lines = self._log_lines(iid, limit=-1, follow=True)
-        yield from (lines if verbose else user_lines(lines))
+        lines = self._log_lines(iid, limit=-1, follow=True, since_seconds=since_seconds, timestamps=timestamps)
+        yield from (lines if verbose else _user_lines(lines, timestamps))
 
     def cancel(self) -> None:
         """Cancel the job for good (`spec.cancel: true`): its pods are removed and its status becomes CANCELLED."""

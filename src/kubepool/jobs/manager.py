@@ -45,6 +45,7 @@ def submit_file(
     parallel: bool = False,
     session: Any = None,
     spec_overrides: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> MLJob:
     """Run a Python file on a compute pool (Snowflake's `submit_file`).
@@ -78,6 +79,7 @@ def submit_file(
             service spec), named as in the CRD: e.g. `{"serviceAccountName": "trainer", "env": [{"name":
             "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}], "volumes": [...],
             "volumeMounts": [...], "podLabels": {...}, "tolerations": [...]}`.
+        labels: Labels of the MLJob (e.g. Kueue's `kueue.x-k8s.io/queue-name`).
         **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
 
     Returns:
@@ -95,7 +97,7 @@ def submit_file(
                            pip_requirements=pip_requirements, name=name, namespace=namespace,
                            instances_timeout=instances_timeout, image=image, parallel=parallel, session=session,
                            runtime_environment=runtime_environment, imports=imports,
-                           spec_overrides=spec_overrides, kwargs=kwargs)
+                           spec_overrides=spec_overrides, labels=labels, kwargs=kwargs)
 
 
 def submit_directory(
@@ -117,6 +119,7 @@ def submit_directory(
     parallel: bool = False,
     session: Any = None,
     spec_overrides: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> MLJob:
     """Run a directory's entrypoint on a compute pool (Snowflake's `submit_directory`).
@@ -126,7 +129,7 @@ def submit_directory(
         compute_pool: Name of the ComputePool every instance runs on.
         entrypoint: A .py file relative to `dir_path`, or a command as a list (e.g. `["bash", "run.sh"]`).
         args, target_instances, min_instances, env_vars, pip_requirements, name, namespace,
-        instances_timeout, image, parallel, session, spec_overrides, **kwargs: As in `submit_file`.
+        instances_timeout, image, parallel, session, spec_overrides, labels, **kwargs: As in `submit_file`.
 
     Returns:
         The job's handle.
@@ -146,7 +149,8 @@ def submit_directory(
                            min_instances=min_instances, env_vars=env_vars, pip_requirements=pip_requirements,
                            name=name, namespace=namespace, instances_timeout=instances_timeout, image=image,
                            runtime_environment=runtime_environment, imports=imports,
-                           parallel=parallel, session=session, spec_overrides=spec_overrides, kwargs=kwargs)
+                           parallel=parallel, session=session, spec_overrides=spec_overrides, labels=labels,
+                           kwargs=kwargs)
 
 
 def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_pool: str, *, stem: str,
@@ -154,7 +158,8 @@ def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_po
                     env_vars: Mapping[str, Any] | None, pip_requirements: Sequence[str] | None, name: str | None,
                     namespace: str | None, instances_timeout: int, image: str | None, parallel: bool,
                     session: Any, spec_overrides: Mapping[str, Any] | None, kwargs: Mapping[str, Any],
-                    runtime_environment: str | None = None, imports: Sequence[Import] | None = None) -> MLJob:
+                    runtime_environment: str | None = None, imports: Sequence[Import] | None = None,
+                    labels: Mapping[str, str] | None = None) -> MLJob:
     warn_unknown(kwargs)
     check_instances(target_instances, min_instances)
     files = with_imports(files, imports)
@@ -165,7 +170,7 @@ def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_po
         compute_pool=compute_pool, target_instances=target_instances, min_instances=min_instances,
         args=args or (), env_vars=env_vars, pip_requirements=pip_requirements,
         instances_timeout=instances_timeout, image=image, mode=RunMode.PARALLEL if parallel else RunMode.HEAD,
-        spec_overrides=spec_overrides,
+        spec_overrides=spec_overrides, labels=labels,
     )
     return submit(kube, job, files)
 

@@ -85,6 +85,7 @@ def build_mljob(
     checkpoint: CheckpointLocation | None = None,
     backoff_limit: int = 0,
     spec_overrides: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> MLJob:
     """The MLJob object the SDK creates (validated the way the API server will validate it).
 
@@ -113,6 +114,7 @@ def build_mljob(
         backoff_limit: Times a failed job is retried from scratch.
         spec_overrides: MLJob spec fields (as in the CRD: `serviceAccountName`, `volumes`, `volumeMounts`,
             `env` with `valueFrom`, `podLabels`, `tolerations`, ...) set over the generated spec, field by field.
+        labels: Labels of the MLJob (e.g. Kueue's `kueue.x-k8s.io/queue-name`).
 
     Raises:
         ValueError: An argument breaks a rule of the MLJob API; the message names the field.
@@ -151,6 +153,7 @@ def build_mljob(
     except ValidationError as err:
         raise ValueError(f"invalid job {name}: {_readable(err)}") from None
     return MLJob(
-        metadata={"name": name, "namespace": namespace, "labels": {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}},
+        metadata={"name": name, "namespace": namespace,
+                  "labels": {**(labels or {}), naming.LABEL_MANAGED_BY: naming.MANAGED_BY}},
         spec=spec,
     )

@@ -196,11 +196,13 @@ class Kube:
         return _call(f"list pods in {ns}", lambda: list(self.client.list(Pod, namespace=ns, labels=dict(labels))))
 
     def pod_log(self, name: str, *, container: str | None = None, tail_lines: int | None = None,
-                follow: bool = False, namespace: str | None = None) -> Iterator[str]:
+                follow: bool = False, namespace: str | None = None, since_seconds: int | None = None,
+                timestamps: bool = False) -> Iterator[str]:
         """Lines (without newlines) of one container's log, through the API server's pod log endpoint."""
         ns = self._ns(namespace)
         what = f"logs of pod {ns}/{name}"
         lines = _call(what, lambda: self.client.log(name, namespace=ns, container=container, tail_lines=tail_lines,
-                                                    follow=follow, newlines=False))
+                                                    follow=follow, newlines=False, since=since_seconds,
+                                                    timestamps=timestamps))
         return _stream(what, lines)
 
