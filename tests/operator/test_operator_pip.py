@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from support.operator_cluster import Operator, mljob, wait_phase
-from support.wheels import PROBE, PROBE_MODULE, build_probe_wheel
+from support.wheels import NUMPY_PIN, PROBE, PROBE_MODULE, build_probe_wheel, numpy_wheel
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ray]
 JOB_TIMEOUT_S = 360.0
@@ -114,8 +114,6 @@ def test_requirements_come_from_the_jobs_own_index(kubectl: Any, namespace: str,
 
 
 # A pin of a package the image has in another version (the image's numpy is 2.x): what users of xgboost 2.1 write.
-NUMPY_PIN = "1.26.4"
-WHEELS = Path.home() / ".cache" / "kubepool" / "wheels"
 PIN_SCRIPT = """\
 import json, os, sys
 import numpy
@@ -136,17 +134,6 @@ if os.environ.get("SM_CURRENT_HOST") is None:  # Ray mode: a task on every node 
                              for n in nodes])
 print("PIN " + json.dumps(seen), flush=True)
 """
-
-
-def numpy_wheel() -> Path:
-    """numpy's cp311 wheel for this machine, downloaded once into the wheel cache (the test serves it itself)."""
-    found = sorted(WHEELS.glob(f"numpy-{NUMPY_PIN}-cp311-*.whl"))
-    if not found:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(WHEELS),
-                               f"numpy=={NUMPY_PIN}"], capture_output=True, text=True, timeout=300)
-        found = sorted(WHEELS.glob(f"numpy-{NUMPY_PIN}-cp311-*.whl"))
-        assert proc.returncode == 0 and found, f"cannot download numpy {NUMPY_PIN}:\n{proc.stderr}"
-    return found[0]
 
 
 @pytest.fixture

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 PROBE = "kubepool-wheel-probe"
 PROBE_MODULE = "kubepool_wheel_probe"
+# A pin of a package the runtime image has in another version (its numpy is 2.x): what users of xgboost 2.1 write.
+NUMPY_PIN = "1.26.4"
+WHEELS = Path.home() / ".cache" / "kubepool" / "wheels"
 
 
 def build_probe_wheel(out: Path, version: str = "0.1", answer: str = "42") -> Path:
@@ -32,3 +37,14 @@ def build_probe_wheel(out: Path, version: str = "0.1", answer: str = "42") -> Pa
         for name, text in files.items():
             z.writestr(name, text)
     return wheel
+
+
+def numpy_wheel() -> Path:
+    """numpy's cp311 wheel for this machine, downloaded once into the wheel cache (the test serves it itself)."""
+    found = sorted(WHEELS.glob(f"numpy-{NUMPY_PIN}-cp311-*.whl"))
+    if not found:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(WHEELS),
+                               f"numpy=={NUMPY_PIN}"], capture_output=True, text=True, timeout=300)
+        found = sorted(WHEELS.glob(f"numpy-{NUMPY_PIN}-cp311-*.whl"))
+        assert proc.returncode == 0 and found, f"cannot download numpy {NUMPY_PIN}:\n{proc.stderr}"
+    return found[0]
