@@ -89,3 +89,22 @@ def test_cancel_cannot_be_undone_but_suspend_can(kubectl: Any, crds: None, names
         assert proc.returncode == 0, f"{change}: {proc.stderr}"
     proc = _patch(kubectl, namespace, "paused", {"cancel": False})
     assert proc.returncode != 0 and "spec: Forbidden: cancel cannot be undone" in proc.stderr, proc.stderr
+
+
+def test_a_job_with_a_sharded_channel_refuses_a_resize(kubectl: Any, crds: None, namespace: str) -> None:
+    """ShardedByS3Key: each instance's shard is fixed when it starts, so scale_cluster's patch, `kubectl scale`
+    and an instanceCount change are refused saying why; the same job without the sharded channel resizes."""
+    sharded = {"name": "train", "distribution": "ShardedByS3Key", "source": {"s3": {"uri": "s3://bucket/data"}}}
+    _create(kubectl, namespace, "sharded", {**SINGLE, "channels": [sharded], "mode": "sagemaker"})
+    _create(kubectl, namespace, "sharded-groups", {**GROUPS, "channels": [sharded]})
+    why = "the instance count of a job with a ShardedByS3Key channel cannot change"
+    for name, change in (("sharded", {"targetInstances": 3}), ("sharded-groups", {"instanceGroups": [
+            {**GROUPS["instanceGroups"][0]}, {**GROUPS["instanceGroups"][1], "instanceCount": 3}]})):
+        proc = _patch(kubectl, namespace, name, change)
+        assert proc.returncode != 0 and why in proc.stderr, proc.stderr
+    scale = kubectl("scale", "mljob", "sharded", "-n", namespace, "--replicas=1")
+    assert scale.returncode != 0 and why in scale.stderr, scale.stderr
+    assert _patch(kubectl, namespace, "sharded", {"minInstances": 2}).returncode == 0  # other changes still pass
+    replicated = {**sharded, "distribution": "FullyReplicated"}
+    _create(kubectl, namespace, "replicated", {**SINGLE, "channels": [replicated], "mode": "sagemaker"})
+    assert _patch(kubectl, namespace, "replicated", {"targetInstances": 3}).returncode == 0

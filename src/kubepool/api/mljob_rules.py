@@ -64,6 +64,14 @@ SPEC_TRANSITIONS: list[tuple[str, str]] = [
     ("has(self.instanceGroups) == has(oldSelf.instanceGroups) && (!has(self.instanceGroups) || "
      "self.instanceGroups.map(g, g.name + '/' + g.computePool) == oldSelf.instanceGroups.map(g, g.name + '/' + g.computePool))",
      f"instanceGroups (their names, pools and order; instanceCount may change) {_AFTER}"),
+    # Each instance reads the shard of its place among the instances when it starts: another count would
+    # leave keys unread or read twice (SageMaker's jobs never change size).
+    ("!has(self.channels) || !self.channels.exists(c, c.distribution == 'ShardedByS3Key') || ("
+     "(has(self.targetInstances) ? self.targetInstances : 1) == (has(oldSelf.targetInstances) ? oldSelf.targetInstances : 1) && "
+     "(!has(self.instanceGroups) || !has(oldSelf.instanceGroups) || "
+     "self.instanceGroups.map(g, g.instanceCount) == oldSelf.instanceGroups.map(g, g.instanceCount)))",
+     "the instance count of a job with a ShardedByS3Key channel cannot change: each instance's shard of its keys is "
+     "fixed when it starts, so a resize would leave keys unread or read twice (delete and re-create the job)"),
     ("!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",
      "cancel cannot be undone: a cancelled job stays CANCELLED (suspend pauses a job instead)"),
 ] + [
