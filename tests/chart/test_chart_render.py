@@ -54,7 +54,7 @@ def test_lint_strict(helm: str, values: Any) -> None:
 
 def test_default_render(render: Any) -> None:
     objs = render()
-    kinds = sorted(o["kind"] for o in objs)
+    kinds = sorted(o["kind"] for o in objs if o["kind"] not in ("Role", "RoleBinding"))  # the leader's Lease: below
     assert kinds == ["ClusterRole"] * 5 + ["ClusterRoleBinding", "Deployment", "Service", "ServiceAccount",
                                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     [svc] = by_kind(objs, "Service")
@@ -64,7 +64,7 @@ def test_default_render(render: Any) -> None:
 def test_deployment(render: Any) -> None:
     [dep] = by_kind(render(), "Deployment")
     spec = dep["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "RollingUpdate"}  # the Lease keeps them apart
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == "kp-kubepool"
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -232,9 +232,26 @@ def test_replicas_with_leader_election(render: Any) -> None:
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                               "verbs": ["get", "create", "update"]}]
-    [default] = by_kind(render(), "Deployment")
+    assert by_kind(objs, "PodDisruptionBudget")[0]["spec"]["minAvailable"] == 1
+    [default] = by_kind(render("--set", "operator.leaderElection=false"), "Deployment")
     assert default["spec"]["replicas"] == 1 and default["spec"]["strategy"]["type"] == "Recreate"
     assert not operator_config(default["spec"]["template"]["spec"]["containers"][0]).leader_election
+
+
+def test_leader_election_on_by_default_and_the_ha_example(render: Any) -> None:
+    """The chart's defaults elect a leader (one replica, ready for a second); ci/ha-values.yaml runs two with a
+    PodDisruptionBudget that selects exactly the operator's pods."""
+    defaults = render()
+    [deploy] = by_kind(defaults, "Deployment")
+    assert operator_config(deploy["spec"]["template"]["spec"]["containers"][0]).leader_election
+    assert deploy["spec"]["replicas"] == 1 and not by_kind(defaults, "PodDisruptionBudget")
+    assert [r["metadata"]["name"] for r in by_kind(defaults, "Role")] == ["kp-kubepool-leader"]
+    ha = render("-f", str(CHART / "ci" / "ha-values.yaml"))
+    [deploy] = by_kind(ha, "Deployment")
+    [pdb] = by_kind(ha, "PodDisruptionBudget")
+    assert deploy["spec"]["replicas"] == 2 and operator_config(deploy["spec"]["template"]["spec"]["containers"][0]).leader_election
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
 
 
 def test_pools_from_values(render: Any) -> None:
@@ -252,7 +269,7 @@ def test_pools_from_values(render: Any) -> None:
       "--set", "pools[0].spec.instanceFamily=CPU_X64_S"], "spec.minNodes must not exceed spec.maxNodes"),
     (["--set", "pools[0].name=p", "--set", "pools[0].spec.maxNodes=2"], "set spec.instanceFamily or spec.resources"),
     (["--set", "serviceAccount.create=false"], "serviceAccount.name is required"),
-    (["--set", "replicas=2"], "replicas: 2 needs operator.leaderElection: true"),
+    (["--set", "replicas=2", "--set", "operator.leaderElection=false"], "replicas: 2 needs operator.leaderElection: true"),
 ])
 def test_validate_values_fails_with_a_clear_message(helm: str, args: list[str], message: str) -> None:
     proc = run_helm(helm, "template", "kp", str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args)

@@ -37,7 +37,7 @@ def test_the_charts_account_holds_exactly_the_rights_the_code_uses(kubectl: Any,
                                                                     namespaced: bool, leader: bool) -> None:
     release = f"rights-{uuid.uuid4().hex[:6]}"
     args = ["--set", f"operator.watchNamespaces={{{namespace}}}"] + (["--set", "rbac.namespaced=true"] if namespaced else [])
-    args += ["--set", "replicas=2", "--set", "operator.leaderElection=true"] if leader else []
+    args += ["--set", "replicas=2"] if leader else ["--set", "operator.leaderElection=false"]
     proc = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION,
                     "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml", *args)
     assert proc.returncode == 0, proc.stderr
