@@ -283,13 +283,18 @@ def test_grow_waits_for_the_new_instance_but_a_vanished_one_is_lost() -> None:
 def test_readiness_follows_the_ray_temp_dir() -> None:
     rc = build_raycluster(_job(targetInstances=2, env=[{"name": contract.ENV_RAY_TEMP_DIR, "value": "/scratch/ray"}]),
                           POOLS, granted=2, attempt=0, cfg=CFG)
-    probe = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["readinessProbe"]
-    assert probe["exec"]["command"] == ["test", "-e", "/scratch/ray/ray_current_cluster"]
+    c = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    for kind in ("readinessProbe", "startupProbe", "livenessProbe"):
+        assert c[kind]["exec"]["command"] == ["test", "-e", "/scratch/ray/ray_current_cluster"]
+    # #38 item 4: the instances timeout counts from the launcher's wait, after pip install of any length, so
+    # liveness waits for the node to join (the startup probe), never a fixed delay that would kill a slow install.
+    assert "initialDelaySeconds" not in c["livenessProbe"] and c["startupProbe"]["failureThreshold"] * c[
+        "startupProbe"]["periodSeconds"] >= 86400
 
 
 @pytest.mark.parametrize("mode", ["parallel", "sagemaker"])
 def test_modes_without_ray_are_ready_while_running(mode: str) -> None:
-    """No Ray node, so no Ray marker: a running container is ready (the pod backend has no probe at all)."""
+    """No Ray node, so no Ray marker: a running container is ready (the pod backend has no probe at all there)."""
     rc = build_raycluster(_job(targetInstances=2, mode=mode), POOLS, granted=2, attempt=0, cfg=CFG)
     for template in (rc["spec"]["headGroupSpec"]["template"], rc["spec"]["workerGroupSpecs"][0]["template"]):
         container = template["spec"]["containers"][0]

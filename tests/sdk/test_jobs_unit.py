@@ -176,8 +176,8 @@ def test_cancel_list_get_delete(fake_kube: FakeKube, script: Path) -> None:
     assert a.status == "CANCELLED"
     table = jobs.list_jobs()
     assert isinstance(table, pd.DataFrame)
-    assert list(table["name"]) == ["b", "a"] and list(table["instances"]) == ["0/2", "0/1"]
-    assert list(table.columns[:6]) == ["name", "namespace", "status", "instances", "pool", "created"]
+    assert list(table["name"]) == ["b", "a"] and list(table["target_instances"]) == [2, 1]
+    assert list(table["schema_name"]) == ["team", "team"] and list(table["compute_pool"]) == ["cpu", "cpu"]
     rows = jobs.list_jobs(limit=1, as_list=True)
     assert [r.name for r in rows] == ["b"] and rows[0].pool == "cpu"
     assert jobs.get_job("team/a").id == "team/a"

@@ -36,7 +36,7 @@ from kubepool.controller.jobpass import (
     first_admitted,
     instances_of,
 )
-from kubepool.controller.observed import FAILED, SUCCEEDED
+from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED
 
 
 # Each step reads the pass and either decides the job's status for this pass (returns True: the later steps do
@@ -238,9 +238,14 @@ def _started(p: Pass) -> bool:
 
 
 def _instances_timeout(p: Pass) -> bool:
+    """From admission, instancesTimeoutSeconds for the instances to be Ready. In head mode, once the head runs, the
+    clock is its launcher's (Snowflake's: from when it starts waiting, after pip install, downloads and Ray start;
+    runtime/gate.py), which fails the job itself; here only a head that never started running times out."""
     st, spec = p.st, p.spec
     assert st.admitted_at is not None
     if p.now < st.admitted_at + timedelta(seconds=spec.instances_timeout_seconds):
+        return False
+    if spec.mode is RunMode.HEAD and p.head is not None and p.head.phase == RUNNING and not p.head.deleting:
         return False
     return p.finish(JobPhase.FAILED, INSTANCES_UNAVAILABLE,
                     f"{_ready_count(st)} of {spec.resolved_min()} required instances ready after "

@@ -23,10 +23,10 @@ from kubepool.api.mljob import PvcSource
 from kubepool.contract import RunMode
 from kubepool.jobs.job import MLJob
 from kubepool.jobs.locations import output_location, source_of
-from kubepool.jobs.options import Import, resolve_image
+from kubepool.jobs.options import resolve_image, take_snowflake_options
 from kubepool.jobs.payload import MANIFEST_KEY, PayloadFile, directory_payload, file_payload, pack
 from kubepool.jobs.spec import build_mljob, check_instances, check_name, generate_name
-from kubepool.jobs.submission import connect, submit, warn_unknown, with_imports
+from kubepool.jobs.submission import annotate, connect, imports_of, submit, warn_unknown, with_imports
 from kubepool.kube.errors import NotFound
 from kubepool.kube.sync import Kube
 
@@ -90,7 +90,8 @@ def template_of(*, compute_pool: str, target_instances: int, min_instances: int 
 
 
 def run_from(kube: Kube, template: Mapping[str, Any], *, name: str, namespace: str, entrypoint: Entrypoint,
-             args: Sequence[Any], code: CodeSource | None, files: Sequence[PayloadFile] = ()) -> MLJob:
+             args: Sequence[Any], code: CodeSource | None, files: Sequence[PayloadFile] = (),
+             annotations: Mapping[str, str] | None = None) -> MLJob:
     """Create one job from a template: its code the stored payload (`code`) or its own `files`."""
     spec = {**template, "entrypoint": entrypoint.model_dump(mode="json", by_alias=True, exclude_none=True),
             "args": [str(a) for a in args]}
@@ -99,6 +100,7 @@ def run_from(kube: Kube, template: Mapping[str, Any], *, name: str, namespace: s
     elif files:
         spec["code"] = {"configMap": naming.payload_configmap_name(name)}
     job = api.MLJob.model_validate({"metadata": {"name": check_name(name), "namespace": namespace}, "spec": spec})
+    annotate(job, annotations or {})
     return submit(kube, job, list(files))
 
 
@@ -127,28 +129,47 @@ def submit_from_stage(source: str, compute_pool: str, *, entrypoint: str | list[
             mounted read-only as the code directory) or `configmap://<name>`.
         compute_pool: Name of the ComputePool every instance runs on.
         entrypoint: A .py file relative to the code directory, or a command as a list.
-        stage_name, external_access_integrations: Snowflake's; no meaning here (the code is not uploaded).
-        args, target_instances, pip_requirements, session, namespace, name, **kwargs: As in `submit_file`
-            (`min_instances`, `env_vars`, `image`/`runtime_environment`, `spec_overrides` through `**kwargs`).
+        stage_name: Kept as the job's annotation kubepool.dev/stage-name (the code is not uploaded).
+        external_access_integrations: Refused when set (options.REFUSED_OPTIONS).
+        args, target_instances, pip_requirements, session, namespace, name: As in `submit_file`.
+        **kwargs: `min_instances`, `env_vars`, `parallel`, `image`/`runtime_environment`, `spec_overrides` as in
+            `submit_file`, and Snowflake's options (`options.take_snowflake_options`); `imports` are refused (a
+            job run from a stage runs the stage's code only: put the modules on the stage).
 
     Raises:
-        ValueError: An S3 or unknown stage, or a rule of `submit_file`.
+        ValueError: An S3 or unknown stage, `imports`, a refused option, or a rule of `submit_file`.
     """
-    del stage_name, external_access_integrations
-    options = {k: kwargs.pop(k) for k in ("min_instances", "env_vars", "image", "runtime_environment", "spec_overrides")
-               if k in kwargs}
-    warn_unknown(kwargs)
+    rest = {**kwargs, "stage_name": stage_name, "external_access_integrations": external_access_integrations}
+    options = {k: rest.pop(k) for k in ("min_instances", "env_vars", "image", "runtime_environment", "spec_overrides",
+                                        "parallel") if k in rest}
+    sf = take_snowflake_options(rest, target_instances=target_instances, namespace=namespace)
+    if imports_of(None, rest) is not None:
+        raise ValueError("imports (additional_payloads) ship local code in the job's payload; a job run from a stage "
+                         "runs the stage's code only: put the modules on the stage, or use submit_directory")
+    from kubepool.jobs.definitions import script_args  # definitions builds on this module
+
+    args = script_args(rest, args)
+    warn_unknown(rest)
     code = stage_code(source)
-    kube = connect(namespace, session=session)
+    kube = connect(sf.namespace, session=session)
     ep = Entrypoint(command=list(entrypoint)) if isinstance(entrypoint, list) else Entrypoint(file=entrypoint)
     stem = Path(entrypoint).stem if isinstance(entrypoint, str) else source.rstrip("/").rsplit("/", 1)[-1]
     image = resolve_image(options.get("image"), options.get("runtime_environment"),
                           lambda: kube.get_pool(compute_pool).spec.image)
-    template = template_of(compute_pool=compute_pool, target_instances=target_instances,
+    template = template_of(compute_pool=compute_pool, target_instances=sf.target_instances,
                            min_instances=options.get("min_instances"), pip_requirements=pip_requirements,
-                           env_vars=options.get("env_vars"), image=image, spec_overrides=options.get("spec_overrides"))
-    return run_from(kube, template, name=name or generate_name(stem), namespace=namespace or kube.namespace,
-                    entrypoint=ep, args=args or (), code=code)
+                           env_vars=options.get("env_vars"), image=image, parallel=_parallel(options.get("parallel")),
+                           spec_overrides=options.get("spec_overrides"))
+    return run_from(kube, template, name=name or generate_name(stem), namespace=sf.namespace or kube.namespace,
+                    entrypoint=ep, args=args or (), code=code, annotations=sf.annotations)
+
+
+def _parallel(value: Any) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError("parallel must be a boolean.")
+    return value
 
 
 # --- code bundles ----------------------------------------------------------------------------------------------
@@ -186,27 +207,31 @@ def register_code_bundle(source: str | Path, compute_pool: str, result_stage: st
         compute_pool: ComputePool of the bundle's jobs.
         result_stage: Where the bundle's jobs keep /opt/ml/model and /opt/ml/output/data
             (`s3://bucket/prefix` or `pvc://<claim>[/<path>]`, as spec.output); None keeps nothing.
-        stage_name, external_access_integrations: Snowflake's; no meaning here (the bundle is a ConfigMap).
+        stage_name: Snowflake's upload stage; no meaning here (the bundle is a ConfigMap).
+        external_access_integrations: Refused when set (options.REFUSED_OPTIONS).
         name: Bundle name (a DNS subdomain); default `<source stem>-<8 hex>`.
         pip_requirements, target_instances: Of every job run from the bundle.
         session, namespace: The cluster connection and namespace.
         **kwargs: `min_instances`, `env_vars`, `imports`, `runtime_environment` (or `image`), `spec_overrides`, as
-            in `submit_file`.
+            in `submit_file`; `secrets`: names of Kubernetes Secrets of the namespace whose keys every instance of
+            the bundle's jobs gets as env (envFrom); Snowflake's other options (`options.take_snowflake_options`).
     """
-    del stage_name, external_access_integrations
-    options = {k: kwargs.pop(k) for k in ("min_instances", "env_vars", "imports", "runtime_environment", "image",
-                                          "spec_overrides") if k in kwargs}
-    warn_unknown(kwargs)
-    imports: Sequence[Import] | None = options.get("imports")
+    del stage_name  # required by Snowflake, where it names the upload stage: the bundle itself is the ConfigMap
+    rest = {**kwargs, "external_access_integrations": external_access_integrations}
+    options = {k: rest.pop(k) for k in ("min_instances", "env_vars", "runtime_environment", "image",
+                                        "spec_overrides") if k in rest}
+    sf = take_snowflake_options(rest, target_instances=target_instances, namespace=namespace, secrets=True)
+    imports = imports_of(None, rest)
+    warn_unknown(rest)
     files = with_imports(local_payload(source), imports)
-    kube = connect(namespace, session=session)
-    ns = namespace or kube.namespace
+    kube = connect(sf.namespace, session=session)
+    ns = sf.namespace or kube.namespace
     image = resolve_image(options.get("image"), options.get("runtime_environment"),
                           lambda: kube.get_pool(compute_pool).spec.image)
-    template = template_of(compute_pool=compute_pool, target_instances=target_instances,
+    template = template_of(compute_pool=compute_pool, target_instances=sf.target_instances,
                            min_instances=options.get("min_instances"), pip_requirements=pip_requirements,
                            env_vars=options.get("env_vars"), image=image, output=result_stage,
-                           spec_overrides=options.get("spec_overrides"))
+                           spec_overrides=sf.overrides(options.get("spec_overrides")))
     bundle = check_name(name or generate_name(Path(source).stem))
     store(kube, naming.STORED_CODE_BUNDLE, bundle, ns, files, template, replace=True)
     return MLCodeBundle(f"{ns}/{bundle}", session=kube)

@@ -20,10 +20,18 @@ from kubepool import naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
 from kubepool.jobs.job import MLJob
-from kubepool.jobs.options import Import, resolve_image
+from kubepool.jobs.options import Import, resolve_image, take_snowflake_options
 from kubepool.jobs.payload import PayloadFile
 from kubepool.jobs.spec import build_mljob, check_instances, generate_name
-from kubepool.jobs.submission import connect, pool_image, submit, warn_unknown, with_imports
+from kubepool.jobs.submission import (
+    annotate,
+    connect,
+    imports_of,
+    pool_image,
+    submit,
+    warn_unknown,
+    with_imports,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -126,7 +134,25 @@ class RemoteFunction(Generic[P, R]):
             pip_requirements=o["pip_requirements"], instances_timeout=o["instances_timeout"], image=image,
             mode=RunMode.HEAD, spec_overrides=o["spec_overrides"],
         )
+        annotate(job, o["annotations"])
         return submit(kube, job, files)
+
+
+# Snowflake's words (MLJobDefinition._create): a callable's contract is its return value, undefined on every instance.
+PARALLEL_FUNCTION_REFUSED = ("parallel=True is not supported for callable payloads (@remote). Use submit_file, "
+                             "submit_directory, or submit_from_stage with a script entrypoint.")
+
+
+def refuse_parallel_function(parallel: Any) -> None:
+    """Snowflake's checks of `parallel` for a function payload.
+
+    Raises:
+        ValueError: `parallel` is not a bool, or True.
+    """
+    if not isinstance(parallel, bool):
+        raise ValueError("parallel must be a boolean.")
+    if parallel:
+        raise ValueError(PARALLEL_FUNCTION_REFUSED)
 
 
 def remote(
@@ -167,18 +193,27 @@ def remote(
         runtime_environment, imports: As in `submit_file` (Snowflake's image and extra code).
         session: The cluster connection (`kubepool.jobs.connect(context=...)`); default from the kubeconfig.
         spec_overrides: MLJob spec fields set over the generated spec (see submit_file).
-        **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
+        **kwargs: Snowflake's options (`options.take_snowflake_options`): each honoured or refused;
+            `parallel=True` is refused as Snowflake refuses it (a function's result is its one return value).
 
     Raises:
-        ValueError: Invalid instance counts (at decoration time).
+        ValueError: Invalid instance counts, `parallel=True` or a refused option (at decoration time).
     """
-    warn_unknown(kwargs)
-    check_instances(target_instances, min_instances)
+    rest = dict(kwargs)
+    refuse_parallel_function(rest.pop("parallel", False))
+    from kubepool.jobs.definitions import refuse_script_options  # definitions builds on this module
+
+    refuse_script_options(rest)
+    sf = take_snowflake_options(rest, target_instances=target_instances, namespace=namespace)
+    imports = imports_of(imports, rest)
+    warn_unknown(rest)
+    check_instances(sf.target_instances, min_instances)
     options = {
-        "target_instances": target_instances, "min_instances": min_instances, "env_vars": env_vars,
-        "pip_requirements": pip_requirements, "name": name, "namespace": namespace,
+        "target_instances": sf.target_instances, "min_instances": min_instances, "env_vars": env_vars,
+        "pip_requirements": pip_requirements, "name": name, "namespace": sf.namespace,
         "instances_timeout": instances_timeout, "image": image, "session": session,
         "runtime_environment": runtime_environment, "imports": imports, "spec_overrides": spec_overrides,
+        "annotations": sf.annotations,
     }
 
     def decorate(fn: Callable[P, R]) -> RemoteFunction[P, R]:

@@ -335,7 +335,7 @@ class MLJob:
             lines = lines[-limit:]
         return lines if as_list else "\n".join(lines)
 
-    def show_logs(self, limit: int = -1, instance_id: int | None = None, *, verbose: bool = False) -> None:
+    def show_logs(self, limit: int = -1, instance_id: int | None = None, verbose: bool = False) -> None:
         """Print `get_logs(limit, instance_id)`."""
         print(self.get_logs(limit, instance_id, verbose=verbose))
 

@@ -9,18 +9,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubepool import api, naming
 from kubepool.api import Entrypoint
 from kubepool.contract import RunMode
+from kubepool.jobs.definitions import script_args
 from kubepool.jobs.job import JobNotFound, MLJob, parse_job_id, status_of
-from kubepool.jobs.options import Import, resolve_image
+from kubepool.jobs.options import Import, resolve_image, take_snowflake_options
 from kubepool.jobs.payload import PayloadFile, directory_payload, file_payload
 from kubepool.jobs.spec import build_mljob, check_instances, generate_name
-from kubepool.jobs.submission import connect, pool_image, submit, warn_unknown, with_imports
+from kubepool.jobs.submission import (
+    annotate,
+    connect,
+    imports_of,
+    pool_image,
+    submit,
+    warn_unknown,
+    with_imports,
+)
 from kubepool.kube.errors import NotFound
 from kubepool.kube.sync import Kube
 
@@ -80,7 +89,7 @@ def submit_file(
             "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}], "volumes": [...],
             "volumeMounts": [...], "podLabels": {...}, "tolerations": [...]}`.
         labels: Labels of the MLJob (e.g. Kueue's `kueue.x-k8s.io/queue-name`).
-        **kwargs: Snowflake-only arguments (`stage_name`, ...) are accepted and ignored.
+        **kwargs: Snowflake's options (`options.take_snowflake_options`): each honoured or refused.
 
     Returns:
         The job's handle.
@@ -160,28 +169,33 @@ def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_po
                     session: Any, spec_overrides: Mapping[str, Any] | None, kwargs: Mapping[str, Any],
                     runtime_environment: str | None = None, imports: Sequence[Import] | None = None,
                     labels: Mapping[str, str] | None = None) -> MLJob:
-    warn_unknown(kwargs)
-    check_instances(target_instances, min_instances)
+    rest = dict(kwargs)
+    sf = take_snowflake_options(rest, target_instances=target_instances, namespace=namespace)
+    imports = imports_of(imports, rest)
+    args = script_args(rest, args)
+    warn_unknown(rest)
+    check_instances(sf.target_instances, min_instances)
     files = with_imports(files, imports)
-    kube = connect(namespace, session=session)
+    kube = connect(sf.namespace, session=session)
     image = resolve_image(image, runtime_environment, lambda: pool_image(kube, compute_pool))
     job = build_mljob(
-        name=name or generate_name(stem), namespace=namespace or kube.namespace, entrypoint=entrypoint,
-        compute_pool=compute_pool, target_instances=target_instances, min_instances=min_instances,
+        name=name or generate_name(stem), namespace=sf.namespace or kube.namespace, entrypoint=entrypoint,
+        compute_pool=compute_pool, target_instances=sf.target_instances, min_instances=min_instances,
         args=args or (), env_vars=env_vars, pip_requirements=pip_requirements,
         instances_timeout=instances_timeout, image=image, mode=RunMode.PARALLEL if parallel else RunMode.HEAD,
         spec_overrides=spec_overrides, labels=labels,
     )
+    annotate(job, sf.annotations)
     return submit(kube, job, files)
 
 
-def get_job(job_id: str, *, namespace: str | None = None, session: Any = None) -> MLJob:
+def get_job(job_id: str, session: Any = None, *, namespace: str | None = None) -> MLJob:
     """The handle of an existing job.
 
     Args:
         job_id: `namespace/name` (an `MLJob.id`) or a bare name.
-        namespace: Namespace of a bare name; default the kubeconfig context's.
         session: The cluster connection (`connect`); default from the kubeconfig.
+        namespace: Namespace of a bare name; default the kubeconfig context's.
 
     Raises:
         ValueError: `job_id` is not a job id.
@@ -227,48 +241,71 @@ class JobSummary:
         )
 
 
+def _newest(kube: Kube, limit: int, namespace: str | None, all_namespaces: bool) -> list[api.MLJob]:
+    objs = sorted(kube.list_jobs(namespace, all_namespaces), key=lambda o: str(o.metadata.get("creationTimestamp", "")),
+                  reverse=True)
+    return objs[:limit] if limit > 0 else objs
+
+
 def job_summaries(kube: Kube, *, limit: int = -1, namespace: str | None = None,
                   all_namespaces: bool = False) -> list[JobSummary]:
     """Jobs, newest first, as rows (the plain form of `list_jobs`)."""
-    rows = [JobSummary.of(o) for o in kube.list_jobs(namespace, all_namespaces)]
-    rows.sort(key=lambda r: r.created, reverse=True)
-    return rows[:limit] if limit > 0 else rows
+    return [JobSummary.of(o) for o in _newest(kube, limit, namespace, all_namespaces)]
 
 
-def list_jobs(limit: int = 10, *, namespace: str | None = None, all_namespaces: bool = False,
-              as_list: bool = False, session: Any = None, **kwargs: Any) -> Any:
-    """Recent jobs as a table with columns name, namespace, status, instances (ready/target), pool, created,
-    message — newest first.
+# Snowflake's list_jobs columns (its job history query); database_name and owner have no Kubernetes counterpart
+# (a job lives in a namespace, its schema; who created it is in the audit log, not on the object): None.
+SNOWFLAKE_COLUMNS = ("name", "status", "message", "database_name", "schema_name", "owner", "compute_pool",
+                     "target_instances", "created_time", "completed_time")
+
+
+def snowflake_row(obj: api.MLJob) -> dict[str, Any]:
+    """One job as a row of Snowflake's list_jobs."""
+    st, row = obj.status, JobSummary.of(obj)
+    return {"name": row.name, "status": row.status, "message": row.message or None, "database_name": None,
+            "schema_name": row.namespace, "owner": None, "compute_pool": row.pool,
+            "target_instances": (st.target_instances if st else None) or obj.spec.resolved_target(),
+            "created_time": obj.metadata.get("creationTimestamp"),
+            "completed_time": st.completion_time if st else None}
+
+
+def list_jobs(limit: int = 10, database: str | None = None, schema: str | None = None, session: Any = None, *,
+              namespace: str | None = None, all_namespaces: bool = False, as_list: bool = False) -> Any:
+    """Recent jobs, newest first, as Snowflake's table: columns name, status, message, database_name (None),
+    schema_name (the namespace), owner (None), compute_pool, target_instances, created_time, completed_time.
 
     Args:
         limit: Most rows to return; non-positive returns all.
+        database: Refused when set: kubepool has no databases.
+        schema: The namespace to list (Snowflake's schema); as `namespace`.
+        session: The cluster connection (`connect`); default from the kubeconfig.
         namespace: Namespace to list; default the kubeconfig context's.
         all_namespaces: List every namespace.
-        as_list: Return a list of `JobSummary` instead of a pandas DataFrame.
-        session: The cluster connection (`connect`); default from the kubeconfig.
-        **kwargs: Snowflake-only arguments (`database`, `schema`) are accepted and ignored.
+        as_list: Return a list of `JobSummary` (name, namespace, status, instances ready/target, pool, created,
+            message) instead of a pandas DataFrame.
 
     Returns:
         A pandas DataFrame, or a list of `JobSummary` when `as_list` is set or pandas is not installed.
     """
-    warn_unknown(kwargs)
-    rows = job_summaries(connect(namespace, session=session), limit=limit, namespace=namespace, all_namespaces=all_namespaces)
+    sf = take_snowflake_options({"database": database, "schema": schema}, target_instances=1, namespace=namespace)
+    kube = connect(sf.namespace, session=session)
+    objs = _newest(kube, limit, sf.namespace, all_namespaces)
     if as_list:
-        return rows
+        return [JobSummary.of(o) for o in objs]
     try:
         import pandas as pd
     except ImportError:
-        return rows
-    return pd.DataFrame([asdict(r) for r in rows], columns=list(JobSummary.__dataclass_fields__))
+        return [JobSummary.of(o) for o in objs]
+    return pd.DataFrame([snowflake_row(o) for o in objs], columns=list(SNOWFLAKE_COLUMNS))
 
 
-def delete_job(job: MLJob | str, *, namespace: str | None = None, session: Any = None) -> None:
+def delete_job(job: MLJob | str, session: Any = None, *, namespace: str | None = None) -> None:
     """Delete a job with its pods, payload and logs.
 
     Args:
         job: The handle, or its id (`namespace/name` or a bare name).
-        namespace: Namespace of a bare name.
         session: The cluster connection (`connect`) for a job id; default from the kubeconfig.
+        namespace: Namespace of a bare name.
     """
     if isinstance(job, MLJob):
         job.kube.delete_job(job.name, job.namespace)

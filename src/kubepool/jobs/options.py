@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -96,3 +97,86 @@ def _place(path: Path, dotted: str) -> list[PayloadFile]:
             raise ValueError(f"import {path} is neither a directory, a .py file nor a .zip")
         return file_payload(path, f"{rel}.py")
     return [PayloadFile(f"{rel}/{f.path}", f.content, f.mode) for f in directory_payload(path)]
+
+
+# --- Snowflake's keyword options (its `option_parsing` and `_submit_job`/`MLJobDefinition._create` pops) -------
+ANNOTATION_COMMENT = "kubepool.dev/comment"  # Snowflake's `comment`
+ANNOTATION_STAGE = "kubepool.dev/stage-name"  # Snowflake's `stage_name`: where it would have uploaded the payload
+# Options with no Kubernetes meaning: refused when set (their empty or default values pass), never dropped.
+REFUSED_OPTIONS: dict[str, str] = {
+    "external_access_integrations": "Snowflake's egress grant; a kubepool job reaches what the cluster's "
+                                    "NetworkPolicies allow (an administrator opens egress): drop the argument",
+    "query_warehouse": "a Snowflake warehouse; kubepool jobs run no SQL: drop the argument",
+    "database": "kubepool has no databases: a job lives in a namespace (schema= or namespace=)",
+    "artifact_repositories": "a Snowflake artifact repository; the package index of pipRequirements is the job's "
+                             "spec.pipOptions (spec_overrides={'pipOptions': {...}}) or the operator's pipIndexUrl",
+    "preflight": "Snowflake's multi-node preflight check is not offered by kubepool",
+    "payload": "Snowflake's internal payload object: pass the source instead",
+}
+# Every keyword option of Snowflake's that `take_snowflake_options` handles (the rest are explicit parameters).
+SNOWFLAKE_OPTIONS = frozenset({*REFUSED_OPTIONS, "num_instances", "additional_payloads", "schema", "comment",
+                               "stage_name", "enable_metrics", "secrets"})
+
+
+def _unset(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, tuple, set, dict, str)) and not value)
+
+
+@dataclass
+class SnowflakeOptions:
+    """What Snowflake's options mean for one submission."""
+
+    target_instances: int
+    namespace: str | None
+    annotations: dict[str, str] = field(default_factory=dict)
+    env_from: list[dict[str, Any]] = field(default_factory=list)  # `secrets`: each a Secret whose keys are env
+
+    def overrides(self, spec_overrides: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """`spec_overrides` with the secrets' envFrom added."""
+        if not self.env_from:
+            return dict(spec_overrides) if spec_overrides else None
+        out = dict(spec_overrides or {})
+        out["envFrom"] = [*self.env_from, *(out.get("envFrom") or [])]
+        return out
+
+
+def take_snowflake_options(kwargs: dict[str, Any], *, target_instances: int, namespace: str | None,
+                           secrets: bool = False) -> SnowflakeOptions:
+    """Pop Snowflake's keyword options out of `kwargs` and give each its meaning, as Snowflake's option parsing
+    does: `num_instances` (deprecated) raises `target_instances` to it, `additional_payloads` (deprecated) is
+    `imports` unless those are given (left in `kwargs` as `imports`), `schema` is the namespace, `comment` and
+    `stage_name` are kept as annotations of the job, `secrets` (only where Snowflake takes them: `secrets=True`) are
+    Kubernetes Secrets of the namespace whose keys every instance gets as env (envFrom).
+
+    Raises:
+        ValueError: An option of REFUSED_OPTIONS set, `enable_metrics=False`, or `schema` naming another namespace
+            than `namespace`.
+    """
+    out = SnowflakeOptions(target_instances=target_instances, namespace=namespace)
+    if "num_instances" in kwargs:
+        out.target_instances = max(target_instances, int(kwargs.pop("num_instances")))
+    if "additional_payloads" in kwargs:
+        extra = kwargs.pop("additional_payloads")
+        if kwargs.get("imports") is None:
+            kwargs["imports"] = extra
+    for key, why in REFUSED_OPTIONS.items():
+        value = kwargs.pop(key, None)
+        if not _unset(value):
+            raise ValueError(f"{key}={value!r} is not supported: {why}")
+    if kwargs.pop("enable_metrics", True) is False:
+        raise ValueError("enable_metrics=False is not supported: kubepool's job metrics are the operator's, always on")
+    schema = kwargs.pop("schema", None)
+    if schema:
+        if namespace and namespace != schema:
+            raise ValueError(f"schema={schema!r} and namespace={namespace!r} name different namespaces")
+        out.namespace = str(schema)
+    for key, annotation in (("comment", ANNOTATION_COMMENT), ("stage_name", ANNOTATION_STAGE)):
+        value = kwargs.pop(key, None)
+        if not _unset(value):
+            out.annotations[annotation] = str(value)
+    names = kwargs.pop("secrets", None) if secrets else None
+    for name in names or ():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"secrets are names of Kubernetes Secrets, not {name!r}")
+        out.env_from.append({"secretRef": {"name": name}})
+    return out

@@ -19,26 +19,33 @@ from kubepool.kube.sync import Kube
 
 log = logging.getLogger(__name__)
 
-# Snowflake arguments with no Kubernetes meaning here (logged when given): Snowflake objects (stages, warehouses,
-# integrations, artifact repositories: kubepool's package indexes are spec.pipOptions), `payload` (its internal
-# form), `comment` (jobs carry their own labels), `preflight` (Snowflake's multi-node check: not offered yet).
-_IGNORED_SNOWFLAKE_ARGS = frozenset({
-    "stage_name", "external_access_integrations", "query_warehouse", "database", "schema",
-    "enable_metrics", "artifact_repositories", "payload", "comment", "preflight",
-})
-
-
 class PoolNotFound(ValueError):
     """The compute pool named by a submission does not exist."""
 
 
 def warn_unknown(kwargs: Mapping[str, Any]) -> None:
-    """Log arguments the SDK does not use (Snowflake also only warns about them)."""
-    for key in kwargs:
-        if key in _IGNORED_SNOWFLAKE_ARGS:
-            log.info("ignoring Snowflake argument %s: it has no meaning on kubepool", key)
-        else:
-            log.warning("ignoring unknown argument %s", key)
+    """Warn about arguments no Snowflake function takes either (Snowflake also only warns about those); every
+    Snowflake option is handled before (`options.take_snowflake_options`): honoured or refused."""
+    if kwargs:
+        log.warning("ignoring unknown kwargs: %s", ", ".join(kwargs))
+
+
+def imports_of(imports: Sequence[Import] | None, rest: dict[str, Any]) -> Sequence[Import] | None:
+    """`imports`, or those `additional_payloads` gave (left in `rest` by take_snowflake_options).
+
+    Raises:
+        ValueError: Both given.
+    """
+    extra = rest.pop("imports", None)
+    if extra is not None and imports is not None:
+        raise ValueError("give imports or additional_payloads (its deprecated name), not both")
+    return imports if imports is not None else extra
+
+
+def annotate(job: api.MLJob, annotations: Mapping[str, str]) -> None:
+    """Add Snowflake's `comment`/`stage_name` (take_snowflake_options) to the job's annotations."""
+    if annotations:
+        job.metadata["annotations"] = {**(job.metadata.get("annotations") or {}), **annotations}
 
 
 def check_pool(kube: Kube, compute_pool: str, min_instances: int) -> None:

@@ -323,3 +323,14 @@ def test_the_contract_carries_the_admission_time() -> None:
     doc = build_job_contract(job(), POOLS, attempt=1, admitted_at=at)
     assert doc.admitted_at == at.timestamp() and doc.gate_timeout(at.timestamp() + 100) == 620
     assert build_job_contract(job(), POOLS).admitted_at is None
+
+
+@pytest.mark.parametrize(("mode", "probe"), [("head", ["test", "-e", f"/scratch/ray/{contract.RAY_READY_FILE}"]),
+                                             ("parallel", None), ("sagemaker", None)])
+def test_a_head_mode_instance_is_ready_once_it_joined_the_ray_cluster(mode: str, probe: list[str] | None) -> None:
+    """#38 item 4: Ready = joined (`ray start` writes its marker once the GCS registered the node), so RUNNING
+    counts only joined instances, as on the KubeRay backend; modes without Ray are ready while running."""
+    j = job(targetInstances=2, mode=mode, env=[{"name": contract.ENV_RAY_TEMP_DIR, "value": "/scratch/ray"}])
+    for p in build_instance_pods(j, POOLS, granted=2, attempt=0, cfg=CFG):
+        got = p["spec"]["containers"][0].get("readinessProbe")
+        assert (got["exec"]["command"] if got else None) == probe

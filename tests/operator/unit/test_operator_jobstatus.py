@@ -90,10 +90,12 @@ def test_a_refusal_of_the_pods_is_the_reason_while_waiting_and_in_the_timeout() 
 @pytest.mark.parametrize(("pods", "t", "phase", "reason"), [
     ([pod(0), pod(1, ready=False), pod(2, "Pending", False)], 1, JobPhase.PENDING, S.WAITING_FOR_INSTANCES),
     ([pod(0), pod(1), pod(2, "Pending", False)], 1, JobPhase.RUNNING, S.INSTANCES_READY),
-    ([pod(0), pod(1, ready=False), pod(2, "Pending", False)], 31, JobPhase.FAILED, S.INSTANCES_UNAVAILABLE),
+    ([pod(0, "Pending", False), pod(1), pod(2, "Pending", False)], 31, JobPhase.FAILED, S.INSTANCES_UNAVAILABLE),
+    ([pod(0, ready=False), pod(1, ready=False), pod(2, "Pending", False)], 31, JobPhase.PENDING, S.WAITING_FOR_INSTANCES),
     ([pod(0, "Succeeded", False), pod(1), pod(2)], 1, JobPhase.DONE, S.COMPLETED),
     ([pod(0, "Failed", False, message="ZeroDivisionError: boom", exit_code=1), pod(1)], 1, JobPhase.FAILED, S.HEAD_FAILED),
-], ids=["gate-closed", "gate-open-min", "instances-timeout", "head-succeeded", "head-failed"])
+], ids=["gate-closed", "gate-open-min", "instances-timeout", "head-runs-its-gate-has-the-clock", "head-succeeded",
+        "head-failed"])
 def test_admitted_job(pods: list, t: float, phase: JobPhase, reason: str) -> None:
     j = admitted(job(targetInstances=3, minInstances=2, instancesTimeoutSeconds=30))
     st = run(j, pods, t)
@@ -102,6 +104,17 @@ def test_admitted_job(pods: list, t: float, phase: JobPhase, reason: str) -> Non
         assert "1 of 2 required instances ready" in (st.message or "")
     if reason == S.HEAD_FAILED:
         assert st.message == "ZeroDivisionError: boom" and st.completion_time == at(t)
+
+
+def test_only_head_mode_leaves_the_instances_clock_to_the_heads_launcher() -> None:
+    """#38 item 4: in head mode the instances timeout counts from the launcher's wait (runtime/gate.py), so the
+    operator does not fail a job whose head runs (pip install, downloads, Ray start take what they take); parallel
+    mode has no gate: the operator's clock from admission still decides there."""
+    pods = [pod(0, ready=False), pod(1, "Pending", False)]
+    head = admitted(job(targetInstances=2, instancesTimeoutSeconds=30))
+    assert run(head, pods, 31).phase is JobPhase.PENDING
+    parallel = admitted(job(targetInstances=2, instancesTimeoutSeconds=30, mode="parallel"))
+    assert (run(parallel, pods, 31).phase, run(parallel, pods, 31).reason) == (JobPhase.FAILED, S.INSTANCES_UNAVAILABLE)
 
 
 def test_unscheduled_pods_are_not_alive() -> None:

@@ -161,6 +161,20 @@ def _security(uid: int | None) -> tuple[Obj, Obj]:
     return pod, container
 
 
+# A joined instance is seen within this many seconds (RUNNING waits for the instances it counts to be Ready).
+JOINED_PROBE_PERIOD_SECONDS = 2
+
+
+def joined_check(job: MLJob, group: str) -> list[str] | None:
+    """The readiness check of a head-mode instance: Ready = joined the job's Ray cluster (`ray start` writes
+    RAY_READY_FILE once the GCS has registered the node), not merely started, so the job is RUNNING only once the
+    instances it counts have joined. None in parallel and sagemaker modes: no Ray, a running instance is ready."""
+    if job.spec.mode is not contract.RunMode.HEAD:
+        return None
+    temp_dir = next((e.value for e in pod_settings(job, group).env if e.name == contract.ENV_RAY_TEMP_DIR), None)
+    return ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{contract.RAY_READY_FILE}"]
+
+
 def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, cfg: OperatorConfig) -> Obj:
     """The pod of one instance of one attempt."""
     ref = JobRef.of(job)
@@ -183,6 +197,10 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     env_from = _env_from(job, mine)
     if env_from:
         container["envFrom"] = env_from
+    joined = joined_check(job, inst.group)
+    if joined is not None:
+        container["readinessProbe"] = {"exec": {"command": joined}, "periodSeconds": JOINED_PROBE_PERIOD_SECONDS,
+                                       "timeoutSeconds": 2}
     account = {RuntimeAccountPolicy.PER_JOB: naming.runtime_service_account_name(ref.name),
                RuntimeAccountPolicy.PER_NAMESPACE: naming.RUNTIME_ACCOUNT}.get(cfg.runtime_account)
     account = mine.service_account_name or account  # the job's own (SageMaker's role), with its token

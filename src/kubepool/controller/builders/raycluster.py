@@ -41,14 +41,14 @@ from kubepool.controller.builders.common import (
     placement_of,
     pool_named,
 )
-from kubepool.controller.builders.pods import build_instance_pod
-from kubepool.controller.builders.podsettings import pod_settings
+from kubepool.controller.builders.pods import build_instance_pod, joined_check
 from kubepool.controller.config import OperatorConfig
 
 # A pod is Ready once its Ray node is up (the runtime's ready marker under Ray's --temp-dir). Our own probes
 # also keep KubeRay from injecting its probes on fixed ports that local nodes shift.
 _PROBE_PERIOD_SECONDS = 5
 _LIVENESS_FAILURES = 6
+_STARTUP_FAILURES = 86400 // _PROBE_PERIOD_SECONDS  # a day to join
 
 
 def raycluster_name(job: str) -> str:
@@ -61,19 +61,17 @@ def worker_group_name(group: str) -> str:
 
 
 def _probes(container: Obj, job: MLJob, group: str) -> None:
-    if job.spec.mode is contract.RunMode.HEAD:
-        temp_dir = next((e.value for e in pod_settings(job, group).env if e.name == contract.ENV_RAY_TEMP_DIR), None)
-        check = ["test", "-e", f"{temp_dir or contract.DEFAULT_RAY_TEMP_DIR}/{contract.RAY_READY_FILE}"]
-    else:
-        # parallel and sagemaker modes start no Ray node: as with the pod backend (no probe), a running
-        # container is a ready instance.
-        check = ["true"]
+    # Ready = joined, as on the pod backend (pods.joined_check); parallel and sagemaker modes start no Ray node:
+    # a running container is a ready instance.
+    check = joined_check(job, group) or ["true"]
     ready = {"exec": {"command": check}, "periodSeconds": _PROBE_PERIOD_SECONDS, "timeoutSeconds": 2}
     container["readinessProbe"] = ready
-    # A node not up by the instances timeout has failed the job anyway; after that, a lost node restarts nothing
-    # (restartPolicy Never) but tells KubeRay the pod is gone.
-    container["livenessProbe"] = {**ready, "initialDelaySeconds": job.spec.instances_timeout_seconds,
-                                  "failureThreshold": _LIVENESS_FAILURES}
+    # Liveness only once the node has joined (the startup probe holds it back): the instances timeout counts from
+    # the launcher's wait, after pip install and downloads of any length, so no fixed delay fits. A node that never
+    # joins is the head's gate's to fail. After that, a lost node restarts nothing (restartPolicy Never) but tells
+    # KubeRay the pod is gone.
+    container["startupProbe"] = {**ready, "failureThreshold": _STARTUP_FAILURES}
+    container["livenessProbe"] = {**ready, "failureThreshold": _LIVENESS_FAILURES}
 
 
 def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, cfg: OperatorConfig,
