@@ -255,7 +255,7 @@ def test_jsonpath_and_custom_columns(fake_kube: FakeKube, script: Path, capsys: 
     assert cli.main(["list", "-o", f"jsonpath={template}"]) == 0
     assert capsys.readouterr().out == "a:a\n"
     assert cli.main(["list", "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["NAME      PHASE", "a         RUNNING", "b         <none>"]
+    assert capsys.readouterr().out.splitlines() == ["NAME   PHASE", "a      RUNNING", "b      <none>"]
     assert cli.main(["status", "a", "-o", "jsonpath={.spec.computePool}"]) == 0
     assert capsys.readouterr().out == "cpu"
 

@@ -126,7 +126,7 @@ def _root(spec_model: type[Model], status_model: type[Model], description: str, 
 
 
 def _crd(kind: str, plural: str, short: str, scope: str, schema: dict[str, Any], columns: list[dict[str, Any]],
-         scale: dict[str, str] | None = None) -> dict[str, Any]:
+         scale: dict[str, str] | None = None, categories: tuple[str, ...] = ("kubepool",)) -> dict[str, Any]:
     subresources: dict[str, Any] = {"status": {}}
     if scale:
         subresources["scale"] = scale
@@ -138,7 +138,7 @@ def _crd(kind: str, plural: str, short: str, scope: str, schema: dict[str, Any],
         "spec": {
             "group": naming.GROUP,
             "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
-                      "shortNames": [short], "categories": ["kubepool"]},
+                      "shortNames": [short], "categories": list(categories)},
             "scope": scope,
             "versions": [{
                 "name": naming.VERSION, "served": True, "storage": True,
@@ -158,7 +158,9 @@ def mljob_crd() -> dict[str, Any]:
         {"name": "Pool", "type": "string", "jsonPath": ".status.pools"},
         {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    ], scale={"specReplicasPath": ".spec.targetInstances", "statusReplicasPath": ".status.readyInstances"})
+    ], scale={"specReplicasPath": ".spec.targetInstances", "statusReplicasPath": ".status.readyInstances",
+              "labelSelectorPath": ".status.selector"},
+        categories=("kubepool", "all"))  # `kubectl get all` lists jobs, as it lists Jobs
 
 
 def computepool_crd() -> dict[str, Any]:
@@ -171,6 +173,7 @@ def computepool_crd() -> dict[str, Any]:
         {"name": "Max", "type": "integer", "jsonPath": ".spec.maxNodes"},
         {"name": "Warm", "type": "integer", "jsonPath": ".status.warmInstances"},
         {"name": "Queued", "type": "integer", "jsonPath": ".status.queuedJobs"},
+        {"name": "Suspended", "type": "boolean", "jsonPath": ".spec.suspend"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ])
 

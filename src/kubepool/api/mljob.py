@@ -268,6 +268,8 @@ class MLJobStatus(Model):
     min_instances: int | None = Field(None, description="Resolved minimum.")
     ready_instances: int = Field(0, description="Instances whose pods are Ready.")
     ready: str | None = Field(None, description="ready/target, for kubectl.")
+    selector: str | None = Field(None, description="Label selector of the job's pods (the scale subresource's, "
+                                 "for autoscalers).")
     pools: str | None = Field(None, description="Compute pools of the job, comma separated.")
     instances: list[InstanceStatus] = Field(default_factory=list, description="One entry per instance.")
     instance_layout: InstanceLayout | None = Field(None, description="Each group's instance ids after a resize "

@@ -59,8 +59,8 @@ def _expression(expr: str) -> _Node:
     if expr.startswith("range "):
         return _Node("range", _steps(expr[6:].strip()))
     if expr[:1] in "\"'" and expr[-1:] == expr[:1] and len(expr) >= 2:
-        return _Node("text", json.loads('"' + expr[1:-1].replace('"', '\\"') + '"', strict=False) if expr[0] == '"'
-                     else expr[1:-1])
+        body = expr[1:-1].replace('\\' + expr[0], expr[0])  # either quote; escapes as in a Go string
+        return _Node("text", json.loads('"' + body.replace('"', '\\"') + '"', strict=False))
     return _Node("path", _steps(expr))
 
 

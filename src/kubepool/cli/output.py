@@ -91,7 +91,7 @@ def _columns(spec: str) -> list[tuple[str, str]]:
 
 def custom_columns(spec: str, objects: Sequence[Doc]) -> str:
     """kubectl's custom-columns: one row per object, `<none>` where a path finds nothing, columns padded as
-    kubectl's tabwriter pads them (at least 10 wide, 3 spaces after the longest cell; the last not padded)."""
+    kubectl's tabwriter pads them (3 spaces after the longest cell; the last not padded)."""
     cols = _columns(spec)
     rows = [[h for h, _ in cols]]
     for obj in objects:
@@ -100,7 +100,7 @@ def custom_columns(spec: str, objects: Sequence[Doc]) -> str:
             found = jsonpath.find(path, obj)
             row.append(",".join(jsonpath.text_of(v) for v in found) if found else "<none>")
         rows.append(row)
-    widths = [max(10, max(len(r[i]) for r in rows) + 3) for i in range(len(cols) - 1)]
+    widths = [max(len(r[i]) for r in rows) + 3 for i in range(len(cols) - 1)]
     return "\n".join("".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + r[-1] for r in rows)
 
 

@@ -106,6 +106,7 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
         st.outputs = outputs_of(job)
     st.ready_instances = sum(1 for i in st.instances if i.ready)
     st.ready = f"{st.ready_instances}/{st.target_instances}"
+    st.selector = f"{naming.LABEL_JOB}={job.metadata['name']}"
     st.conditions = _conditions(prev.conditions, st, st.ready_instances >= st.min_instances, obs.now, generation)
     return st
 

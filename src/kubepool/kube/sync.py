@@ -24,6 +24,8 @@ from lightkube.types import CascadeType, PatchType
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob
 from kubepool.kube.errors import Conflict, KubeError, Unreachable, status_error
+from kubepool.kube.kubeconfig import files_of as kubeconfig_files
+from kubepool.kube.kubeconfig import load as load_kubeconfig
 from kubepool.kube.lightkube_fence import watch_window
 from kubepool.kube.resources import ComputePoolResource, MLJobResource
 
@@ -58,10 +60,15 @@ def _stream(what: str, lines: Iterator[T]) -> Iterator[T]:
 
 
 def _load_config(kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None) -> SingleConfig:
-    """kubectl's order: `kubeconfig` when given, else `KUBECONFIG` (its first file) when set, else in-cluster,
-    else `~/.kube/config`; then `context`, else the file's current context."""
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
+    """kubectl's order: `kubeconfig` when given, else `KUBECONFIG` when set (several files merged as kubectl
+    merges them), else in-cluster, else `~/.kube/config`; then `context`, else the current context."""
+    files = [] if kubeconfig else kubeconfig_files(os.environ.get("KUBECONFIG", ""))
+    merged = load_kubeconfig(files) if len(files) > 1 else None
+    path = kubeconfig or (files[0] if files else None)
+    if merged is not None:
+        config = KubeConfig.from_dict(merged)
+    else:
+        config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
     if context is not None and context not in config.contexts:
         raise ConfigError(f"context {context!r} is not in the kubeconfig (it has: {', '.join(sorted(config.contexts)) or 'none'})")
     single = config.get(context)
