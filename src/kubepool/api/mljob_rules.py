@@ -110,6 +110,9 @@ CODE_RULES = [
     {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
 ]
 MLJOB_ROOT_RULES = [
-    {"rule": "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",
-     "message": "MLJob names must be DNS labels of at most 40 characters (they prefix pod and Service names)"},
+    # A letter first: the job's Service is `<name>-svc` (naming.service_name, KubeRay's `<name>-head-svc`), and
+    # Kubernetes before 1.34 refuses a Service whose name is not a DNS-1035 label (one starting with a digit).
+    {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",
+     "message": "MLJob names must be DNS labels of at most 40 characters starting with a letter (they prefix pod "
+                "and Service names; a Service name starting with a digit is refused before Kubernetes 1.34)"},
 ]

@@ -135,6 +135,15 @@ def _earlier_attempts(c: _Context, plan: Plan) -> None:
     plan.delete_pods += [p.name for p in c.live if p.attempt != c.st.attempt]
 
 
+def _retry_after_earlier_attempts_ended(c: _Context, plan: Plan) -> None:
+    """A retry's pods are created only once every earlier attempt's pod that reached a node has ended or is gone:
+    its last checkpoint sync or output upload (on SIGTERM, within the deletion's grace) cannot race the new
+    attempt's restore. The pod watch brings the next pass; a pod stuck on a lost node holds the retry until
+    instancesTimeoutSeconds fails it (the loss is reported, not hidden)."""
+    if any(p.attempt != c.st.attempt and p.node and not p.terminated for p in c.pods):
+        plan.create_pods = []
+
+
 def _endpoints(c: _Context, plan: Plan) -> None:
     """The slice is held while a pod of the attempt is on its way to an address: one write for instances that
     start together, not one per address (the head's alone, then each worker's). On its way: live, no address yet,
@@ -214,7 +223,7 @@ def _ttl(c: _Context, plan: Plan) -> None:
 
 
 _UNFINISHED: tuple[Callable[[_Context, Plan], None], ...] = (
-    _shared_children, _instances, _earlier_attempts, _endpoints, _deadlines)
+    _shared_children, _instances, _earlier_attempts, _retry_after_earlier_attempts_ended, _endpoints, _deadlines)
 _FINISHED: tuple[Callable[[_Context, Plan], None], ...] = (_cleanup, _ttl)
 
 

@@ -18,13 +18,15 @@ from kubepool.contract import RunMode
 # MLJob names prefix pod and Service names, so the CRD caps them below the 63 of a DNS label.
 MAX_JOB_NAME = 40
 _SUFFIX_LEN = 8
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # a letter first: the CRD's rule (api/mljob_rules.py)
 
 
 def generate_name(stem: str) -> str:
     """A fresh job name in Snowflake's style, `<stem>-<8 hex>` (Snowflake: `<stem>_<8 hex>`), as a DNS label
     of at most 40 characters, e.g. `train-3f9a1c2b` for `train.py`."""
     base = naming.dns_label(stem)[: MAX_JOB_NAME - _SUFFIX_LEN - 1].strip("-") or "job"
+    if not base[0].isalpha():  # `2024_train.py`: job names start with a letter
+        base = f"job-{base}"[: MAX_JOB_NAME - _SUFFIX_LEN - 1].strip("-")
     return f"{base}-{secrets.token_hex(_SUFFIX_LEN // 2)}"
 
 
@@ -32,8 +34,8 @@ def check_name(name: str) -> str:
     """Return `name` if it is a valid MLJob name, else raise ValueError saying what a valid one is."""
     if len(name) > MAX_JOB_NAME or not _NAME.match(name):
         raise ValueError(
-            f"invalid job name {name!r}: use lowercase letters, digits and '-', starting and ending with a "
-            f"letter or digit, at most {MAX_JOB_NAME} characters"
+            f"invalid job name {name!r}: use lowercase letters, digits and '-', starting with a letter and "
+            f"ending with a letter or digit, at most {MAX_JOB_NAME} characters"
         )
     return name
 

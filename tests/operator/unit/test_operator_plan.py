@@ -56,10 +56,19 @@ def test_retry_deletes_previous_attempt() -> None:
     st = compute_job_status(j, Observed(pods=[pod(0, "Failed", False), pod(1)], now=at(5)))
     plan = plan_job(j, st, [pod(0, "Failed", False), pod(1)], POOLS, cfg=CFG, now=at(5))
     assert plan.delete_pods == ["train-homogeneouscluster-1"]
+    assert not plan.create_pods, "the retry starts only once the failed attempt's worker has ended"
+    deleting = dataclasses.replace(pod(1), deleting=True)  # its SIGTERM grace: a last checkpoint sync may run
+    assert not plan_job(j, st, [pod(0, "Failed", False), deleting], POOLS, cfg=CFG, now=at(5)).create_pods
+    plan = plan_job(j, st, [pod(0, "Failed", False), pod(1, "Failed", False)], POOLS, cfg=CFG, now=at(5))
     assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-0-r1"]  # the head first
-    plan = plan_job(j, st, [pod(0, "Failed", False), pod(1), pod(0, "Pending", False, attempt=1)], POOLS, cfg=CFG, now=at(6))
+    plan = plan_job(j, st, [pod(0, "Failed", False)], POOLS, cfg=CFG, now=at(5))  # the worker gone
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-0-r1"]
+    never_placed = dataclasses.replace(pod(1, "Pending", False), node=None)  # never ran: nothing to wait for
+    assert plan_job(j, st, [pod(0, "Failed", False), never_placed], POOLS, cfg=CFG, now=at(5)).create_pods
+    ended = pod(1, "Failed", False)
+    plan = plan_job(j, st, [pod(0, "Failed", False), ended, pod(0, "Pending", False, attempt=1)], POOLS, cfg=CFG, now=at(6))
     assert not plan.create_pods, "a retried head that holds no node yet keeps its workers back"
-    plan = plan_job(j, st, [pod(0, "Failed", False), pod(1), pod(0, attempt=1)], POOLS, cfg=CFG, now=at(7))
+    plan = plan_job(j, st, [pod(0, "Failed", False), ended, pod(0, attempt=1)], POOLS, cfg=CFG, now=at(7))
     assert [p["metadata"]["name"] for p in plan.create_pods] == ["train-homogeneouscluster-1-r1"]
 
 
