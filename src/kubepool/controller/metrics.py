@@ -12,7 +12,12 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -38,6 +43,10 @@ API_ERRORS = Counter("kubepool_api_errors_total", "Kubernetes API calls that fai
 QUEUED_SECONDS = "kubepool_mljob_queued_seconds"
 START_SECONDS = "kubepool_mljob_start_seconds"
 DURATION_SECONDS = "kubepool_mljob_duration_seconds"
+FINISHED = "kubepool_mljobs_finished"  # exposed as kubepool_mljobs_finished_total
+_FINISHED_HELP = ("MLJobs that ended, by pool, phase (DONE, FAILED, CANCELLED) and reason; jobs that ended before "
+                  "RUNNING too (InstancesUnavailable, cancelled while queued)")
+_FINISHED_LABELS = ("pool", "phase", "reason")
 _HISTOGRAMS = {
     QUEUED_SECONDS: ("From an MLJob's creation (or its last resume) to its admission (capacity granted)", ("pool",)),
     START_SECONDS: ("From an MLJob's creation (or its last resume) to its payload's start (RUNNING)", ("pool",)),
@@ -61,6 +70,7 @@ class PoolSeries(Collector):
         self._lock = threading.Lock()  # the scrape runs in prometheus_client's server thread
         self._gauges: dict[str, list[float]] = {}
         self._counts: dict[tuple[str, tuple[str, ...]], list[float]] = {}  # per bucket, then +Inf, then the sum
+        self._finished: dict[tuple[str, ...], float] = {}  # (pool, phase, reason) -> jobs
 
     def ensure(self, name: str, labels: tuple[str, ...]) -> None:
         with self._lock:
@@ -72,6 +82,10 @@ class PoolSeries(Collector):
             counts[bisect.bisect_left(_WAIT_BUCKETS, value)] += 1  # a bucket counts what is ≤ its bound
             counts[-1] += value
 
+    def count_finished(self, labels: tuple[str, ...]) -> None:
+        with self._lock:
+            self._finished[labels] = self._finished.get(labels, 0.0) + 1
+
     def set_gauges(self, pool: str, values: list[float]) -> None:
         with self._lock:
             self._gauges[pool] = values
@@ -81,11 +95,14 @@ class PoolSeries(Collector):
             self._gauges.pop(pool, None)
             for key in [k for k in self._counts if k[1][0] == pool]:
                 del self._counts[key]
+            for labels in [k for k in self._finished if k[0] == pool]:
+                del self._finished[labels]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             gauges = list(self._gauges.items())
             counts = [(k, list(v)) for k, v in self._counts.items()]
+            finished = list(self._finished.items())
         for i, (name, text) in enumerate(_GAUGES):
             gauge = GaugeMetricFamily(name, text, labels=["pool"])
             for pool, values in gauges:
@@ -98,10 +115,15 @@ class PoolSeries(Collector):
                     cumulative = itertools.accumulate(c[:-1])
                     histogram.add_metric(list(labels), list(zip(_BOUNDS, cumulative, strict=True)), c[-1])
             yield histogram
+        counter = CounterMetricFamily(FINISHED, _FINISHED_HELP, labels=list(_FINISHED_LABELS))
+        for labels, value in finished:
+            counter.add_metric(list(labels), value)
+        yield counter
 
     def describe(self) -> Iterator[Metric]:  # the names, for the registry's duplicate check (no samples)
         yield from (GaugeMetricFamily(name, text) for name, text in _GAUGES)
         yield from (HistogramMetricFamily(name, text) for name, (text, _) in _HISTOGRAMS.items())
+        yield CounterMetricFamily(FINISHED, _FINISHED_HELP)
 
 
 POOLS = PoolSeries()
@@ -122,8 +144,9 @@ def _seconds(since: datetime | str | None, until: datetime | None) -> float | No
 
 def job_transitions(created: str | None, pool: str, prev: MLJobStatus | None, new: MLJobStatus) -> list[tuple[str, dict[str, str], float]]:
     """The observations a status transition makes (pure: the caller records them): admitted → time queued;
-    RUNNING → time to start; finished after a start → duration by outcome. A resumed job counts from its resume
-    (status.queuedAt), not its creation: the time it was suspended was not spent waiting."""
+    RUNNING → time to start; finished after a start → duration by outcome; finished at all (before RUNNING
+    too) → one more of kubepool_mljobs_finished_total by outcome and reason. A resumed job counts from its
+    resume (status.queuedAt), not its creation: the time it was suspended was not spent waiting."""
     out: list[tuple[str, dict[str, str], float]] = []
     since = new.queued_at or created
     if (prev is None or prev.admitted_at is None) and new.admitted_at is not None:
@@ -138,12 +161,16 @@ def job_transitions(created: str | None, pool: str, prev: MLJobStatus | None, ne
         ran = _seconds(new.start_time, new.completion_time)
         if ran is not None:
             out.append((DURATION_SECONDS, {"pool": pool, "phase": str(new.phase)}, ran))
+        out.append((FINISHED, {"pool": pool, "phase": str(new.phase), "reason": new.reason or ""}, 1.0))
     return out
 
 
 def observe_job(created: str | None, pool: str, prev: MLJobStatus | None, new: MLJobStatus) -> None:
     for name, labels, value in job_transitions(created, pool, prev, new):
-        POOLS.observe(name, tuple(labels[k] for k in _HISTOGRAMS[name][1]), value)
+        if name == FINISHED:
+            POOLS.count_finished(tuple(labels[k] for k in _FINISHED_LABELS))
+        else:
+            POOLS.observe(name, tuple(labels[k] for k in _HISTOGRAMS[name][1]), value)
 
 
 # A series Prometheus has never seen at 0 shows no increase at its first observation (rate() needs two samples):

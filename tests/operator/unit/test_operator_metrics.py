@@ -35,10 +35,13 @@ def test_each_transition_is_observed_once() -> None:
     assert observed(queued, admitted) == [("kubepool_mljob_queued_seconds", {"pool": "cpu"}, 40.0)]
     assert observed(admitted, admitted) == []
     assert observed(admitted, running) == [("kubepool_mljob_start_seconds", {"pool": "cpu"}, 55.0)]
-    assert observed(running, done) == [("kubepool_mljob_duration_seconds", {"pool": "cpu", "phase": "DONE"}, 100.0)]
+    assert observed(running, done) == [("kubepool_mljob_duration_seconds", {"pool": "cpu", "phase": "DONE"}, 100.0),
+                                       ("kubepool_mljobs_finished", {"pool": "cpu", "phase": "DONE", "reason": ""}, 1.0)]
     assert observed(done, done) == []
-    # Cancelled while queued: it never ran, so no duration; a first status that is already admitted counts both.
-    assert observed(queued, st(phase="CANCELLED", completionTime=T0)) == []
+    # Cancelled while queued: it never ran, so no duration, but it finished; a first status that is already
+    # admitted counts both waits.
+    assert observed(queued, st(phase="CANCELLED", reason="Cancelled", completionTime=T0)) == [
+        ("kubepool_mljobs_finished", {"pool": "cpu", "phase": "CANCELLED", "reason": "Cancelled"}, 1.0)]
     assert [o[0] for o in observed(None, running)] == ["kubepool_mljob_queued_seconds", "kubepool_mljob_start_seconds"]
 
 
@@ -99,3 +102,27 @@ def test_pool_series_scrape_as_prometheus_clients_own_metrics() -> None:
     assert ("kubepool_mljob_duration_seconds_bucket", (("le", "1.0"), ("phase", "DONE"), ("pool", "a")), 2.0) in got
     ours.forget("a")
     assert {s[2] for s in samples(ours.collect(), names)} == {0.0}  # only b's series, at zero
+
+
+def test_jobs_that_end_before_running_are_counted_by_reason() -> None:
+    def finished(**labels: str) -> float | None:
+        return REGISTRY.get_sample_value("kubepool_mljobs_finished_total", labels)
+
+    labels = {"pool": "short-pool", "phase": "FAILED", "reason": "InstancesUnavailable"}
+    admitted = st(phase="PENDING", admittedAt=T0)
+    gave_up = admitted.model_copy(update={"phase": JobPhase.FAILED, "reason": "InstancesUnavailable",
+                                          "completion_time": T0 + timedelta(seconds=600)})
+    metrics.observe_job(CREATED, "short-pool", admitted, gave_up)
+    metrics.observe_job(CREATED, "short-pool", gave_up, gave_up)  # a later pass over the same end: no more
+    assert finished(**labels) == 1.0
+    assert REGISTRY.get_sample_value("kubepool_mljob_duration_seconds_count",
+                                     {"pool": "short-pool", "phase": "FAILED"}) is None  # it never ran
+    metrics.forget_pool("short-pool")
+    assert finished(**labels) is None
+
+
+def test_dashboard_plots_every_end_and_each_pools_waits() -> None:
+    exprs = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p.get("targets", [])]
+    assert any("kubepool_mljobs_finished_total" in e and "reason" in e for e in exprs)
+    for histogram in ("kubepool_mljob_queued_seconds_bucket", "kubepool_mljob_start_seconds_bucket"):
+        assert any(histogram in e and "by (le, pool)" in e for e in exprs), histogram
