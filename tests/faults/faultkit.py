@@ -38,15 +38,17 @@ def job(name: str, pool: str, cmd: list[str], *, mode: str = "parallel", **spec:
 
 @dataclass
 class LiveInstances:
-    """Pods that hold an instance now (Pending or Running, not being deleted), by (job uid, instance id), fed
-    from a pod watch's events; `violations` lists every moment two of them held one instance at once (a retry's
-    new pods may only start once the failed attempt's pods ended or are being deleted)."""
+    """Pods that hold an instance now (Pending or Running; one being deleted while its node still runs it, too:
+    its SIGTERM grace may still sync a checkpoint), by (job uid, instance id), fed from a pod watch's events;
+    `violations` lists every moment two of them held one instance at once (a retry's new pods may only start
+    once the earlier attempt's pods ended: plan._retry_after_earlier_attempts_ended)."""
 
     live: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod name → (job uid, instance)
     violations: list[str] = field(default_factory=list)
 
-    def on_event(self, kind: str, name: str, job_uid: str, instance: str, deleting: bool, phase: str) -> None:
-        if kind == "DELETED" or deleting or phase not in ("Pending", "Running") or not job_uid:
+    def on_event(self, kind: str, name: str, job_uid: str, instance: str, deleting: bool, phase: str,
+                 node: str = "") -> None:
+        if kind == "DELETED" or (deleting and not node) or phase not in ("Pending", "Running") or not job_uid:
             self.live.pop(name, None)
             return
         key = (job_uid, instance)
@@ -84,7 +86,7 @@ class Recorder:
                      f"jsonpath={pods}"], self._on_pod)
         label = lambda key: "{.object.metadata.labels." + key.replace(".", "\\.") + "}"  # noqa: E731
         events = ("{.type}|{.object.metadata.name}|" + label(naming.LABEL_JOB_UID) + "|" + label(naming.LABEL_INSTANCE)
-                  + "|{.object.metadata.deletionTimestamp}|{.object.status.phase}{\"\\n\"}")
+                  + "|{.object.metadata.deletionTimestamp}|{.object.status.phase}|{.object.spec.nodeName}{\"\\n\"}")
         self._spawn(["get", "pods", "-w", "--output-watch-events", "-l", f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}",
                      "-o", f"jsonpath={events}"], self._on_pod_event, on_restart=self._on_pod_relist)
         del jobs
@@ -124,9 +126,9 @@ class Recorder:
             self.pod_uids.setdefault(name, set()).add(uid)
 
     def _on_pod_event(self, line: str) -> None:
-        kind, name, job_uid, instance, deleting, phase = (line.split("|") + [""] * 6)[:6]
+        kind, name, job_uid, instance, deleting, phase, node = (line.split("|") + [""] * 7)[:7]
         with self._lock:
-            self.instances.on_event(kind, name, job_uid, instance, bool(deleting), phase)
+            self.instances.on_event(kind, name, job_uid, instance, bool(deleting), phase, node)
 
     def _on_pod_relist(self) -> None:
         with self._lock:
@@ -174,6 +176,12 @@ class Recorder:
         with self._lock:
             return {n: set(u) for n, u in self.pod_uids.items() if len(u) > 1}
 
+    def doubled(self) -> list[str]:
+        """What the fault tests assert empty (a pod name keyed by the fields compared could never see it): every
+        moment two live pods held one instance (continuous, `LiveInstances`), and every pod name that had two
+        UIDs (a pod deleted and created again, seen by the watch)."""
+        return self.duplicates_seen() + [f"{n} recreated: uids {sorted(u)}" for n, u in self.recreated_pods().items()]
+
 
 def phases_of(kubectl: Any, namespace: str) -> dict[str, dict[str, Any]]:
     items = get_json(kubectl, namespace, "mljobs")["items"]
@@ -189,20 +197,6 @@ def orphans(kubectl: Any, namespace: str) -> list[str]:
         owners = [o["uid"] for o in p["metadata"].get("ownerReferences") or [] if o.get("kind") == "MLJob"]
         if not owners or not set(owners) <= jobs:
             out.append(p["metadata"]["name"])
-    return out
-
-
-def duplicates(kubectl: Any, namespace: str) -> list[str]:
-    """Two live pods for one (job, instance, attempt)."""
-    pods = get_json(kubectl, namespace, "pods", "-l", f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}")["items"]
-    seen: dict[tuple[str, str, str], str] = {}
-    out = []
-    for p in pods:
-        lab = p["metadata"]["labels"]
-        key = (lab.get(naming.LABEL_JOB, ""), lab.get(naming.LABEL_INSTANCE, ""), lab.get(naming.LABEL_ATTEMPT, ""))
-        if key in seen:
-            out.append(f"{seen[key]} and {p['metadata']['name']}")
-        seen[key] = p["metadata"]["name"]
     return out
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import yaml
 from faultkit import (
-    duplicates,
     job,
     kill_component,
     local_up,
@@ -49,7 +48,7 @@ def test_control_plane_restart_mid_run(component: str, cluster: Any, kubectl: An
     assert operator.proc is not None and operator.proc.poll() is None, f"the operator died with {component}"
     assert not recorder.backwards(), recorder.backwards()
     assert converged < 60, f"converged {converged:.0f}s after {component} came back"
-    assert not duplicates(kubectl, namespace)
+    assert not recorder.doubled(), recorder.doubled()
     wait_for(lambda: not orphans(kubectl, namespace), 30, "no orphans")
     record(cluster, f"{component.removeprefix('kube-')}-restart", faults=1, jobs=4, lost=0, orphaned=0,
            converge_s=converged)

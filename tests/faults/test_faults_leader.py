@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from faultkit import Recorder, duplicates, job, orphans, record, sleep_cmd, wait_terminal
+from faultkit import Recorder, job, orphans, record, sleep_cmd, wait_terminal
 from test_faults_watch_gap import admitted_instances, live_instances
 
 from support.chart_account import NAMESPACE as ACCOUNT_NAMESPACE
@@ -117,8 +117,7 @@ def test_leader_lost_mid_burst_fails_over_fast(cluster: Any, kubectl: Any, names
               f"{sampler.peak_admitted} admitted instances (maxNodes {MAX_NODES})")
         assert sampler.samples > 10 and sampler.peak_pods <= MAX_NODES and sampler.peak_admitted <= MAX_NODES, (
             sampler.peak_pods, sampler.peak_admitted)
-        assert not duplicates(kubectl, namespace), duplicates(kubectl, namespace)
-        assert not recorder.recreated_pods(), f"pods recreated under the same name: {recorder.recreated_pods()}"
+        assert not recorder.doubled(), f"duplicated or recreated pods: {recorder.doubled()}"
         assert not recorder.backwards(), recorder.backwards()
         wait_for(lambda: not orphans(kubectl, namespace), 60, "no orphaned pods")
         record(cluster, f"leader-failover-{fault}", faults=1, jobs=len(names), lost=0, orphaned=0, converge_s=moved,

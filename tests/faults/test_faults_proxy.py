@@ -15,7 +15,6 @@ import yaml
 from apiproxy import FaultProxy
 from faultkit import (
     Recorder,
-    duplicates,
     job,
     orphans,
     record,
@@ -46,10 +45,7 @@ def test_api_faults_during_a_burst(cluster: Any, kubectl: Any, namespace: str, t
         t0 = time.monotonic()
         kubectl("apply", "-n", namespace, "-f", "-", check=True,  # the test's own writes go straight to the server
                 input=yaml.safe_dump_all([job(n, pool, sleep_cmd(2)) for n in names]))
-        dupes: list[str] = []
-
         def all_done() -> bool:
-            dupes.extend(duplicates(kubectl, namespace))  # checked while the burst runs, not only at the end
             phases = recorder.phases
             return all(phases.get(n) and phases[n][-1][1] in ("DONE", "FAILED", "CANCELLED") for n in names)
 
@@ -59,7 +55,7 @@ def test_api_faults_during_a_burst(cluster: Any, kubectl: Any, namespace: str, t
         counts = dict(proxy.counts)
         print(f"faults injected: {counts}; burst of {JOBS} jobs finished in {converged:.0f}s")
         assert all(final[n]["phase"] == "DONE" for n in names), {n: final[n] for n in names if final[n]["phase"] != "DONE"}
-        assert not dupes, f"two live pods of one instance: {sorted(set(dupes))}"
+        assert not recorder.doubled(), f"two live pods of one instance, or a pod recreated: {recorder.doubled()}"
         assert op.proc is not None and op.proc.poll() is None, "the operator died"
         assert not recorder.backwards(), recorder.backwards()
         missing = [k for k in KINDS if not counts.get(k)]

@@ -94,11 +94,17 @@ def test_live_instances_flags_two_live_pods_of_one_instance_at_once() -> None:
     seen.on_event("MODIFIED", "j-g-0", "uid1", "0", False, "Failed")  # attempt 0 ended ...
     seen.on_event("ADDED", "j-g-0-r1", "uid1", "0", False, "Pending")  # ... so its retry may start
     seen.on_event("ADDED", "j-g-1-r1", "uid1", "1", False, "Pending")
-    seen.on_event("MODIFIED", "j-g-1-r1", "uid1", "1", True, "Running")  # being deleted: no longer holds it
+    seen.on_event("MODIFIED", "j-g-1-r1", "uid1", "1", True, "Running")  # being deleted, on no node: gone
     seen.on_event("ADDED", "j-g-1-r1", "uid1", "1", False, "Pending")  # re-created under its name
     assert seen.violations == []
     seen.on_event("ADDED", "j-g-0-r2", "uid1", "0", False, "Pending")  # while j-g-0-r1 still lives
     assert len(seen.violations) == 1 and "j-g-0-r2 live with j-g-0-r1" in seen.violations[0]
     seen.on_event("DELETED", "j-g-0-r1", "uid1", "0", False, "Running")
+    seen.on_event("MODIFIED", "j-g-0-r2", "uid1", "0", True, "Running", "node-a")  # deleted, still on its node
+    seen.on_event("ADDED", "j-g-0-r3", "uid1", "0", False, "Pending")  # its retry may not start yet
+    assert len(seen.violations) == 2 and "j-g-0-r3 live with j-g-0-r2" in seen.violations[1]
+    seen.on_event("MODIFIED", "j-g-0-r2", "uid1", "0", True, "Failed", "node-a")  # ended: the slot is free
+    seen.on_event("MODIFIED", "j-g-0-r3", "uid1", "0", False, "Running", "node-b")
+    assert len(seen.violations) == 2
     seen.reset()  # a re-listed watch starts from what it lists
     assert seen.live == {}

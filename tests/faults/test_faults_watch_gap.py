@@ -18,7 +18,6 @@ from typing import Any
 import yaml
 from faultkit import (
     Recorder,
-    duplicates,
     job,
     kill_component,
     local_up,
@@ -123,7 +122,7 @@ def test_deletions_in_a_watch_gap_release_capacity(cluster: Any, kubectl: Any, n
         print(f"all three re-created jobs DONE {converged:.1f}s after the resume; peak {peak_pods} live instance "
               f"pods, {peak_admitted} admitted instances (maxNodes {MAX_NODES})")
         wait_for(lambda: not orphans(kubectl, namespace), 60, "no orphaned pods")
-        assert not duplicates(kubectl, namespace)
+        assert not recorder.doubled(), recorder.doubled()
         record(cluster, "watch-gap", faults=1, jobs=5, lost=0, orphaned=0, converge_s=converged,
                stopped_s=round(resumed - stopped, 1))
     finally:
