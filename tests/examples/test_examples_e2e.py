@@ -121,7 +121,7 @@ class LogFollower(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                for line in self.handle.follow_logs(self.instance_id):
+                for line in self.handle.follow_logs(self.instance_id, verbose=True):  # kubepool's lines too
                     self.lines.append(line)
                 return
             except (KubeError, OSError) as e:  # the pod went (job finished) or a connection broke
@@ -196,7 +196,7 @@ def test_example_runs_to_done(kubectl: Any, env: Env, example: Example, tmp_path
     example.check({**logs, 0: cli_text})
     if env.backend == "pods":  # the pods stay until the job is deleted: logs are readable after DONE
         for iid in placed:
-            assert job.get_logs(instance_id=iid).strip() == logs[iid].strip()
+            assert job.get_logs(instance_id=iid, verbose=True).strip() == logs[iid].strip()
         got = subprocess.run([sys.executable, "-m", "kubepool.cli", "logs", name, "-n", ns],
                              capture_output=True, text=True, timeout=60)
         assert got.returncode == 0 and "score:" in got.stdout, got.stdout + got.stderr

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from fakes import FakeKube
 
-from kubepool import cli
+from kubepool import cli, contract
 from kubepool.kube.errors import Forbidden, Invalid, NotFound, Unreachable
 
 
@@ -68,11 +68,13 @@ def test_submit_list_status_logs_cancel(fake_kube: FakeKube, script: Path, capsy
     assert "team/j1: RUNNING" in out and "3/3 ready, min 2" in out and "algo-3" in out
     assert cli.main(["status", "team/j1", "-o", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["instances"]) == 3
-    fake_kube.logs = {0: ["head line"], 1: ["Local node IP: 127.0.0.2", "kubepool[1]: worker line"]}
+    start, end = contract.LOG_START_MSG.splitlines(), contract.LOG_END_MSG.splitlines()
+    worker = ["Local node IP: 127.0.0.2", "kubepool[1]: up", *start, "worker line", *end]
+    fake_kube.logs = {0: ["head line"], 1: worker}
     assert cli.main(["logs", "j1", "--instance", "1"]) == 0
-    assert capsys.readouterr().out == "kubepool[1]: worker line\n"
+    assert capsys.readouterr().out == "worker line\n"  # what the payload printed, as Snowflake's get_logs
     assert cli.main(["logs", "j1", "--instance", "1", "--verbose"]) == 0
-    assert capsys.readouterr().out == "Local node IP: 127.0.0.2\nkubepool[1]: worker line\n"
+    assert capsys.readouterr().out == "\n".join(worker) + "\n"
     assert cli.main(["suspend", "j1"]) == 0
     assert fake_kube.jobs[("team", "j1")].spec.suspend is True
     assert cli.main(["resume", "j1"]) == 0
@@ -286,10 +288,11 @@ def _interrupt() -> None:
 
 def test_logs_since_and_timestamps(fake_kube: FakeKube, script: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cli.main(["submit", str(script), "--pool", "cpu", "--name", "l1"])
-    fake_kube.logs = {0: ["Ray start-up noise", "kubepool[0]: hello"]}
+    fake_kube.logs = {0: ["Ray start-up noise", *contract.LOG_START_MSG.splitlines(), "hello",
+                          *contract.LOG_END_MSG.splitlines()]}
     capsys.readouterr()
     assert cli.main(["logs", "l1", "--since", "1h30m", "--timestamps"]) == 0
-    assert capsys.readouterr().out == "2026-01-01T00:00:01Z kubepool[0]: hello\n"  # filtered on the text
+    assert capsys.readouterr().out == "2026-01-01T00:00:04Z hello\n"  # extracted on the text
     assert fake_kube.log_calls[-1] == {"since_seconds": 5400, "timestamps": True}
     assert cli.main(["logs", "l1", "--since", "soon"]) == 2
     assert "--since 'soon'" in capsys.readouterr().err

@@ -5,7 +5,7 @@ endpoint, the result from what the head kept on the job."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -17,13 +17,13 @@ from kubepool.api.kuberay import kuberay_instance_id
 from kubepool.contract import RunMode
 from kubepool.jobs import distributed
 from kubepool.jobs.distributed import DistributedJobError, DistributedResult
+from kubepool.jobs.logs import payload_lines, payload_output, stream_payload
 from kubepool.jobs.results import (
     ExecutionResult,
     RemoteError,
     ResultUnavailable,
     decode,
     stored_result,
-    user_lines,
 )
 from kubepool.kube.errors import KubeError, NotFound
 from kubepool.kube.sync import Kube
@@ -62,20 +62,9 @@ def status_of(obj: api.MLJob) -> str:
     return phase
 
 
-def _user_lines(lines: Iterable[str], timestamps: bool) -> Iterator[str]:
-    """`user_lines`, on lines that may start with the API server's timestamp (kept on the lines it yields)."""
-    if not timestamps:
-        yield from user_lines(lines)
-        return
-    stamp = [""]
-
-    def texts() -> Iterator[str]:
-        for line in lines:
-            stamp[0], _, text = line.partition(" ")
-            yield text
-
-    for text in user_lines(texts()):  # it yields a line before reading the next: the stamp is that line's
-        yield f"{stamp[0]} {text}"
+def _text(line: str) -> str:
+    """A log line without the API server's timestamp (`timestamps=True`)."""
+    return line.partition(" ")[2]
 
 
 class MLJob:
@@ -314,8 +303,9 @@ class MLJob:
             limit: Last lines to return; negative returns all.
             instance_id: Instance whose logs to read; default the head (instance 0).
             as_list: Return a list of lines instead of one string.
-            verbose: The whole log (Ray's start-up output too); by default only
-                the payload's output and the runtime's own lines.
+            verbose: The whole log (Ray's start-up output, the banners and the runtime's `kubepool[...]` lines
+                too); by default what the payload printed, as Snowflake's log extraction gives it (jobs.logs): a
+                log without banners, a head-mode worker's, whole. `limit` counts the lines shown.
             since_seconds: Only lines written in the last this many seconds (kubectl's `--since`).
             timestamps: Prefix each line with its RFC3339 time (kubectl's `--timestamps`).
 
@@ -329,8 +319,9 @@ class MLJob:
         iid, when = self._head_or(instance_id), {"since_seconds": since_seconds, "timestamps": timestamps}
         if verbose:
             lines = list(self._log_lines(iid, limit, **when))
-        else:  # the filter needs the banners, which a tail may cut off
-            lines = list(_user_lines(self._log_lines(iid, -1, **when), timestamps))
+        else:  # the extraction needs the banners, which a tail may cut off
+            full = list(self._log_lines(iid, -1, **when))
+            lines = payload_lines(full, _text) if timestamps else payload_output(full).splitlines()
         if limit > 0:
             lines = lines[-limit:]
         return lines if as_list else "\n".join(lines)
@@ -359,7 +350,7 @@ class MLJob:
                 break
             time.sleep(POD_START_POLL_S)
         lines = self._log_lines(iid, limit=-1, follow=True, since_seconds=since_seconds, timestamps=timestamps)
-        yield from (lines if verbose else _user_lines(lines, timestamps))
+        yield from (lines if verbose else stream_payload(lines, _text if timestamps else lambda line: line))
 
     def cancel(self) -> None:
         """Cancel the job for good (`spec.cancel: true`): its pods are removed and its status becomes CANCELLED."""
