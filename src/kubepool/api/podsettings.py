@@ -22,21 +22,32 @@ MAX_VOLUMES = 32
 RESERVED_LABEL_PREFIXES = ("kubepool.dev/", "ray.io/")
 RESERVED_LABELS = ("app.kubernetes.io/managed-by",)
 RESERVED_ANNOTATION_PREFIXES = ("kubepool.dev/",)
+# Pod annotations that still loosen a container's confinement (AppArmor's is copied into the pod's security
+# context by the API server): the operator's restricted security context is the pods' whole say.
+CONFINEMENT_ANNOTATION_PREFIXES = ("container.apparmor.security.beta.kubernetes.io/", "seccomp.security.alpha.kubernetes.io/")
 
 
-def _key_rules(what: str, prefixes: tuple[str, ...], exact: tuple[str, ...] = ()) -> list[JsonValue]:
+def _key_rules(what: str, prefixes: tuple[str, ...], exact: tuple[str, ...] = (),
+               confinement: tuple[str, ...] = ()) -> list[JsonValue]:
     taken = " || ".join([f"k.startsWith('{p}')" for p in prefixes] + [f"k == '{e}'" for e in exact])
-    return [
+    rules: list[JsonValue] = [
         {"rule": "self.all(k, size(k) <= 317 && k.matches(" + repr(QUALIFIED_NAME_PATTERN) + "))",
          "message": f"{what} keys must be label keys ([prefix/]name)"},
         {"rule": f"!self.exists(k, {taken})",
          "message": f"{what} must not set the operator's keys (" + ", ".join([p + "..." for p in prefixes] + list(exact)) + ")"},
     ]
+    if confinement:
+        loosen = " || ".join(f"k.startsWith('{p}')" for p in confinement)
+        rules.append({"rule": f"!self.exists(k, {loosen})", "message": f"{what} must not set AppArmor or seccomp "
+                      "profiles (" + ", ".join(p + "..." for p in confinement) + "): the operator confines the pods"})
+    return rules
 
 
 _OURS = "v.name in " + repr(list(OPERATOR_VOLUMES)) + f" || v.name.startsWith('{OPERATOR_VOLUME_PREFIX}')"
 VOLUME_RULES: list[JsonValue] = [
     {"rule": "self.all(v, self.exists_one(w, w.name == v.name))", "message": "volumes names must be unique"},
+    # The operator creates the pods, so a hostPath here would give any MLJob author the node's files.
+    {"rule": "!self.exists(v, has(v.hostPath))", "message": "volumes must not be hostPath: it reaches the node's files"},
     {"rule": f"!self.exists(v, {_OURS})",
      "message": "volumes must not use the operator's volume names (" + ", ".join(OPERATOR_VOLUMES) + f", {OPERATOR_VOLUME_PREFIX}*)"},
 ]
@@ -79,7 +90,8 @@ class PodSettings(Model):
         "A group's come after the job's (a key in both: the group's wins); env wins over both."))
     volumes: list[dict[str, Any]] = Field(
         default_factory=list, max_length=MAX_VOLUMES, description=(
-            "Volumes of the pods (any Kubernetes volume: configMap, secret, persistentVolumeClaim, emptyDir, ...). "
+            "Volumes of the pods (a Kubernetes volume: configMap, secret, persistentVolumeClaim, emptyDir, ...; never "
+            "hostPath, and the chart's admission policy allows only its allowedVolumeTypes). "
             "A group's are added to the job's; a group's volume replaces the job's of the same name. Names must "
             "not be the operator's own."),
         json_schema_extra={"items": {"x-kubepool-k8s-type": "Volume"}, "x-kubernetes-validations": VOLUME_RULES})
@@ -104,7 +116,8 @@ class PodSettings(Model):
     pod_annotations: dict[str, str] = Field(default_factory=dict, description=(
         "Annotations of the pods (kubepool.dev/ is the operator's). Merged key by key; a group's value wins."),
         json_schema_extra={"maxProperties": 32, "additionalProperties": {"type": "string", "maxLength": LONG_STR},
-                           "x-kubernetes-validations": _key_rules("podAnnotations", RESERVED_ANNOTATION_PREFIXES)})
+                           "x-kubernetes-validations": _key_rules("podAnnotations", RESERVED_ANNOTATION_PREFIXES,
+                                                                         confinement=CONFINEMENT_ANNOTATION_PREFIXES)})
     affinity: dict[str, Any] | None = k8s("Affinity", description=(
         "Node and pod affinity of the pods, as in a pod. The operator's one-instance-per-node anti-affinity and "
         "the pool's nodeSelector always apply too (its podAntiAffinity terms are added to the operator's). A "
