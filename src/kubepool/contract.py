@@ -79,7 +79,8 @@ RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"err
 # (naming.result_annotation; the runtime admission policy lets a pod's token change only its own job), never a
 # log line any process of the payload could print. The head keeps its return value or failure; another instance
 # only its failure (distributed_result() names the failing instance's exception). Annotations of one object share
-# 256 KiB: a larger value is not kept, and the SDK says why.
+# 256 KiB: a larger head's value goes to the job's spec.output (result_object), its SHA-256 in the annotation;
+# without spec.output it is not kept, and the SDK says why.
 RESULT_MAX_BYTES = 160 * 1024
 RESULT_WORKER_MAX_BYTES = 8 * 1024
 RESULT_ENCODING = "cloudpickle+base64"
@@ -155,6 +156,11 @@ class OutputTarget(BaseModel):
     s3_uri: str | None = Field(None, alias="s3Uri")
     s3_endpoint_url: str | None = Field(None, alias="s3EndpointUrl")
     local_path: str | None = Field(None, alias="localPath")
+
+
+def result_object(location: str, job_name: str, pod: str) -> str:
+    """Where the head `pod` keeps a result too large for its MLJob, under the job's output location."""
+    return f"{location.rstrip('/')}/{job_name}/output/results/{pod}.pkl"
 
 
 def output_artifacts(location: str, job_name: str, host: str | None = None) -> tuple[str, str]:
@@ -241,6 +247,12 @@ class StoredResult(BaseModel):
     encoding: str = RESULT_ENCODING
     data: str | None = None
     dropped: str | None = None
+    location: str | None = Field(None, description="where a result too large for the job is kept instead of `data` "
+                                 "(spec.output: s3://... or pvc://...): the same bytes `data` would hold, undecoded")
+    sha256: str | None = Field(None, description="of the object at `location`: the SDK unpickles it only when it "
+                               "matches (this annotation only the job's own pod may write; the object store anyone "
+                               "with rights there)")
+    size: int | None = None
 
 
 class JobContract(BaseModel):

@@ -55,8 +55,11 @@ def test_lint_strict(helm: str, values: Any) -> None:
 def test_default_render(render: Any) -> None:
     objs = render()
     kinds = sorted(o["kind"] for o in objs if o["kind"] not in ("Role", "RoleBinding"))  # the leader's Lease: below
-    assert kinds == ["ClusterRole"] * 5 + ["ClusterRoleBinding", "Deployment", "Service", "ServiceAccount",
-                                           "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert [k for k in kinds if not k.startswith("ValidatingAdmissionPolicy")] == [
+        "ClusterRole"] * 5 + ["ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    policies = {o["metadata"]["name"] for o in by_kind(objs, "ValidatingAdmissionPolicy")}
+    assert policies == {o["spec"]["policyName"] for o in by_kind(objs, "ValidatingAdmissionPolicyBinding")}
+    assert {"kp-kubepool-runtime-own-job", "kp-kubepool-job-results"} <= policies
     [svc] = by_kind(objs, "Service")
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
 
@@ -152,7 +155,8 @@ def test_operator_settings_reach_the_operator(render: Any, tmp_path: Any) -> Non
 def test_runtime_policy_guards_only_the_shared_account(render: Any, account: str) -> None:
     """The shared per-namespace runtime account may patch any MLJob of its namespace by RBAC; the chart's policy
     narrows that to the job of the calling pod (the other modes need none)."""
-    objs = render("--set", f"operator.settings.runtimeAccount={account}")
+    objs = [o for o in render("--set", f"operator.settings.runtimeAccount={account}")
+            if o["metadata"]["name"].endswith("-runtime-own-job")]
     policies = by_kind(objs, "ValidatingAdmissionPolicy")
     if account != "per-namespace":
         assert not policies and not by_kind(objs, "ValidatingAdmissionPolicyBinding")
@@ -163,6 +167,20 @@ def test_runtime_policy_guards_only_the_shared_account(render: Any, account: str
     assert f":{naming.RUNTIME_ACCOUNT}'" in policy["spec"]["matchConditions"][0]["expression"]
     [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
     assert set(rule["resources"]) == {"mljobs", "mljobs/status"} and rule["operations"] == ["UPDATE"]
+
+
+@pytest.mark.parametrize("account", ["per-namespace", "per-job", "none"])
+def test_results_policy_guards_every_mode(render: Any, account: str) -> None:
+    """Only a job's own instance pod may write its result, whatever account the pods run as (#39 section 2;
+    tests/faults/test_faults_results.py proves it on the API server)."""
+    objs = [o for o in render("--set", f"operator.settings.runtimeAccount={account}")
+            if o["metadata"]["name"].endswith("-job-results")]
+    [policy], [binding] = by_kind(objs, "ValidatingAdmissionPolicy"), by_kind(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail" and "matchConditions" not in policy["spec"]
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["mljobs"] and rule["operations"] == ["CREATE", "UPDATE"]
+    assert f"'{naming.RESULT_ANNOTATION_PREFIX}/'" in policy["spec"]["validations"][0]["expression"]
 
 
 def test_cluster_role_is_exactly_what_the_operator_needs(render: Any) -> None:

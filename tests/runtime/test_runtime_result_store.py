@@ -58,7 +58,7 @@ def test_the_head_keeps_its_value_on_its_own_job_and_the_sdk_reads_it() -> None:
     assert result_store.store(contract(), 0, ExecutionResult(True, 0, value={"acc": 0.9}), ENV, patch) is None
     assert [(ns, name) for ns, name, _ in patch.calls] == [("team", "j")]
     doc = stored_result(patch.annotations(), 0, "j-0-0")
-    assert doc is not None and decode(doc).unwrap("team/j") == {"acc": 0.9}
+    assert doc is not None and decode(doc).unwrap() == {"acc": 0.9}
     # A result written by another pod (an earlier attempt's) is not this attempt's.
     assert stored_result(patch.annotations(), 0, "j-0-1") is None
 
@@ -82,7 +82,7 @@ def test_workers_keep_only_failures_and_only_when_they_run_the_payload() -> None
     result_store.store(contract(RunMode.PARALLEL), 2, bad, ENV, patch)
     failed = decode(stored_result(patch.annotations(), 2, None))  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="ValueError: x") as err:
-        failed.unwrap("team/j")
+        failed.unwrap()
     assert isinstance(err.value.__cause__, RemoteError)
 
 
@@ -116,3 +116,41 @@ def test_a_refused_write_is_reported_not_raised() -> None:
 def test_malformed_annotations_are_refused_clearly() -> None:
     with pytest.raises(ResultUnavailable, match="malformed result of instance 0"):
         stored_result({naming.result_annotation(0): "{not json"}, 0, None)
+
+
+def test_a_large_head_result_goes_to_the_output_and_comes_back_only_unchanged(tmp_path: Any) -> None:
+    """Over the annotation's limit, the head's value is written under spec.output (here the PVC's mount) and the
+    annotation keeps its SHA-256; the SDK reads it back, and refuses (without unpickling) an object that changed."""
+    from kubepool.api.mljob import OutputLocation, PvcSource
+    from kubepool.contract import OutputTarget
+    from kubepool.jobs.results import output_reader
+
+    c = contract().model_copy(update={"output": OutputTarget(location="pvc://out/runs", local_path=str(tmp_path))})
+    value = {"weights": b"w" * (RESULT_MAX_BYTES * 2)}
+    patch = Recorder()
+    assert result_store.store(c, 0, ExecutionResult(True, 0, value=value), ENV, patch,
+                              upload=result_store.output_upload(c, ENV)) is None
+    doc = stored_result(patch.annotations(), 0, "j-0-0")
+    assert doc is not None and doc.data is None and doc.location == "pvc://out/runs/j/output/results/j-0-0.pkl"
+    kept_file = tmp_path / "j" / "output" / "results" / "j-0-0.pkl"
+    assert doc.size == kept_file.stat().st_size > RESULT_MAX_BYTES
+
+    def read_claim(claim: str, path: str) -> bytes:
+        assert (claim, path) == ("out", "runs/j/output/results/j-0-0.pkl")
+        return kept_file.read_bytes()
+
+    fetch = output_reader(OutputLocation(persistent_volume_claim=PvcSource(claim_name="out", sub_path="runs")), read_claim)
+    assert decode(doc, fetch).unwrap() == value
+    kept_file.write_bytes(kept_file.read_bytes().replace(b"www", b"wwx", 1))  # anyone who may write the claim
+    with pytest.raises(ResultUnavailable, match="not the result the job's head kept"):
+        decode(doc, fetch)
+    with pytest.raises(ResultUnavailable, match="this client cannot read"):
+        decode(doc)
+
+
+def test_a_large_result_without_an_output_is_dropped_and_says_how_to_keep_it() -> None:
+    patch = Recorder()
+    result_store.store(contract(), 0, ExecutionResult(True, 0, value=b"x" * RESULT_MAX_BYTES), ENV, patch,
+                       upload=lambda uri, blob: pytest.fail("no spec.output: nothing is uploaded"))
+    doc = stored_result(patch.annotations(), 0, "j-0-0")
+    assert doc is not None and doc.location is None and "spec.output" in (doc.dropped or "")

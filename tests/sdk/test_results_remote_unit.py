@@ -27,13 +27,13 @@ def kept(res: ExecutionResult) -> object:
 def test_failure_raises_chained_to_the_remote_traceback() -> None:
     res = kept(ExecutionResult(False, 1, error="ZeroDivisionError: division by zero",
                                traceback="Traceback ...\nZeroDivisionError: division by zero"))
-    with pytest.raises(RuntimeError, match="execution failed with error: ZeroDivisionError") as err:
-        res.unwrap("team/j")  # type: ignore[attr-defined]
-    assert isinstance(err.value.__cause__, RemoteError) and "Traceback" in str(err.value.__cause__)
+    with pytest.raises(RuntimeError, match="execution failed with error: RemoteError.'ZeroDivisionError") as err:
+        res.unwrap()  # type: ignore[attr-defined]
+    assert isinstance(err.value.__cause__, RemoteError) and "Traceback" in err.value.__cause__.__notes__[0]
 
 
 def test_compatible_with_the_runtime_encoder() -> None:
-    assert kept(ExecutionResult(True, 0, value=[1, 2, 3])).unwrap("j") == [1, 2, 3]  # type: ignore[attr-defined]
+    assert kept(ExecutionResult(True, 0, value=[1, 2, 3])).unwrap() == [1, 2, 3]  # type: ignore[attr-defined]
 
 
 def test_not_a_result_document() -> None:

@@ -20,9 +20,12 @@ from kubepool.jobs.distributed import DistributedJobError, DistributedResult
 from kubepool.jobs.logs import payload_lines, payload_output, stream_payload
 from kubepool.jobs.results import (
     ExecutionResult,
+    Fetch,
     RemoteError,
     ResultUnavailable,
+    claim_reader,
     decode,
+    output_reader,
     stored_result,
 )
 from kubepool.kube.errors import KubeError, NotFound
@@ -204,11 +207,11 @@ class MLJob:
         doc = self._stored(0)
         if doc is not None:
             try:
-                outcome = decode(doc)
+                outcome = decode(doc, self._result_fetch())
             except ResultUnavailable as err:
                 raise RuntimeError(f"Job {self.id} ended {status}; its result is not readable: {err}") from None
             if not outcome.success or status == "DONE":
-                return outcome.unwrap(self.id)
+                return outcome.unwrap()
         if status != "DONE":
             raise RuntimeError(f"Job {self.id} ended {status}: {self.message or 'no result was reported'}")
         if self.refresh().spec.entrypoint.function:
@@ -224,7 +227,17 @@ class MLJob:
 
     def _outcome(self, instance_id: int) -> ExecutionResult | None:
         doc = self._stored(instance_id)
-        return decode(doc) if doc is not None and doc.data is not None else None
+        kept = doc is not None and (doc.data is not None or doc.location is not None)
+        return decode(doc, self._result_fetch()) if kept else None
+
+    def _result_fetch(self) -> Fetch:
+        """Reads a result kept in the job's spec.output: S3 with this client's credentials; a PVC through a pod
+        of the head's image (results.claim_reader)."""
+
+        def read_claim(claim: str, path: str) -> bytes:
+            return claim_reader(self.kube.client, self._namespace, self._name, self._pod(0))(claim, path)
+
+        return output_reader(self.refresh().spec.output, read_claim)
 
     def distributed_result(self, timeout: float = -1) -> DistributedResult:
         """Wait for a job whose every instance ran the payload (parallel or sagemaker mode) and return its

@@ -140,7 +140,7 @@ def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionRe
     except Exception as e:  # noqa: BLE001 - the payload's failure is the job's result, not a crash
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)  # inside the banners: it is the payload's output
-        return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", traceback=tb)
+        return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", traceback=tb, exception=e)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

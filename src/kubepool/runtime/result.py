@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import runpy
+import traceback as tb_module
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,19 +28,46 @@ class ExecutionResult:
     error: str = ""
     traceback: str = ""
     reason: str | None = None  # a failure the runtime names (contract.RUNTIME_FAILURE_REASONS)
+    exception: BaseException | None = None  # what the payload raised: the SDK rebuilds it (jobs.results)
 
     def as_dict(self) -> dict[str, Any]:
         return {"success": self.success, "value": self.value, "error": self.error, "traceback": self.traceback}
 
 
+# The runtime's own frames are left out of the payload's traceback, as Snowflake's launcher leaves out its own.
+_RUNTIME_FILES = frozenset({str(Path(__file__).with_name("launcher.py")), runpy.__file__})
+
+
+def exception_fields(e: BaseException) -> dict[str, Any]:
+    """What the SDK rebuilds the payload's exception from (Snowflake's ExceptionMetadata: type, message, repr,
+    traceback frames) and the exception itself, pickled on its own so that a class the client cannot import
+    loses only the object, not the rest."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in _RUNTIME_FILES:
+        tb = tb.tb_next
+    try:
+        blob: bytes | None = cloudpickle.dumps(e)
+    except Exception:  # noqa: BLE001 - unpicklable (e.g. holds a lock): rebuilt from its type name instead
+        blob = None
+    return {"error_type": f"{type(e).__module__}.{type(e).__name__}", "error_message": str(e), "error_repr": repr(e),
+            "error_frames": "".join(tb_module.format_tb(tb)), "exception": blob}
+
+
 def _pickled(result: ExecutionResult, traceback: str) -> bytes:
     """cloudpickle of the result's dict; a value cloudpickle cannot serialize is replaced by its repr rather than lost."""
     doc = {**result.as_dict(), "traceback": traceback}
+    if result.exception is not None:
+        doc.update(exception_fields(result.exception))
     try:
         return cloudpickle.dumps(doc)
     except Exception:  # noqa: BLE001 - any pickling failure: fall back to the repr
         doc["value"] = repr(result.value)
         return cloudpickle.dumps(doc)
+
+
+def pickled_result(result: ExecutionResult) -> bytes:
+    """The whole result as `stored_result` would keep it, for an object store (no size limit)."""
+    return _pickled(result, result.traceback)
 
 
 def stored_result(result: ExecutionResult, instance_id: int, pod: str, limit: int) -> StoredResult:
@@ -57,8 +86,7 @@ def stored_result(result: ExecutionResult, instance_id: int, pod: str, limit: in
     what = "return value" if result.success else "error"
     return StoredResult(pod=pod, instance=instance_id, success=result.success,
                         dropped=f"the {what} takes {len(data)} bytes encoded, over the {limit} bytes a job keeps on its "
-                                "MLJob: return something smaller (write large artifacts under /opt/ml/model and set "
-                                "spec.output to keep them)")
+                                "MLJob: set spec.output (submit with output=...) to keep a larger one there")
 
 
 def termination_message(result: ExecutionResult, instance_id: int) -> str:

@@ -1,12 +1,16 @@
 """Keeps an instance's outcome on its own MLJob (an annotation, `naming.result_annotation`), where the SDK reads
-it: written with the pod's ServiceAccount token, which the runtime admission policy (or the per-job Role) lets
-change only the pod's own job. The only part of the runtime's result handling that talks to Kubernetes."""
+it: written with the pod's ServiceAccount token; the chart's results policy refuses that annotation from anyone
+but the pod the job's status lists for the instance. A head's result too large for the annotation goes to the
+job's spec.output (S3 or the PVC) and the annotation keeps its SHA-256. The only part of the runtime's result
+handling that talks to Kubernetes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from kubepool import naming
@@ -17,12 +21,16 @@ from kubepool.contract import (
     RESULT_WORKER_MAX_BYTES,
     JobContract,
     RunMode,
+    StoredResult,
+    result_object,
 )
-from kubepool.runtime.result import ExecutionResult, stored_result
+from kubepool.runtime.channels import parse_s3_uri, s3_client
+from kubepool.runtime.result import ExecutionResult, pickled_result, stored_result
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 Patch = Callable[[str, str, dict[str, Any]], None]  # (namespace, job name, merge patch)
+Upload = Callable[[str, bytes], None]  # (s3:// or pvc:// URI under spec.output, bytes)
 
 
 def should_store(contract: JobContract, instance_id: int, res: ExecutionResult) -> bool:
@@ -31,12 +39,46 @@ def should_store(contract: JobContract, instance_id: int, res: ExecutionResult) 
     return instance_id == 0 or (not res.success and contract.mode is not RunMode.HEAD)
 
 
-def result_patch(contract: JobContract, instance_id: int, res: ExecutionResult, pod: str) -> dict[str, Any]:
-    """The merge patch that keeps `res` on the job (pure)."""
+def kept(contract: JobContract, instance_id: int, res: ExecutionResult, pod: str,
+         upload: Upload | None = None) -> StoredResult:
+    """What the job keeps of `res`: inline when it fits; the head's larger one in spec.output through `upload`
+    (None: the job has no output location), named with its SHA-256."""
     limit = RESULT_MAX_BYTES if instance_id == 0 else RESULT_WORKER_MAX_BYTES
     doc = stored_result(res, instance_id, pod, limit)
+    if doc.data is not None or instance_id != 0 or contract.output is None or upload is None:
+        return doc
+    blob = pickled_result(res)
+    uri = result_object(contract.output.location, contract.job_name, pod)
+    upload(uri, blob)
+    return StoredResult(pod=pod, instance=instance_id, success=res.success, location=uri,
+                        sha256=hashlib.sha256(blob).hexdigest(), size=len(blob))
+
+
+def result_patch(doc: StoredResult) -> dict[str, Any]:
+    """The merge patch that keeps `doc` on the job (pure)."""
     value = json.dumps(doc.model_dump(exclude_none=True), separators=(",", ":"))
-    return {"metadata": {"annotations": {naming.result_annotation(instance_id): value}}}
+    return {"metadata": {"annotations": {naming.result_annotation(doc.instance): value}}}
+
+
+def output_upload(contract: JobContract, env: Mapping[str, str]) -> Upload | None:
+    """Writes under the job's spec.output as its outputs are written (runtime.outputs): S3 with the output's
+    credentials, or the PVC mounted at its local path (renamed into place: no reader sees half an object)."""
+    target = contract.output
+    if target is None:
+        return None
+
+    def upload(uri: str, blob: bytes) -> None:
+        if target.s3_uri:
+            bucket, key = parse_s3_uri(uri)
+            s3_client(target.s3_endpoint_url, env).put_object(Bucket=bucket, Key=key, Body=blob)
+            return
+        dest = Path(target.local_path or "") / uri[len(target.location.rstrip("/")) + 1:]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".part")
+        tmp.write_bytes(blob)
+        os.replace(tmp, dest)
+
+    return upload
 
 
 def _lightkube_patch(namespace: str, name: str, body: dict[str, Any]) -> None:
@@ -50,7 +92,7 @@ def _lightkube_patch(namespace: str, name: str, body: dict[str, Any]) -> None:
 
 
 def store(contract: JobContract, instance_id: int, res: ExecutionResult, env: Mapping[str, str],
-          patch: Patch | None = None) -> str | None:
+          patch: Patch | None = None, upload: Upload | None = None) -> str | None:
     """Keep `res` on the job; returns why it was not kept (the caller logs it), None when kept or not needed."""
     if not should_store(contract, instance_id, res):
         return None
@@ -61,7 +103,8 @@ def store(contract: JobContract, instance_id: int, res: ExecutionResult, env: Ma
         patch = _lightkube_patch
     pod = env.get(ENV_POD_NAME, "")
     try:
-        patch(env.get(ENV_NAMESPACE, contract.namespace), contract.job_name, result_patch(contract, instance_id, res, pod))
+        doc = kept(contract, instance_id, res, pod, upload if upload is not None else output_upload(contract, env))
+        patch(env.get(ENV_NAMESPACE, contract.namespace), contract.job_name, result_patch(doc))
     except Exception as e:  # noqa: BLE001 - the job's outcome stands; only its value is lost, and the log says why
         return f"cannot keep the result on MLJob {contract.namespace}/{contract.job_name}: {type(e).__name__}: {e}"
     return None
