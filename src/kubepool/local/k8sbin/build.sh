@@ -5,6 +5,17 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
+# KUBEPOOL_KUBE_VERSION: another Kubernetes than the pin, for the compatibility run on the lowest minor the chart
+# claims (tests/release/test_compat.py); its wrapper module is kubernetes-<major.minor>/ beside the pinned one.
+kube_mod=$here/kubernetes
+if [ -n "${KUBEPOOL_KUBE_VERSION:-}" ] && [ "$KUBEPOOL_KUBE_VERSION" != "$KUBE_VERSION" ]; then
+  kube_mod=$here/kubernetes-$(echo "$KUBEPOOL_KUBE_VERSION" | sed -E 's/^v([0-9]+[.][0-9]+)[.].*/\1/')
+  if ! grep -q "k8s.io/kubernetes $KUBEPOOL_KUBE_VERSION\b" "$kube_mod/go.mod" 2>/dev/null; then
+    echo "error: no wrapper module requires k8s.io/kubernetes $KUBEPOOL_KUBE_VERSION (expected in $kube_mod/go.mod)" >&2
+    exit 2
+  fi
+  KUBE_VERSION=$KUBEPOOL_KUBE_VERSION
+fi
 
 if ! command -v go >/dev/null 2>&1; then
   echo "error: Go is not installed (need Go >= 1.26 to build Kubernetes ${KUBE_VERSION}); install it from https://go.dev/dl or your package manager" >&2
@@ -12,7 +23,7 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
-key=$(cat "$here/versions.env" "$here/kubernetes/go.mod" "$here/etcd/go.mod" "$here/etcd/main.go" | sha256sum | cut -c1-12)
+key=$(cat "$here/versions.env" "$kube_mod/go.mod" "$here/etcd/go.mod" "$here/etcd/main.go" | sha256sum | cut -c1-12)
 cache=${KUBEPOOL_CACHE:-$HOME/.cache/kubepool}/k8s/${KUBE_VERSION}-${key}
 bin=$cache/bin
 mkdir -p "$bin"
@@ -79,7 +90,7 @@ build_kube() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do [ -x "$bin/$b" ] || missing+=("k8s.io/kubernetes/cmd/$b"); done
   [ ${#missing[@]} -eq 0 ] && return
   step "kubernetes ${KUBE_VERSION}: ${missing[*]##*/} (the longest step)"
-  (cd "$here/kubernetes" && quiet go build -trimpath -tags 'selinux,notest,grpcnotrace' -ldflags "$(ver_flags "$KUBE_VERSION")" -o "$bin/" "${missing[@]}")
+  (cd "$kube_mod" && quiet go build -trimpath -tags 'selinux,notest,grpcnotrace' -ldflags "$(ver_flags "$KUBE_VERSION")" -o "$bin/" "${missing[@]}")
 }
 [ -x "$bin/etcd" ] || { step "etcd ${ETCD_VERSION}"; (cd "$here/etcd" && quiet go build -trimpath -ldflags '-s -w' -o "$bin/etcd" .); }
 [ -x "$bin/kwok" ] || { step "kwok ${KWOK_VERSION}"; GOBIN=$bin quiet go install -trimpath -ldflags '-s -w' "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"; }
