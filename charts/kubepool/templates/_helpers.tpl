@@ -21,8 +21,11 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels of every resource of the release. */}}
+{{/* Labels of every resource of the release (commonLabels first: the chart's own win a clash). */}}
 {{- define "kubepool.labels" -}}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 helm.sh/chart: {{ include "kubepool.chart" . }}
 {{ include "kubepool.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -30,9 +33,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: kubepool
 {{- end }}
 
+{{/* The operator's replica count: `replicaCount` (other charts' name) when set, else `replicas`. */}}
+{{- define "kubepool.replicas" -}}
+{{- if kindIs "invalid" .Values.replicaCount }}{{ int .Values.replicas }}{{ else }}{{ int .Values.replicaCount }}{{ end }}
+{{- end }}
+
 {{/* Labels of the `helm test` objects: the release's, but not the operator's component (selectors and
 monitors must never pick the test pod). */}}
 {{- define "kubepool.testLabels" -}}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 helm.sh/chart: {{ include "kubepool.chart" . }}
 app.kubernetes.io/name: {{ include "kubepool.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -117,8 +128,8 @@ them in one round.
 {{- if and (eq .Values.operator.defaultBackend "kuberay") (not .Values.rbac.kuberay) }}
 {{- $messages = append $messages "operator.defaultBackend: kuberay needs rbac.kuberay: true (the operator creates RayClusters)" }}
 {{- end }}
-{{- if and (gt (int .Values.replicas) 1) (not .Values.operator.leaderElection) }}
-{{- $messages = append $messages (printf "replicas: %v needs operator.leaderElection: true (replicas without it would race on the same MLJobs)" .Values.replicas) }}
+{{- if and (gt (int (include "kubepool.replicas" .)) 1) (not .Values.operator.leaderElection) }}
+{{- $messages = append $messages (printf "replicas: %v needs operator.leaderElection: true (replicas without it would race on the same MLJobs)" (include "kubepool.replicas" .)) }}
 {{- end }}
 {{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.health.port)) }}
 {{- $messages = append $messages (printf "metrics.port and health.port must differ (both are %v)" .Values.metrics.port) }}
