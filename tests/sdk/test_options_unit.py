@@ -133,7 +133,9 @@ def test_remote_parallel_is_refused_in_snowflakes_words(fake_kube: FakeKube) -> 
 def test_secrets_of_a_code_bundle_are_env_of_its_jobs(fake_kube: FakeKube, tmp_path: Path) -> None:
     script = tmp_path / "t.py"
     script.write_text("print(1)\n")
-    bundle = jobs.register_code_bundle(script, "cpu", None, name="b1", secrets=["hf-token"])
+    bundle = jobs.register_code_bundle(script, "cpu", None, name="b1", secrets=["hf-token"], stage_name="payloads")
+    annotations = fake_kube.configmaps[("team", "b1")].metadata.annotations  # type: ignore[union-attr]
+    assert annotations == {"kubepool.dev/stage-name": "payloads"}
     job = jobs.register_job_from_code_bundle(bundle, entrypoint="t.py")
     assert _spec(fake_kube, job).spec.env_from == [{"secretRef": {"name": "hf-token"}}]  # type: ignore[attr-defined]
 

@@ -40,12 +40,13 @@ def local_payload(source: str | Path) -> list[PayloadFile]:
 
 
 def store(kube: Kube, kind: str, name: str, namespace: str, files: Sequence[PayloadFile], template: Mapping[str, Any],
-          *, replace: bool) -> None:
+          *, replace: bool, annotations: Mapping[str, str] | None = None) -> None:
     """Keep `files` and the run `template` as the stored payload `name` (replacing one of that name if `replace`)."""
     payload = pack(files) if files else None
     data = {**(payload.data if payload else {}), TEMPLATE_KEY: json.dumps(template)}
     cm = ConfigMap(metadata=ObjectMeta(name=name, namespace=namespace, labels={
-        naming.LABEL_STORED_PAYLOAD: kind, naming.LABEL_MANAGED_BY: naming.MANAGED_BY}),
+        naming.LABEL_STORED_PAYLOAD: kind, naming.LABEL_MANAGED_BY: naming.MANAGED_BY},
+        annotations=dict(annotations) if annotations else None),
         data=data, binaryData=(payload.binary_data if payload else None) or None)
     if replace:
         kube.replace_configmap(cm, namespace)
@@ -207,7 +208,7 @@ def register_code_bundle(source: str | Path, compute_pool: str, result_stage: st
         compute_pool: ComputePool of the bundle's jobs.
         result_stage: Where the bundle's jobs keep /opt/ml/model and /opt/ml/output/data
             (`s3://bucket/prefix` or `pvc://<claim>[/<path>]`, as spec.output); None keeps nothing.
-        stage_name: Snowflake's upload stage; no meaning here (the bundle is a ConfigMap).
+        stage_name: Snowflake's upload stage, kept as the bundle ConfigMap's annotation kubepool.dev/stage-name.
         external_access_integrations: Refused when set (options.REFUSED_OPTIONS).
         name: Bundle name (a DNS subdomain); default `<source stem>-<8 hex>`.
         pip_requirements, target_instances: Of every job run from the bundle.
@@ -216,8 +217,7 @@ def register_code_bundle(source: str | Path, compute_pool: str, result_stage: st
             in `submit_file`; `secrets`: names of Kubernetes Secrets of the namespace whose keys every instance of
             the bundle's jobs gets as env (envFrom); Snowflake's other options (`options.take_snowflake_options`).
     """
-    del stage_name  # required by Snowflake, where it names the upload stage: the bundle itself is the ConfigMap
-    rest = {**kwargs, "external_access_integrations": external_access_integrations}
+    rest = {**kwargs, "stage_name": stage_name, "external_access_integrations": external_access_integrations}
     options = {k: rest.pop(k) for k in ("min_instances", "env_vars", "runtime_environment", "image",
                                         "spec_overrides") if k in rest}
     sf = take_snowflake_options(rest, target_instances=target_instances, namespace=namespace, secrets=True)
@@ -233,7 +233,7 @@ def register_code_bundle(source: str | Path, compute_pool: str, result_stage: st
                            env_vars=options.get("env_vars"), image=image, output=result_stage,
                            spec_overrides=sf.overrides(options.get("spec_overrides")))
     bundle = check_name(name or generate_name(Path(source).stem))
-    store(kube, naming.STORED_CODE_BUNDLE, bundle, ns, files, template, replace=True)
+    store(kube, naming.STORED_CODE_BUNDLE, bundle, ns, files, template, replace=True, annotations=sf.annotations)
     return MLCodeBundle(f"{ns}/{bundle}", session=kube)
 
 

@@ -329,11 +329,11 @@ class MLJob:
             ValueError: `instance_id` is not an instance of the job.
             NotFound: The instance has no pod yet (or any more).
         """
-        iid, when = self._head_or(instance_id), {"since_seconds": since_seconds, "timestamps": timestamps}
+        iid = self._head_or(instance_id)
         if verbose:
-            lines = list(self._log_lines(iid, limit, **when))
+            lines = list(self._log_lines(iid, limit, since_seconds=since_seconds, timestamps=timestamps))
         else:  # the extraction needs the banners, which a tail may cut off
-            full = list(self._log_lines(iid, -1, **when))
+            full = list(self._log_lines(iid, -1, since_seconds=since_seconds, timestamps=timestamps))
             lines = payload_lines(full, _text) if timestamps else payload_output(full).splitlines()
         if limit > 0:
             lines = lines[-limit:]
