@@ -1,7 +1,8 @@
 """`make demo`'s job path from a fresh clone where newcomers put one: a directory under /tmp (every local pod
 mounts its own /tmp over it) and a home that other users cannot traverse (the operator and instance pods run as
 non-root users). Each clone gets its own venv (this venv's packages, the clone's own source), its own local
-cluster in the clone's `.kubepool/` on a slot of its own, the chart, and the 3-instance XGBoost job to DONE.
+cluster in the clone's `.kubepool/` on a slot of its own, the chart, and the 3-instance XGBoost job to DONE;
+then the README's quick start runs, as written, on the first clone's cluster.
 
 Marked `clone` (a few minutes each): `pytest -m "not clone"` skips them locally; `make test` runs them.
 """
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from readme import block
 
 from kubepool.local import controlplane
 
@@ -122,3 +124,14 @@ def test_demo_job_from_fresh_clones_side_by_side(clones: dict[str, tuple[Path, i
         uids = _container_uids(dest / ".kubepool", "kubepool-system")
         operator = {name: u for name, u in uids.items() if name.startswith("kubepool-")}
         assert operator and all(u == {OPERATOR_UID} for u in operator.values()), (where, uids)
+        if where == "tmp":
+            _quick_start(dest)
+
+
+def _quick_start(dest: Path) -> None:
+    """The README's quick start, line by line as a newcomer pastes it, in the clone after `make demo`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBEPOOL_", "KUBECONFIG", "VIRTUAL_ENV"))}
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block("Quick start")], cwd=dest, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"the README's quick start failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "2 nodes" in proc.stdout and "DONE" in proc.stdout, proc.stdout[-3000:]
