@@ -24,7 +24,7 @@ GLOBAL = ("kubeconfig", "context", "namespace")  # listed once, under Global opt
 def _flags(action: argparse.Action) -> str:
     names = ", ".join(f"`{o}`" for o in action.option_strings) or f"`{action.metavar or action.dest}`"
     if action.option_strings and action.nargs != 0:
-        value = "|".join(str(c) for c in action.choices) if action.choices else (action.metavar or action.dest.upper())
+        value = "|".join(str(c) for c in action.choices) if action.choices else str(action.metavar or action.dest.upper())
         names += f" {value}"
     return names.replace("|", "\\|")
 
@@ -35,7 +35,7 @@ def _help(action: argparse.Action) -> str:
 
 
 def _section(name: str, p: argparse.ArgumentParser, summary: str) -> list[str]:
-    positional = " ".join(a.metavar or a.dest for a in p._actions if not a.option_strings)
+    positional = " ".join(str(a.metavar or a.dest) for a in p._actions if not a.option_strings)
     out = [f"## `kubepool {name}`", "", summary[:1].upper() + summary[1:] + ".", ""]
     connection = [o for a in p._actions if a.dest in GLOBAL for o in a.option_strings if o.startswith("--")]
     if connection:
