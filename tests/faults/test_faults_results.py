@@ -56,12 +56,28 @@ def _forged(pod: str, marker: Path) -> str:
     return StoredResult(pod=pod, instance=0, success=True, data=data).model_dump_json(exclude_none=True)
 
 
-def _pod(name: str) -> dict[str, Any]:
+OTHER_ACCOUNT = "other-runtime"
+
+
+def _other_account() -> list[dict[str, Any]]:
+    """Another job's account (as runtimeAccount per-job gives each job), which RBAC lets patch any MLJob here:
+    outside the chart's runtime-own-job policy, which guards only the shared account, so only the results policy
+    stands between its pods and job a's result."""
+    rbac = "rbac.authorization.k8s.io"
+    return [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": OTHER_ACCOUNT}},
+            {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": {"name": OTHER_ACCOUNT},
+             "rules": [{"apiGroups": [naming.GROUP], "resources": ["mljobs"], "verbs": ["get", "patch"]}]},
+            {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": {"name": OTHER_ACCOUNT},
+             "roleRef": {"apiGroup": rbac, "kind": "Role", "name": OTHER_ACCOUNT},
+             "subjects": [{"kind": "ServiceAccount", "name": OTHER_ACCOUNT}]}]
+
+
+def _pod(name: str, account: str = naming.RUNTIME_ACCOUNT) -> dict[str, Any]:
     """A pod that never runs (no node matches) but exists, so a token can be bound to it."""
     sc = {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": 1000,
           "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"serviceAccountName": naming.RUNTIME_ACCOUNT, "nodeSelector": {"kubepool.dev/no-such-node": "x"},
+            "spec": {"serviceAccountName": account, "nodeSelector": {"kubepool.dev/no-such-node": "x"},
                      "containers": [{"name": "c", "image": "none", "securityContext": sc}]}}
 
 
@@ -75,14 +91,29 @@ def _annotate(key: str, value: str) -> dict[str, Any]:
     return {"metadata": {"annotations": {key: value}}}
 
 
-def test_a_forged_result_is_refused_and_never_unpickled(kubectl: Any, cluster: Any, crds: None, namespace: str,
-                                                        tmp_path: Path) -> None:
-    ns = namespace
+def _results_policy(ns: str) -> tuple[str, list[dict[str, Any]]]:
+    """The chart's results policy as rendered, its binding limited to `ns` (policies are cluster-wide)."""
     [policy], [binding] = [[o for o in _render("templates/results-policy.yaml") if o["kind"] == kind]
                            for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
     name = f"{ns}-job-results"
     policy["metadata"]["name"] = binding["metadata"]["name"] = binding["spec"]["policyName"] = name
     binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+    return name, [policy, binding]
+
+
+@pytest.fixture
+def results_policy(kubectl: Any, crds: None, namespace: str) -> Any:
+    name, objs = _results_policy(namespace)
+    for obj in objs:
+        kubectl("apply", "-f", "-", input=json.dumps(obj), check=True)
+    yield name
+    kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found")
+
+
+def test_a_forged_result_is_refused_and_never_unpickled(kubectl: Any, cluster: Any, crds: None, namespace: str,
+                                                        tmp_path: Path) -> None:
+    ns = namespace
+    name, [policy, binding] = _results_policy(ns)
     # The namespace editor: the chart's MLJob editor rules (aggregated into `edit`), as a Role of this namespace.
     [editor] = [r for r in _render("templates/user-roles.yaml") if r["metadata"]["name"].endswith("-mljob-editor")]
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "mljob-editor"},
@@ -92,12 +123,13 @@ def test_a_forged_result_is_refused_and_never_unpickled(kubectl: Any, cluster: A
           "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": EDITOR}]}
     marker = tmp_path / "forged-result-ran"
     try:
-        for obj in (policy, binding, role, rb, *build_namespace_runtime_rbac(ns)):
+        for obj in (policy, binding, role, rb, *build_namespace_runtime_rbac(ns), *_other_account()):
             kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj), check=True)
         uids = {}
+        accounts = {"a-g-0": naming.RUNTIME_ACCOUNT, "b-g-0": OTHER_ACCOUNT}
         for job, pod in (("a", "a-g-0"), ("b", "b-g-0")):
             kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(_job(job)), check=True)
-            kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(_pod(pod)), check=True)
+            kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(_pod(pod, accounts[pod])), check=True)
             uids[pod] = kubectl.json("get", "pod", pod, "-n", ns)["metadata"]["uid"]
             # What the operator writes: the instance's pod and uid, and (here) that the job is DONE.
             status = {"status": {"phase": "DONE", "instances": [{"instanceId": 0, "group": "g", "rankInGroup": 0,
@@ -126,7 +158,7 @@ def test_a_forged_result_is_refused_and_never_unpickled(kubectl: Any, cluster: A
         assert as_editor("annotate", "mljob", "a", "note=ok").returncode == 0
 
         def client(pod: str) -> httpx.Client:
-            token = kubectl("create", "token", naming.RUNTIME_ACCOUNT, "-n", ns, "--duration=10m", "--bound-object-kind=Pod",
+            token = kubectl("create", "token", accounts[pod], "-n", ns, "--duration=10m", "--bound-object-kind=Pod",
                             f"--bound-object-name={pod}", f"--bound-object-uid={uids[pod]}", check=True).stdout.strip()
             tls = ssl.create_default_context(cafile=str(cluster.layout.pki.ca_cert))
             return httpx.Client(base_url=cluster.layout.apiserver_url, verify=tls,
@@ -136,7 +168,7 @@ def test_a_forged_result_is_refused_and_never_unpickled(kubectl: Any, cluster: A
             return c.patch(f"/apis/{naming.API_VERSION}/namespaces/{ns}/mljobs/{job}", json=_annotate(key, value),
                            headers={"Content-Type": "application/merge-patch+json"})
 
-        # Another job's pod: RBAC lets the namespace's runtime account patch job a; the results policy does not.
+        # Another job's pod: RBAC lets its account patch job a; the results policy does not.
         foreign = patch(client("b-g-0"), "a", naming.result_annotation(0), forged)
         assert foreign.status_code == 422 and REFUSED in foreign.text, foreign.text
         # Job a's own head may write its own result (and only its own instance's key).
@@ -185,6 +217,12 @@ def _big_job(kubectl: Any, namespace: str, pool: str, output: dict[str, Any]) ->
     return "big"
 
 
+def _policy_was_in_force(kubectl: Any, namespace: str, name: str) -> None:
+    """The results policy refuses even the cluster admin: the head's write above passed it, not around it."""
+    r = kubectl("annotate", "mljob", name, "-n", namespace, f"{naming.result_annotation(0)}=forged", "--overwrite")
+    assert r.returncode != 0 and REFUSED in r.stderr, r.stdout + r.stderr
+
+
 def _check_big(value: Any) -> None:
     import hashlib
 
@@ -194,7 +232,7 @@ def _check_big(value: Any) -> None:
 
 def test_a_multi_mb_result_comes_back_through_s3_and_a_changed_object_is_refused(
         kubectl: Any, namespace: str, operator: Any, small_pool: Any, endpoint: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, results_policy: str) -> None:
     from support.operator_cluster import wait_phase
     from support.s3 import CREDENTIALS, client
 
@@ -220,10 +258,11 @@ def test_a_multi_mb_result_comes_back_through_s3_and_a_changed_object_is_refused
     with pytest.raises(RuntimeError, match="not the result the job's head kept"):
         get_job(f"{namespace}/{name}").result()
     assert not marker.exists(), "a changed result object was unpickled"
+    _policy_was_in_force(kubectl, namespace, name)
 
 
 def test_a_multi_mb_result_comes_back_through_a_pvc(kubectl: Any, namespace: str, operator: Any, small_pool: Any,
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, results_policy: str) -> None:
     from support.operator_cluster import wait_phase
 
     pv_name = f"pv-{namespace}"[:60]
@@ -245,5 +284,6 @@ def test_a_multi_mb_result_comes_back_through_a_pvc(kubectl: Any, namespace: str
         _check_big(get_job(f"{namespace}/{name}").result())
         readers = kubectl.json("get", "pods", "-n", namespace, "-l", f"{naming.LABEL_JOB}={name}")["items"]
         assert all("-result-" not in p["metadata"]["name"] for p in readers if not p["metadata"].get("deletionTimestamp"))
+        _policy_was_in_force(kubectl, namespace, name)
     finally:
         kubectl("delete", "pv", pv_name, "--wait=false")

@@ -154,3 +154,27 @@ def test_a_large_result_without_an_output_is_dropped_and_says_how_to_keep_it() -
                        upload=lambda uri, blob: pytest.fail("no spec.output: nothing is uploaded"))
     doc = stored_result(patch.annotations(), 0, "j-0-0")
     assert doc is not None and doc.location is None and "spec.output" in (doc.dropped or "")
+
+
+class Refused(Exception):
+    """As lightkube's ApiError for a 422 (the results policy: the operator has not listed this pod's uid yet)."""
+
+    class status:  # noqa: N801 - lightkube's attribute
+        code = 422
+
+
+def test_a_write_refused_until_the_operator_lists_the_pod_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(result_store.time, "sleep", lambda s: None)
+    refusals = [Refused(), Refused()]
+    patch = Recorder()
+
+    def flaky(namespace: str, name: str, body: dict[str, Any]) -> None:
+        if refusals:
+            raise refusals.pop()
+        patch(namespace, name, body)
+
+    assert result_store.store(contract(), 0, ExecutionResult(True, 0, value=1), ENV, flaky) is None
+    assert not refusals and naming.result_annotation(0) in patch.annotations()
+    # Any other failure is not retried: the log says why the result was not kept.
+    why = result_store.store(contract(), 0, ExecutionResult(True, 0, value=1), ENV, Recorder(fail=RuntimeError("no")))
+    assert why is not None and "RuntimeError: no" in why

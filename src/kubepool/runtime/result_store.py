@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 Patch = Callable[[str, str, dict[str, Any]], None]  # (namespace, job name, merge patch)
 Upload = Callable[[str, bytes], None]  # (s3:// or pvc:// URI under spec.output, bytes)
+# The results policy admits the write once the job's status lists this pod's uid, which the operator writes when
+# it sees the pod: a payload that ends sooner is refused (422) until then, so the write is retried this long.
+REFUSED_RETRY_S = 60.0
 
 
 def should_store(contract: JobContract, instance_id: int, res: ExecutionResult) -> bool:
@@ -91,6 +95,25 @@ def _lightkube_patch(namespace: str, name: str, body: dict[str, Any]) -> None:
                                                    patch_type=PatchType.MERGE)
 
 
+def _refused(err: Exception) -> bool:
+    status = getattr(err, "status", None)  # lightkube's ApiError
+    return getattr(status, "code", None) == 422
+
+
+def _patch_once_listed(patch: Patch, namespace: str, name: str, body: dict[str, Any]) -> None:
+    deadline = time.monotonic() + REFUSED_RETRY_S
+    delay = 0.5
+    while True:
+        try:
+            patch(namespace, name, body)
+            return
+        except Exception as e:
+            if not _refused(e) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
 def store(contract: JobContract, instance_id: int, res: ExecutionResult, env: Mapping[str, str],
           patch: Patch | None = None, upload: Upload | None = None) -> str | None:
     """Keep `res` on the job; returns why it was not kept (the caller logs it), None when kept or not needed."""
@@ -104,7 +127,7 @@ def store(contract: JobContract, instance_id: int, res: ExecutionResult, env: Ma
     pod = env.get(ENV_POD_NAME, "")
     try:
         doc = kept(contract, instance_id, res, pod, upload if upload is not None else output_upload(contract, env))
-        patch(env.get(ENV_NAMESPACE, contract.namespace), contract.job_name, result_patch(doc))
+        _patch_once_listed(patch, env.get(ENV_NAMESPACE, contract.namespace), contract.job_name, result_patch(doc))
     except Exception as e:  # noqa: BLE001 - the job's outcome stands; only its value is lost, and the log says why
         return f"cannot keep the result on MLJob {contract.namespace}/{contract.job_name}: {type(e).__name__}: {e}"
     return None
