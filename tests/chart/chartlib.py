@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,31 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
 
 # With operator.leaderElection, in the release namespace only: the Lease (controller/leader.py).
 LEASE_RIGHTS: dict[tuple[str, str], set[str]] = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
+
+# Namespaced rights the chart grants cluster-wide even to an operator that watches listed namespaces: Events of
+# cluster-scoped ComputePools land in `default` (templates/_rbac.tpl).
+EVERYWHERE: dict[tuple[str, str], set[str]] = {("", "events"): {"create"}}
+CLUSTER_SCOPED = {("kubepool.dev", "computepools"), ("kubepool.dev", "computepools/status"), ("", "nodes"), ("", "namespaces"),
+                  ("scheduling.k8s.io", "priorityclasses"), ("apiextensions.k8s.io", "customresourcedefinitions")}
+# What every authenticated account may do (system:basic-user and friends), whatever the chart grants.
+_BUILT_IN = {("authorization.k8s.io", "selfsubjectaccessreviews"), ("authorization.k8s.io", "selfsubjectrulesreviews"),
+             ("authentication.k8s.io", "selfsubjectreviews")}
+
+
+def rights_of(kubectl: Any, who: str, namespace: str) -> dict[tuple[str, str], set[str]]:
+    """`who`'s rights in `namespace` as the API server finds them: a SelfSubjectRulesReview made as `who`."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": namespace}}
+    out = json.loads(kubectl("create", "--as", who, "-f", "-", "-o", "json", input=json.dumps(review), check=True).stdout)
+    assert not out["status"].get("incomplete"), out["status"]
+    rights: dict[tuple[str, str], set[str]] = {}
+    for rule in out["status"]["resourceRules"]:
+        assert not rule.get("resourceNames"), rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                if (group, resource) not in _BUILT_IN:
+                    rights.setdefault((group, resource), set()).update(rule["verbs"])
+    return rights
 
 
 def run_helm(helm: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from chartlib import CHART, EXAMPLES, run_helm
+from chartlib import CHART, CLUSTER_SCOPED, EVERYWHERE, EXAMPLES, OPERATOR_RIGHTS, rights_of, run_helm
 
 from kubepool import naming
 
@@ -187,6 +187,33 @@ def test_the_operator_is_no_privilege_escalation_path(kubectl: Any, release: Rel
     assert kubectl("auth", "can-i", "create", "mljobs.kubepool.dev", "-n", release.jobs_namespace, "--as", who).stdout.strip() == "yes"
     assert kubectl("auth", "can-i", "create", "pods", "-n", release.jobs_namespace, "--as", who).stdout.strip() == "yes"
     assert kubectl("get", "mljob", "sneaky", "-n", release.jobs_namespace).returncode != 0
+
+
+def test_a_watched_namespace_install_holds_no_namespaced_right_elsewhere(kubectl: Any, release: Release) -> None:
+    """The release lists the namespaces it watches, so its pods, Secrets, ... rights are Roles there (under which
+    the example job below runs to DONE); a SelfSubjectRulesReview made as its account finds none of them in a
+    namespace it does not watch, Events excepted."""
+    sa = f"system:serviceaccount:{release.namespace}:{release.service_account}"
+    assert rights_of(kubectl, sa, release.jobs_namespace) == OPERATOR_RIGHTS
+    assert rights_of(kubectl, sa, "default") == {k: v for k, v in OPERATOR_RIGHTS.items() if k in CLUSTER_SCOPED} | EVERYWHERE
+
+
+def test_the_installed_policy_keeps_a_job_within_its_authors_rights(kubectl: Any, release: Release) -> None:
+    """The chart's defaults ship the admission policy (templates/admission-policy.yaml, every namespace): alice,
+    who may only create and read MLJobs (the chart's editor role), may not have the operator mount a Secret she
+    cannot read (tests/chart/test_admission_policy.py attacks every reference)."""
+    ns, who = release.jobs_namespace, "alice"
+    kubectl("create", "rolebinding", "alice-mljobs", f"--clusterrole={release.service_account}-mljob-editor", f"--user={who}",
+            "-n", ns, check=True)
+    job = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": "exfiltrate"},
+           "spec": {"computePool": release.pool, "entrypoint": {"command": ["true"]},
+                    "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]}}
+    want = f"spec.env[TOKEN].valueFrom.secretKeyRef names secrets db, which {who} may not get in namespace {ns}"
+    deadline = time.monotonic() + 60  # a new policy takes a moment to be in force
+    while want not in (proc := kubectl("create", "--dry-run=server", "-n", ns, "--as", who, "-f", "-", input=json.dumps(job))).stderr:
+        assert time.monotonic() < deadline, f"alice's job was not refused: {proc.stdout}{proc.stderr}"
+        time.sleep(1)
+    assert proc.returncode != 0
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*-job.yaml")), ids=lambda p: p.name)
