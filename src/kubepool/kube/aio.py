@@ -41,7 +41,7 @@ PLURALS = {
     "NetworkPolicy": "networkpolicies", "EndpointSlice": "endpointslices", "RayCluster": "rayclusters",
     "PriorityClass": "priorityclasses", naming.MLJOB_KIND: naming.MLJOB_PLURAL, naming.POOL_KIND: naming.POOL_PLURAL,
     "Lease": "leases", "Event": "events", naming.WORKLOAD_KIND: naming.WORKLOAD_PLURAL,
-    "CustomResourceDefinition": "customresourcedefinitions",
+    "CustomResourceDefinition": "customresourcedefinitions", "PersistentVolumeClaim": "persistentvolumeclaims",
     "KopfPeering": "kopfpeerings", "ClusterKopfPeering": "clusterkopfpeerings",  # kopf's peering CRDs
 }  # fmt: skip
 LEASE_API = "coordination.k8s.io/v1"
