@@ -199,11 +199,15 @@ def test_no_wildcards_and_no_secret_reads(render: Any, values: Any) -> None:
                 assert not {"list", "watch"} & set(rule["verbs"]), f"{role['metadata']['name']} may list Secrets"
 
 
-def test_namespaced_rbac_uses_the_same_rules(render: Any) -> None:
-    objs = render("--set", "rbac.namespaced=true", "--set", "operator.watchNamespaces={ml-a,ml-b}")
-    roles = by_kind(objs, "Role")
+@pytest.mark.parametrize("flag", [["--set", "rbac.namespaced=true"], []], ids=["rbac-namespaced", "watched-namespaces"])
+def test_namespaced_rbac_uses_the_same_rules(render: Any, flag: list[str]) -> None:
+    """Listing the watched namespaces puts the namespaced rules in their Roles, with or without rbac.namespaced
+    (which only makes an empty list an error): the ClusterRole keeps cluster-scoped ones (and Events)."""
+    objs = render(*flag, "--set", "operator.watchNamespaces={ml-a,ml-b}")
+    roles = [r for r in by_kind(objs, "Role") if not r["metadata"]["name"].endswith("-leader")]  # the Lease's: below
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["kubepool-system", "ml-a", "ml-b"]
-    assert sorted(b["metadata"]["namespace"] for b in by_kind(objs, "RoleBinding")) == ["kubepool-system", "ml-a", "ml-b"]
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(objs, "RoleBinding")
+                  if not b["metadata"]["name"].endswith("-leader")) == ["kubepool-system", "ml-a", "ml-b"]
     cluster = grants(operator_rules(objs, "ClusterRole"))
     assert {res for _, res in cluster} <= CLUSTER_SCOPED
     for role in roles:
