@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from support.operator_cluster import Operator, mljob, wait_phase
-from support.wheels import NUMPY_PIN, PROBE, PROBE_MODULE, build_probe_wheel, numpy_wheel
+from support.wheels import NUMPY_PIN, PROBE, PROBE_MODULE, PYARROW_PIN, build_probe_wheel, cached_wheel
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ray]
 JOB_TIMEOUT_S = 360.0
@@ -138,14 +138,15 @@ print("PIN " + json.dumps(seen), flush=True)
 
 @pytest.fixture
 def numpy_index(tmp_path: Path) -> Iterator[str]:
-    """A PEP 503 simple index on loopback holding numpy 1.26.4 only."""
-    wheel = numpy_wheel()
+    """A PEP 503 simple index on loopback holding numpy 1.26.4 and pyarrow 21.0.0 only."""
     root = tmp_path / "index"
-    page = root / "simple" / "numpy"
-    page.mkdir(parents=True)
-    (root / "wheels").mkdir()
-    (root / "wheels" / wheel.name).symlink_to(wheel)
-    (page / "index.html").write_text(f'<a href="../../wheels/{wheel.name}">{wheel.name}</a>\n')
+    (root / "wheels").mkdir(parents=True)
+    for name, version in (("numpy", NUMPY_PIN), ("pyarrow", PYARROW_PIN)):
+        wheel = cached_wheel(name, version)
+        page = root / "simple" / name
+        page.mkdir(parents=True)
+        (root / "wheels" / wheel.name).symlink_to(wheel)
+        (page / "index.html").write_text(f'<a href="../../wheels/{wheel.name}">{wheel.name}</a>\n')
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -157,9 +158,9 @@ def numpy_index(tmp_path: Path) -> Iterator[str]:
 
 def test_a_pin_of_an_image_package_wins_on_every_instance_and_leaves_the_image_alone(
         kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, apply: Any, numpy_index: str) -> None:
-    """numpy==1.26.4 on an image with numpy 2: the payload and Ray tasks on both nodes (Ray mode), and both
-    instances of a SageMaker-mode job, import 1.26.4; the image (this venv, the process nodes' interpreter) keeps
-    its own numpy."""
+    """numpy==1.26.4 on an image with numpy 2: the payload and Ray tasks on both nodes (Ray mode, where the
+    image's pyarrow, which Ray imports, is pinned too: pyarrow 26 needs numpy 2), and both instances of a
+    SageMaker-mode job, import 1.26.4; the image (this venv, the process nodes' interpreter) keeps its own."""
     import numpy
 
     before = numpy.__version__
@@ -167,10 +168,9 @@ def test_a_pin_of_an_image_package_wins_on_every_instance_and_leaves_the_image_a
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": {"pin.py": PIN_SCRIPT}}
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
     common = {"computePool": pool, "targetInstances": 2, "entrypoint": {"file": "pin.py"},
-              "code": {"configMap": "payload"}, "pipRequirements": [f"numpy=={NUMPY_PIN}"],
-              "pipOptions": {"indexUrl": numpy_index}, "instancesTimeoutSeconds": 240}
-    apply(mljob("pin-ray", **common))
-    apply(mljob("pin-sm", mode="sagemaker", **common))
+              "code": {"configMap": "payload"}, "pipOptions": {"indexUrl": numpy_index}, "instancesTimeoutSeconds": 240}
+    apply(mljob("pin-ray", pipRequirements=[f"numpy=={NUMPY_PIN}", f"pyarrow=={PYARROW_PIN}"], **common))
+    apply(mljob("pin-sm", mode="sagemaker", pipRequirements=[f"numpy=={NUMPY_PIN}"], **common))
     for job in ("pin-ray", "pin-sm"):
         st = wait_phase(kubectl, namespace, job, {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
         assert st["phase"] == "DONE", json.dumps(st, indent=1)

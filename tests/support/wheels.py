@@ -15,6 +15,8 @@ PROBE = "kubepool-wheel-probe"
 PROBE_MODULE = "kubepool_wheel_probe"
 # A pin of a package the runtime image has in another version (its numpy is 2.x): what users of xgboost 2.1 write.
 NUMPY_PIN = "1.26.4"
+# The image's pyarrow 26 needs numpy 2 and Ray imports it: a job pinning numpy<2 in Ray mode pins pyarrow too.
+PYARROW_PIN = "21.0.0"
 WHEELS = Path.home() / ".cache" / "kubepool" / "wheels"
 
 
@@ -39,12 +41,16 @@ def build_probe_wheel(out: Path, version: str = "0.1", answer: str = "42") -> Pa
     return wheel
 
 
-def numpy_wheel() -> Path:
-    """numpy's cp311 wheel for this machine, downloaded once into the wheel cache (the test serves it itself)."""
-    found = sorted(WHEELS.glob(f"numpy-{NUMPY_PIN}-cp311-*.whl"))
+def cached_wheel(name: str, version: str) -> Path:
+    """A package's cp311 wheel for this machine, downloaded once into the wheel cache (tests serve it themselves)."""
+    found = sorted(WHEELS.glob(f"{name}-{version}-cp311-*.whl"))
     if not found:
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(WHEELS),
-                               f"numpy=={NUMPY_PIN}"], capture_output=True, text=True, timeout=300)
-        found = sorted(WHEELS.glob(f"numpy-{NUMPY_PIN}-cp311-*.whl"))
-        assert proc.returncode == 0 and found, f"cannot download numpy {NUMPY_PIN}:\n{proc.stderr}"
+                               f"{name}=={version}"], capture_output=True, text=True, timeout=300)
+        found = sorted(WHEELS.glob(f"{name}-{version}-cp311-*.whl"))
+        assert proc.returncode == 0 and found, f"cannot download {name} {version}:\n{proc.stderr}"
     return found[0]
+
+
+def numpy_wheel() -> Path:
+    return cached_wheel("numpy", NUMPY_PIN)
