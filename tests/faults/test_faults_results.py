@@ -265,6 +265,9 @@ def test_a_multi_mb_result_comes_back_through_a_pvc(kubectl: Any, namespace: str
                                                     tmp_path: Path, results_policy: str) -> None:
     from support.operator_cluster import wait_phase
 
+    (tmp_path / "pv" / "runs").mkdir(parents=True)  # the claim's subPath, writable by the pods' non-root user
+    for d in (tmp_path / "pv", tmp_path / "pv" / "runs"):
+        d.chmod(0o777)
     pv_name = f"pv-{namespace}"[:60]
     pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
           "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
