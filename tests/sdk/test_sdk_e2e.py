@@ -79,6 +79,20 @@ def test_ray_tasks_file_on_three_instances(operator: Any, compute_pool: Any, nam
     assert "[algo-1] total 4950" in every
 
 
+def test_the_jobs_env_sets_the_instances_clock(operator: Any, compute_pool: Any, namespace: str, tmp_path: Path) -> None:
+    """#38 item 4: MLRS_INSTANCES_TIMEOUT and MLRS_INSTANCES_MIN_WAIT in the job's env are the head launcher's, its
+    clock started when it starts waiting: 2 of 3 instances (the pool holds 2), a min wait longer than the timeout,
+    and the gate times out 5 s into its wait, as Snowflake's launcher does; the payload never runs."""
+    pool = compute_pool("cpu", max_nodes=2)
+    script = tmp_path / "gated.py"
+    script.write_text("print('the payload ran', flush=True)\n")
+    job = jobs.submit_file(script, pool, target_instances=3, min_instances=2, namespace=namespace,
+                           env_vars={"MLRS_INSTANCES_TIMEOUT": "5", "MLRS_INSTANCES_MIN_WAIT": "600"})
+    assert job.wait(JOB_TIMEOUT_S) == "FAILED", job.message
+    assert "MLRS_INSTANCES_TIMEOUT=5 since the launcher started waiting" in (job.message or ""), job.message
+    assert "the payload ran" not in (job.get_logs(verbose=True) or "")
+
+
 def _out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert cli.main(argv) == 0
     return capsys.readouterr().out

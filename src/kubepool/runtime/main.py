@@ -216,7 +216,7 @@ def run(env: dict[str, str]) -> int:
     contract, instance_id = load_contract(env)
     me = contract.identity(instance_id)
     # An instance's own wait to reach its peers counts from its start: one added later by scale_cluster gets the
-    # whole timeout. The head's gate, which fails the job, counts from the admission (launcher.gate_instances).
+    # whole timeout. The head's gate, which fails the job, counts from its own start (launcher.gate_instances).
     deadline = time.monotonic() + contract.instances_timeout_seconds
     log(f"{contract.job_name}: instance {me.instance_id} ({me.host}, group {me.group}), mode {contract.mode.value}")
     env[ENV_PAYLOAD_DIR] = str(unpack_payload(Path(env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR)), env))
