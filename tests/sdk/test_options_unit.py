@@ -208,3 +208,15 @@ def test_get_and_delete_take_the_session_second(fake_kube: FakeKube, tmp_path: P
     assert jobs.get_job("team/a", fake_kube).id == "team/a"
     jobs.delete_job("team/a", fake_kube)
     assert fake_kube.jobs == {}
+
+
+def test_a_function_definition_ships_its_imports(fake_kube: FakeKube, tmp_path: Path) -> None:
+    """MLJobDefinition of a function: `imports` go with each run's payload (they were dropped)."""
+    (tmp_path / "helpers.py").write_text("X = 1\n")
+
+    def fn() -> int:
+        return 1
+
+    job = jobs.MLJobDefinition(fn, "cpu", imports=[str(tmp_path / "helpers.py")])()
+    manifest = json.loads(fake_kube.configmaps[("team", f"{job.name}-payload")].data[MANIFEST_KEY])  # type: ignore[index]
+    assert "helpers.py" in manifest["files"]

@@ -159,6 +159,8 @@ def snowflake_keyword_options(wheel: zipfile.ZipFile) -> dict[str, set[str]]:
     out["remote"] = create - _passed(decorators["remote"], "_create") - set(_params(decorators["remote"]))
     bundle = _functions(_module(wheel, "code_bundle"))["register_code_bundle"]
     out["register_code_bundle"] = (_popped(bundle) | common) - set(_params(bundle))
+    register = _method(_module(wheel, "job_definition"), "MLJobDefinition", "register")
+    out["MLJobDefinition.register"] = create - set(_params(register))
     return out
 
 
@@ -169,7 +171,7 @@ SAMPLES: dict[str, Any] = {
     "database": "DB", "schema": "team", "query_warehouse": "WH", "name": "named", "comment": "a comment",
     "spec_overrides": {}, "num_instances": 2, "additional_payloads": [], "secrets": ["hf-token"],
     "external_access_integrations": ["PYPI"], "overwrite": True, "default_args": ["--x", "1"], "payload": object(),
-    "arg_protocol": "cli", "entrypoint": "train.py",
+    "arg_protocol": "cli", "entrypoint": "train.py", "pip_requirements": ["tqdm"], "target_instances": 2,
 }
 
 
@@ -184,6 +186,8 @@ def _call(fn_name: str, tmp_path: Path, **kw: Any) -> Any:
         return jobs.submit_from_stage("configmap://code", "cpu", entrypoint="train.py", **kw)
     if fn_name == "register_code_bundle":
         return jobs.register_code_bundle(script, "cpu", None, **kw)
+    if fn_name == "MLJobDefinition.register":
+        return jobs.MLJobDefinition.register(script, "cpu", **{"overwrite": True, **kw})
 
     def fn() -> int:
         return 1
