@@ -88,3 +88,31 @@ def test_toolkit_reads_the_same_answers_on_every_instance(kubectl: Any, namespac
                     "master_hostname", "hosts", "channel_input_dirs", "hyperparameters", "model_dir",
                     "output_data_dir", "current_instance_type", "distribution_instance_groups"):
             assert v[key] == ours[key], f"{host}: {key}: toolkit {v[key]!r} vs SM_TRAINING_ENV {ours[key]!r}"
+
+
+def test_a_pytorch_estimators_versions_are_the_images_or_the_job_fails_saying_what_it_has(
+        kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, tmp_path: Any) -> None:
+    """PyTorch(framework_version=..., py_version=...) where SageMaker would pick the framework's container: the
+    image's torch and Python (the process nodes' venv) pass; a version the image lacks fails the job before the
+    script runs, naming what the image has."""
+    import sys
+    from importlib.metadata import version
+
+    from kubepool.sagemaker.pytorch import PyTorch
+
+    pool = compute_pool("cpu", max_nodes=2)
+    script = tmp_path / "train.py"
+    script.write_text("print('TRAINED', flush=True)\n")
+    torch_minor = ".".join(version("torch").split(".")[:2])
+    py = f"py{sys.version_info[0]}{sys.version_info[1]}"
+    ok = PyTorch(str(script), framework_version=torch_minor, py_version=py, instance_type=pool, instance_count=1,
+                 namespace=namespace, max_run=240).fit(wait=False)
+    bad = PyTorch(str(script), framework_version="1.13", py_version=py, instance_type=pool, instance_count=1,
+                  namespace=namespace, max_run=240).fit(wait=False)
+    st = wait_phase(kubectl, namespace, ok.name, {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    st = wait_phase(kubectl, namespace, bad.name, {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
+    assert st["phase"] == "FAILED", json.dumps(st, indent=1)
+    assert f"framework_version 1.13: the image has torch {version('torch')}" in st["message"], st["message"]
+    log = kubectl("logs", "-n", namespace, "-l", f"kubepool.dev/job={bad.name}", "--tail=-1").stdout
+    assert "TRAINED" not in log
