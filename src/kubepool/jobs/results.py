@@ -73,6 +73,8 @@ def remote_exception(doc: Mapping[str, Any]) -> BaseException:
         except Exception:  # noqa: BLE001 - its class is not importable here: rebuilt from its name below
             loaded = None
         ex = loaded if isinstance(loaded, BaseException) else None
+    if ex is None and isinstance(doc.get("error"), BaseException):  # a document that holds the exception itself
+        ex = doc["error"]
     if ex is None and type_str:
         ex = _by_type(type_str, message, str(doc.get("error_repr") or f"{type_str}('{message}')"))
     if ex is None:  # no exception on the head (e.g. a non-zero exit): the runtime's words
