@@ -20,6 +20,7 @@ help:
 	@echo "make images      build kubepool/operator:dev and kubepool/runtime:dev as OCI archives, no Docker (docs/images.md)"
 	@echo "make images-cuda the runtime image's CUDA variant; make images-test runs the built images under runc"
 	@echo "make test-realnode  the real-node tier alone (make test runs it after the rest; root)"
+	@echo "make mutants     break each protection on purpose (hack/mutants/mutants.toml); fails if a test still passes"
 	@echo "make release REGISTRY=host[:port]/path  publish images, chart (oci://) and wheel of pyproject's version (docs/install.md)"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -94,6 +95,10 @@ images-cuda:  # what the CUDA variant is where no nvidia/cuda base can be pulled
 test-realnode: venv lint k8s-bin  # the real-node tier alone: kubelet + containerd nodes running the built images (docs/local-nodes.md)
 	hack/realnode/prepare.sh
 	$(BIN)/pytest -m realnode tests/realnode $(PYTEST_ARGS)
+
+.PHONY: mutants
+mutants: venv k8s-bin  # every named mutation of a protection (hack/mutants/mutants.toml) must fail its tests; the unit level also runs in make test (docs/reliability.md, "Mutations")
+	$(BIN)/python hack/mutants/run.py $(MUTANTS_ARGS)
 
 images-test: venv  # the built images under runc (tests/images, marker `images`); skips images not built
 	$(BIN)/pytest -m images tests/images $(PYTEST_ARGS)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
+
+import pytest
 
 from kubepool.api import JobPhase, MLJob
 from kubepool.controller import jobstatus as S
@@ -108,3 +112,20 @@ def test_live_instances_flags_two_live_pods_of_one_instance_at_once() -> None:
     assert len(seen.violations) == 2
     seen.reset()  # a re-listed watch starts from what it lists
     assert seen.live == {}
+
+
+def test_an_output_prefix_is_claimed_by_the_first_job_of_its_name_and_refused_to_the_next(tmp_path: Path) -> None:
+    """A job deleted and created again under its name: the new one's instances find the earlier uid's marker
+    under `<location>/<job>/` and write nothing there (runtime.ownership, claimed before the payload)."""
+    from kubepool.contract import OutputTarget
+    from kubepool.runtime import outputs, ownership
+
+    store = outputs._Store(OutputTarget(location="pvc://out/models", local_path=str(tmp_path)), {})
+    uri = ownership.claim(store, "pvc://out/models", "ns", "train", "uid-1")
+    assert uri == "pvc://out/models/train/kubepool-owner.json"
+    assert json.loads((tmp_path / "train" / "kubepool-owner.json").read_text())["uid"] == "uid-1"
+    assert ownership.claim(store, "pvc://out/models/", "ns", "train", "uid-1") == uri  # another instance, a retry
+    with pytest.raises(ownership.OutputLocationOwned, match=r"another MLJob ns/train \(uid uid-1\): nothing was written"):
+        ownership.claim(store, "pvc://out/models", "ns", "train", "uid-2")
+    assert json.loads((tmp_path / "train" / "kubepool-owner.json").read_text())["uid"] == "uid-1"
+    assert ownership.claim(store, "pvc://out/models", "ns", "other", "uid-2")  # another name: its own prefix

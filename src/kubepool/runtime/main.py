@@ -227,6 +227,7 @@ def run(env: dict[str, str]) -> int:
         log(f"pip: {done}")
     gpus = ray_node.detect_gpus()
     sm_env = prepare(contract, me, env, gpus)
+    outputs.claim(contract, env)  # an earlier same-name job's outputs are never overwritten: refused here
     syncer = start_checkpoints(contract, env)
     try:
         code = run_payload(contract, me, env, sm_env, gpus, deadline)

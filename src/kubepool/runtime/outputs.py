@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubepool.contract import InstanceIdentity, JobContract, OutputTarget, output_artifacts
+from kubepool.runtime import ownership
 from kubepool.runtime.channels import parse_s3_uri, s3_client
 from kubepool.runtime.sagemaker import Layout
 
@@ -126,6 +127,12 @@ def aggregate(contract: JobContract, store: _Store, kind: int, tmp: Path) -> str
         if {h: store.version(u) for h, u in uris.items()} == seen:
             break
     return top
+
+
+def claim(contract: JobContract, env: Mapping[str, str]) -> str | None:
+    """Before the payload: the job's output prefix is this job's (runtime.ownership), else it raises."""
+    t = contract.output
+    return None if t is None else ownership.claim(_Store(t, env), t.location, contract.namespace, contract.job_name, contract.job_uid)
 
 
 def keep(contract: JobContract, me: InstanceIdentity, layout: Layout, env: Mapping[str, str]) -> list[str]:

@@ -1,0 +1,196 @@
+"""Mutation check of kubepool's protections (`make mutants`; the unit level also runs in `make test` through
+tests/operator/unit/test_mutants.py).
+
+Each entry of hack/mutants/mutants.toml names one protection: a file, the exact text of the check, a text that
+disables it, and the tests that must fail once it is disabled. For each entry this copies the repository (its
+tracked and not-ignored files, as they are in the working tree) to a scratch directory once, writes the mutated
+file there, runs the entry's tests against the copy (PYTHONPATH: the copy's src first), and puts the file back.
+An entry with `in_tree = true` is also written into the repository itself
+for its run (code that the local cluster's pods run: the node agents import kubepool from the repository), and
+put back afterwards, also on Ctrl-C: leave the tree alone while `make mutants` runs. A mutation whose tests still pass survived: the protection is untested. The run fails when any survives, when
+an entry's old text is not found exactly once (a stale entry), or when its tests do not pass unmutated.
+
+    .venv/bin/python hack/mutants/run.py                  # every entry
+    .venv/bin/python hack/mutants/run.py --level unit     # those that need no cluster
+    .venv/bin/python hack/mutants/run.py --only NAME ...  # some entries
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LIST = ROOT / "hack" / "mutants" / "mutants.toml"
+LEVELS = ("unit", "cluster")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    level: str
+    why: str = ""
+    in_tree: bool = False  # also mutate the repository itself: code the local nodes' pods run (they import kubepool from it)
+
+
+def load(path: Path = LIST) -> list[Mutant]:
+    """The entries, checked: unique names, a known level, tests named, old != new."""
+    raw = tomllib.loads(path.read_text())
+    out: list[Mutant] = []
+    for entry in raw.get("mutant", []):
+        m = Mutant(name=entry["name"], file=entry["file"], old=entry["old"], new=entry["new"],
+                   tests=tuple(entry["tests"]), level=entry.get("level", "unit"), why=entry.get("why", ""),
+                   in_tree=bool(entry.get("in_tree", False)))
+        if m.level not in LEVELS or not m.tests or m.old == m.new:
+            raise SystemExit(f"mutants.toml: entry {m.name!r}: level must be one of {LEVELS}, tests non-empty, "
+                             "new different from old")
+        out.append(m)
+    names = [m.name for m in out]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"mutants.toml: duplicate names {sorted({n for n in names if names.count(n) > 1})}")
+    return out
+
+
+def stale(m: Mutant, root: Path = ROOT) -> str:
+    """Why the entry no longer applies to the tree ('' when its old text occurs exactly once)."""
+    path = root / m.file
+    if not path.is_file():
+        return f"{m.file} does not exist"
+    n = path.read_text().count(m.old)
+    return "" if n == 1 else f"its old text occurs {n} times in {m.file} (must be exactly once)"
+
+
+def copy_tree(dest: Path) -> None:
+    """The working tree's tracked and not-ignored files (not git worktree: the copy holds uncommitted edits)."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           check=True, capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file() and not src.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def pytest(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(copy / "src"), str(copy / "tests")]),
+               PYTHONDONTWRITEBYTECODE="1")
+    # The copy's cluster tests use the repository's test cluster, not a second one.
+    env.setdefault("KUBEPOOL_TEST_STATE_DIR", str(ROOT / ".kubepool-test"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                               "-p", "no:randomly", *tests], cwd=copy, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {timeout:.0f}s"
+    return proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def restore_crds() -> None:
+    """The tests applied the copy's mutated CRD to the shared test cluster: the repository's goes back."""
+    kubectl = Path.home() / ".cache" / "kubepool"
+    found = sorted(kubectl.glob("k8s/*/bin/kubectl"))
+    env = dict(os.environ, KUBECONFIG=str(Path(os.environ.get("KUBEPOOL_TEST_STATE_DIR", ROOT / ".kubepool-test"))
+                                          / "kubeconfig"))
+    if found:
+        subprocess.run([str(found[-1]), "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")],
+                       env=env, capture_output=True, timeout=120)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # the finally blocks put every mutated file back
+
+
+def check(mutants: list[Mutant], timeout: float) -> dict[str, str]:
+    """name -> 'killed' | 'SURVIVED' | 'STALE: ...' | 'BASELINE FAILED: ...' | 'ERROR rc=N: ...'."""
+    result: dict[str, str] = {}
+    todo = []
+    for m in mutants:
+        why = stale(m)
+        if why:
+            result[m.name] = f"STALE: {why}"
+        else:
+            todo.append(m)
+    if not todo:
+        return result
+    with tempfile.TemporaryDirectory(prefix="kubepool-mutants-") as tmp:
+        copy = Path(tmp)
+        copy_tree(copy)
+        # The tests as they are must pass, else a failure under a mutation proves nothing.
+        for level in LEVELS:
+            tests = tuple(dict.fromkeys(t for m in todo if m.level == level for t in m.tests))
+            if not tests:
+                continue
+            rc, out = pytest(copy, tests, timeout * 3)
+            if rc != 0:
+                for m in todo:
+                    if m.level == level:
+                        result[m.name] = f"BASELINE FAILED (rc={rc}): {out[-1500:]}"
+        for m in todo:
+            if m.name in result:
+                continue
+            paths = [copy / m.file, *([ROOT / m.file] if m.in_tree else [])]
+            originals = [p.read_text() for p in paths]
+            started = time.monotonic()
+            try:
+                for p, text in zip(paths, originals, strict=True):
+                    p.write_text(text.replace(m.old, m.new))
+                rc, out = pytest(copy, m.tests, timeout)
+            finally:
+                for p, text in zip(paths, originals, strict=True):
+                    p.write_text(text)
+                if m.level == "cluster" and m.file.startswith("crds/"):
+                    restore_crds()
+            took = time.monotonic() - started
+            if rc == 1:
+                result[m.name] = f"killed ({took:.0f}s)"
+            elif rc == 0:
+                result[m.name] = f"SURVIVED ({took:.0f}s): {', '.join(m.tests)} passed with it"
+            else:  # 2: collection error, 4/5: tests not found, 124: timeout
+                result[m.name] = f"ERROR rc={rc} ({took:.0f}s): {out[-1500:]}"
+            print(f"[mutants {time.strftime('%H:%M:%S')}] {m.name}: {result[m.name].splitlines()[0]}", flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--level", choices=(*LEVELS, "all"), default="all")
+    ap.add_argument("--only", nargs="*", default=None, help="entry names")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per mutant's test run")
+    ap.add_argument("--list", action="store_true", help="print the entries and exit")
+    args = ap.parse_args(argv)
+    mutants = [m for m in load() if args.level in ("all", m.level) and (args.only is None or m.name in args.only)]
+    if args.only:
+        unknown = set(args.only) - {m.name for m in mutants}
+        if unknown:
+            print(f"unknown entries: {sorted(unknown)}", file=sys.stderr)
+            return 2
+    if args.list:
+        for m in mutants:
+            print(f"{m.level:7} {m.name:40} {m.file}")
+        return 0
+    signal.signal(signal.SIGTERM, _interrupt)
+    started = time.monotonic()
+    result = check(mutants, args.timeout)
+    bad = {n: r for n, r in result.items() if not r.startswith("killed")}
+    print(f"\n{len(result)} mutants, {len(result) - len(bad)} killed, {len(bad)} not "
+          f"({time.monotonic() - started:.0f}s)")
+    for name, r in bad.items():
+        print(f"  {name}: {r}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
