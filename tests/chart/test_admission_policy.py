@@ -169,6 +169,18 @@ def test_impersonating_the_account_is_enough_and_updates_keep_what_was_checked(k
     assert r.returncode == 0, r.stderr
 
 
+def test_a_job_naming_more_objects_than_the_policy_can_check_is_refused(kubectl: Any, policy: str) -> None:
+    """Each authorizer check costs a fixed share of a request's CEL budget, so the policy checks at most 16 objects
+    per request; a job naming more is refused outright, even for an admin who may read them all (otherwise the
+    17th would go unchecked). Repeats count once: 64 variables from 16 Secrets pass."""
+    many = {"env": [{"name": f"V{i}", "valueFrom": {"secretKeyRef": {"name": f"s{i % 16}", "key": "k"}}} for i in range(64)]}
+    r = _create(kubectl, policy, _job("sixteen", many), who=None, dry=True)
+    assert r.returncode == 0, r.stderr
+    many["env"].append({"name": "V64", "valueFrom": {"secretKeyRef": {"name": "s16", "key": "k"}}})
+    r = _create(kubectl, policy, _job("seventeen", many), who=None, dry=True)
+    assert r.returncode != 0 and "the admission policy checks at most 16 per request" in r.stderr, r.stdout + r.stderr
+
+
 NODE_REACHING: list[tuple[str, dict[str, Any], str]] = [
     # Refused by the CRD itself, whoever applies it.
     ("host-path", {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, "volumes must not be hostPath"),
