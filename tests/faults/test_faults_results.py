@@ -23,6 +23,7 @@ from kubepool import naming
 from kubepool.contract import StoredResult
 from kubepool.controller.builders.children import build_namespace_runtime_rbac
 from kubepool.jobs.manager import get_job
+from kubepool.jobs.results import READER_LABEL
 from kubepool.local import controlplane
 from support.operator_cluster import ROOT
 
@@ -285,8 +286,8 @@ def test_a_multi_mb_result_comes_back_through_a_pvc(kubectl: Any, namespace: str
         pod = st["instances"][0]["pod"]
         assert (tmp_path / "pv" / "runs" / name / "output" / "results" / f"{pod}.pkl").stat().st_size > 3 << 20
         _check_big(get_job(f"{namespace}/{name}").result())
-        readers = kubectl.json("get", "pods", "-n", namespace, "-l", f"{naming.LABEL_JOB}={name}")["items"]
-        assert all("-result-" not in p["metadata"]["name"] for p in readers if not p["metadata"].get("deletionTimestamp"))
+        readers = kubectl.json("get", "pods", "-n", namespace, "-l", f"{READER_LABEL}={name}")["items"]
+        assert all(p["metadata"].get("deletionTimestamp") for p in readers), "the claim's reader pod was left behind"
         _policy_was_in_force(kubectl, namespace, name)
     finally:
         kubectl("delete", "pv", pv_name, "--wait=false")

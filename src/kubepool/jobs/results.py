@@ -216,6 +216,9 @@ def output_reader(output: OutputLocation | None, read_claim: Callable[[str, str]
 # Run in a short-lived pod that mounts the claim read-only: prints the object base64-encoded, read from its log.
 _READ_CLAIM = "import base64, sys; sys.stdout.write(base64.b64encode(open(sys.argv[1], 'rb').read()).decode())"
 CLAIM_READ_TIMEOUT_S = 300.0
+# The reader pod's label: not the job's own (naming.LABEL_JOB), which would make it one of the job's pods to the
+# operator.
+READER_LABEL = f"{naming.GROUP}/result-of"
 
 
 def claim_reader(client: Any, namespace: str, job_name: str, head: Any) -> Callable[[str, str], bytes]:
@@ -237,7 +240,7 @@ def claim_reader(client: Any, namespace: str, job_name: str, head: Any) -> Calla
 
     def read(claim: str, path: str) -> bytes:
         name = f"{job_name[:40]}-result-{os.urandom(3).hex()}"
-        pod = Pod(metadata=ObjectMeta(name=name, labels={naming.LABEL_JOB: job_name}),
+        pod = Pod(metadata=ObjectMeta(name=name, labels={READER_LABEL: job_name}),
                   spec=PodSpec(restartPolicy="Never", securityContext=head.spec.securityContext,
                                nodeSelector=head.spec.nodeSelector, tolerations=head.spec.tolerations,
                                containers=[Container(
