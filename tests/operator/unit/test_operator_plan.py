@@ -119,9 +119,11 @@ def test_done_workers_get_grace(pods: list[PodView], t: float, deleted: list[str
 
 
 def test_instances_unavailable_removes_pods_at_once() -> None:
-    j = admitted(job(targetInstances=2, instancesTimeoutSeconds=10), granted=2)
+    # Parallel mode: the operator keeps the instances clock (in head mode the head's launcher does once it runs).
+    j = admitted(job(targetInstances=2, instancesTimeoutSeconds=10, mode="parallel"), granted=2)
     pods = [pod(0), pod(1, "Pending", False)]
     st = compute_job_status(j, Observed(pods=pods, now=at(11)))
+    assert st.reason == "InstancesUnavailable", st
     plan = plan_job(j, st, pods, POOLS, cfg=CFG, now=at(11))
     assert plan.delete_pods == ["train-homogeneouscluster-0", "train-homogeneouscluster-1"]
 
