@@ -86,7 +86,8 @@ def stored_result(result: ExecutionResult, instance_id: int, pod: str, limit: in
     what = "return value" if result.success else "error"
     return StoredResult(pod=pod, instance=instance_id, success=result.success,
                         dropped=f"the {what} takes {len(data)} bytes encoded, over the {limit} bytes a job keeps on its "
-                                "MLJob: set spec.output (submit with output=...) to keep a larger one there")
+                                "MLJob: give the job an output location to keep a larger one there (spec.output; from the "
+                                "SDK spec_overrides={'output': {'s3': {'uri': ...}}} or a code bundle's result_stage)")
 
 
 def termination_message(result: ExecutionResult, instance_id: int) -> str:
