@@ -345,20 +345,39 @@ def test_fish_completion(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert complete("kubepool logs -n team tr") == ["train-1"]
 
 
-def test_dashboard_forwards_through_kubectl(fake_kube: FakeKube, script: Path, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dashboard_needs_a_running_head(fake_kube: FakeKube, script: Path) -> None:
     cli.main(["submit", str(script), "--pool", "cpu", "--name", "d1"])
     assert cli.main(["dashboard", "d1"]) == 3  # not running yet
-    fake_kube.set_phase("d1", "RUNNING", instances=[{"instanceId": 0, "group": "homogeneousCluster", "rankInGroup": 0,
-                                                     "host": "algo-1", "pod": "d1-head", "phase": "Running"}])
-    kubectl = tmp_path / "kubectl"
-    kubectl.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\n')
-    kubectl.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    assert cli.main(["--context", "prod", "dashboard", "d1", "--port", "9999"]) == 0
-    assert (tmp_path / "args").read_text().split() == [
-        "port-forward", "-n", "team", "pod/d1-head", "9999:8265", "--address", "127.0.0.1", "--context=prod"]
-    assert "http://127.0.0.1:9999" in capsys.readouterr().err
+
+
+def test_dashboard_server_forwards_every_request_to_the_head_pods_dashboard() -> None:
+    import threading
+    import urllib.request
+
+    from kubepool.cli.commands import dashboard_server
+
+    calls: list[tuple[object, ...]] = []
+
+    class Kube:
+        def pod_proxy(self, name: str, port: int, path: str, **kw: object) -> tuple[int, dict[str, str], bytes]:
+            calls.append((name, port, path, kw["method"], kw["body"], kw["namespace"]))
+            return 200, {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}, b'{"ray_version": "x"}'
+
+    class Job:
+        kube, namespace = Kube(), "team"
+
+    server = dashboard_server(Job(), "d1-head", "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with urllib.request.urlopen(f"{url}/api/version?x=1", timeout=10) as resp:
+            assert (resp.status, resp.read(), resp.headers["Content-Type"]) == (200, b'{"ray_version": "x"}',
+                                                                                "application/json")
+        urllib.request.urlopen(urllib.request.Request(f"{url}/api/jobs/", data=b"{}", method="POST"), timeout=10)
+    finally:
+        server.shutdown()
+    assert calls == [("d1-head", 8265, "/api/version?x=1", "GET", b"", "team"),
+                     ("d1-head", 8265, "/api/jobs/", "POST", b"{}", "team")]
 
 
 def test_docs_cli_md_is_generated_from_the_parser() -> None:

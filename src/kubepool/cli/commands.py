@@ -6,13 +6,12 @@ import argparse
 import copy
 import queue
 import re
-import shutil
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from kubepool import naming
 from kubepool.cli.output import MLJOB_KIND, POOL_KIND, Column, Doc, render, render_objects, serialize, table
 from kubepool.jobs import manager
-from kubepool.kube.errors import NotFound
+from kubepool.kube.errors import KubeError, NotFound
 from kubepool.kube.sync import Kube
 
 EXIT_OK, EXIT_JOB_FAILED = 0, 1
@@ -391,9 +390,42 @@ def cmd_version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"}
+
+
+def dashboard_server(job: Any, pod: str, address: str, port: int) -> ThreadingHTTPServer:
+    """A local HTTP server whose every request goes to the job's Ray dashboard on its head pod, through the API
+    server's pod proxy (the user's own credentials; no route to the pod network needed)."""
+    kube, namespace = job.kube, job.namespace
+
+    class Forward(BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+            try:
+                status, out_headers, content = kube.pod_proxy(pod, naming.RAY_DASHBOARD_PORT, self.path,
+                                                             method=self.command, body=body, headers=headers,
+                                                             namespace=namespace)
+            except KubeError as err:
+                status, out_headers, content = 502, {"content-type": "text/plain"}, str(err).encode()
+            self.send_response(status)
+            for key, value in out_headers.items():
+                if key.lower() not in _HOP_HEADERS:
+                    self.send_header(key, value)
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: the terminal is the user's
+            pass
+
+    return ThreadingHTTPServer((address, port), Forward)
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    """`kubectl ray session`'s habit: forward a local port to the job's Ray dashboard on its head pod, through
-    the API server (`kubectl port-forward`), until interrupted."""
+    """`kubectl ray session`'s habit: a local port that answers as the job's Ray dashboard, until interrupted."""
     job = _job(args)
     try:
         job.get_ray_dashboard_url()  # refuses a job that runs no dashboard
@@ -402,15 +434,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     head = next((i.pod for i in job.instances if i.instance_id == 0 and i.pod and i.phase == "Running"), None)
     if job.status != "RUNNING" or head is None:
         raise NotFound(f"job {job.id} is {job.status}: its Ray dashboard is served while its head runs", 404)
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise ValueError("kubectl is not on PATH: `kubepool dashboard` forwards the port through it")
-    cmd = [kubectl, "port-forward", "-n", job.namespace, f"pod/{head}", f"{args.port}:{naming.RAY_DASHBOARD_PORT}",
-           "--address", args.address]
-    cmd += [f"--{flag}={value}" for flag in ("kubeconfig", "context") if (value := getattr(args, flag, None))]
-    print(f"Ray dashboard of {job.id}: http://{args.address}:{args.port} (Ctrl-C to stop)", file=sys.stderr,
-          flush=True)
-    return subprocess.call(cmd)
+    server = dashboard_server(job, head, args.address, args.port)
+    port = server.server_address[1]
+    print(f"Ray dashboard of {job.id}: http://{args.address}:{port} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return EXIT_OK
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

@@ -99,10 +99,11 @@ def build() -> argparse.ArgumentParser:
         c = sub.add_parser(name, parents=[common], help=text)
         c.add_argument("job", metavar="JOB")
 
-    d = sub.add_parser("dashboard", parents=[common], help="forward a local port to a running job's Ray dashboard "
-                       "(as kubectl ray session), until interrupted")
+    d = sub.add_parser("dashboard", parents=[common], help="a local port that answers as a running job's Ray "
+                       "dashboard (as kubectl ray session), through the API server's pod proxy, until interrupted")
     d.add_argument("job", metavar="JOB")
-    d.add_argument("--port", type=int, default=naming.RAY_DASHBOARD_PORT, help="local port (default %(default)s)")
+    d.add_argument("--port", type=int, default=naming.RAY_DASHBOARD_PORT,
+                   help="local port (default %(default)s; 0: any free one, printed)")
     d.add_argument("--address", default="127.0.0.1", help="local address to listen on (default %(default)s)")
 
     sub.add_parser("pools", parents=[conn, out], help="compute pools: capacity and use")

@@ -202,6 +202,18 @@ class Kube:
         ns = self._ns(namespace)
         return _call(f"list pods in {ns}", lambda: list(self.client.list(Pod, namespace=ns, labels=dict(labels))))
 
+    def pod_proxy(self, name: str, port: int, path: str, *, method: str = "GET", body: bytes = b"",
+                  headers: Mapping[str, str] | None = None, namespace: str | None = None) -> tuple[int, dict[str, str], bytes]:
+        """One HTTP request to a pod's port through the API server's pod proxy (what `kubectl proxy` reaches):
+        status, headers, body. lightkube has no raw request, so it goes through its HTTP client, which carries
+        the kubeconfig's server and credentials."""
+        ns = self._ns(namespace)
+        http = self.client._client._client  # lightkube's configured httpx client
+        url = f"/api/v1/namespaces/{ns}/pods/{name}:{port}/proxy/{path.lstrip('/')}"
+        resp = _call(f"proxy to pod {ns}/{name}:{port}",
+                     lambda: http.request(method, url, content=body or None, headers=dict(headers or {})))
+        return resp.status_code, dict(resp.headers), resp.content
+
     def pod_log(self, name: str, *, container: str | None = None, tail_lines: int | None = None,
                 follow: bool = False, namespace: str | None = None, since_seconds: int | None = None,
                 timestamps: bool = False) -> Iterator[str]:
