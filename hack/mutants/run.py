@@ -170,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="entry names")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per mutant's test run")
     ap.add_argument("--list", action="store_true", help="print the entries and exit")
+    ap.add_argument("--file", type=Path, default=LIST, help="another list of entries (trying new ones)")
     args = ap.parse_args(argv)
-    mutants = [m for m in load() if args.level in ("all", m.level) and (args.only is None or m.name in args.only)]
+    mutants = [m for m in load(args.file) if args.level in ("all", m.level) and (args.only is None or m.name in args.only)]
     if args.only:
         unknown = set(args.only) - {m.name for m in mutants}
         if unknown:
