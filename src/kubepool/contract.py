@@ -45,6 +45,10 @@ ENV_RAY_PORT_STRIDE = "KUBEPOOL_RAY_PORT_STRIDE"
 # A worker group whose instance ids are not consecutive (a resized job: new instances take new ids) lists them,
 # replica index order, comma separated; the replica index picks its own (`replica_instance_id`).
 ENV_INSTANCE_IDS = "KUBEPOOL_INSTANCE_IDS"
+# What the runtime keeps out of its termination message (status and Events are built from it): the values of these
+# variables (comma separated; those the pod takes from Secrets) and of the files under these mounts (colon separated).
+ENV_SECRET_ENV = "KUBEPOOL_SECRET_ENV"
+ENV_SECRET_DIRS = "KUBEPOOL_SECRET_DIRS"
 ENV_FRAMEWORK = "KUBEPOOL_FRAMEWORK"  # a framework estimator's package, framework_version and py_version (JSON)
 
 # Every variable the operator sets on an instance (pods, and KubeRay's templates): an MLJob's spec.env may not
@@ -52,7 +56,7 @@ ENV_FRAMEWORK = "KUBEPOOL_FRAMEWORK"  # a framework estimator's package, framewo
 OPERATOR_ENV = (
     ENV_CONTRACT_FILE, ENV_INSTANCE_ID, ENV_POD_IP, ENV_POD_NAME, ENV_NAMESPACE, ENV_BASE_DIR, ENV_PAYLOAD_DIR,
     ENV_RESULT_DIR, ENV_RAY_AUTH_TOKEN, ENV_RAY_AUTH_MODE, ENV_RAY_PORT_OFFSET, ENV_REPLICA_INDEX, ENV_RAY_PORT_STRIDE,
-    ENV_INSTANCE_IDS,
+    ENV_INSTANCE_IDS, ENV_SECRET_ENV, ENV_SECRET_DIRS,
 )
 
 CONTRACT_DIR = "/etc/kubepool"

@@ -1,7 +1,7 @@
 """Security: the operator's RBAC has no wildcards and never lists or watches Secrets; instance pods pass the
 `restricted` Pod Security level; Ray token auth refuses a client without the token, and so does the head's
 shutdown endpoint (#18 item 5); every job has its NetworkPolicy; nothing exposes a job's dashboard outside the
-job."""
+job; a Secret's value in a payload's failure never reaches the job's status or Events (#39)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,16 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import yaml
 from faultkit import job, pod_running, record, sleep_cmd, wait_terminal
 
 from kubepool import contract, naming
+from kubepool.controller.builders.pods import CREDENTIAL_KEYS, secret_hints
 from kubepool.local import controlplane
+from kubepool.runtime import redact
 from support.operator_cluster import ROOT, Operator, get_json, wait_phase
 
 
@@ -104,3 +107,53 @@ def test_restricted_namespace_ray_token_netpol_no_exposure(cluster: Any, kubectl
             assert not any(port.get("hostPort") for port in c.get("ports") or []), json.dumps(c.get("ports"))
     kubectl("delete", "mljob", "ray-auth", "-n", namespace, "--wait=false")
     record(cluster, "security", faults=0, jobs=2, lost=0, orphaned=0, converge_s=time.monotonic() - t0)
+
+
+SECRET = "hunter2-Secret-Value-9f3a"
+
+
+def test_the_operator_says_where_the_pods_secrets_are() -> None:
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+           {"name": "CFG", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}, {"name": "LR", "value": "0.1"}]
+    volumes = [{"name": "tls", "secret": {"secretName": "tls"}}, {"name": "cfg", "configMap": {"name": "cfg"}},
+               {"name": "both", "projected": {"sources": [{"configMap": {"name": "cfg"}}, {"secret": {"name": "db"}}]}}]
+    mounts = [{"name": "tls", "mountPath": "/etc/tls"}, {"name": "cfg", "mountPath": "/etc/cfg"},
+              {"name": "both", "mountPath": "/etc/both"}]
+    hints = {e["name"]: e["value"] for e in secret_hints(env, ["aws"], volumes, mounts)}
+    assert hints == {contract.ENV_SECRET_ENV: ",".join(["TOKEN", *CREDENTIAL_KEYS]), contract.ENV_SECRET_DIRS: "/etc/tls:/etc/both"}
+    assert secret_hints([env[2]], [], [], []) == []
+
+
+def test_the_runtime_keeps_secret_values_out_of_its_messages(tmp_path: Path) -> None:
+    (tmp_path / "tls").mkdir()
+    (tmp_path / "tls" / "key.pem").write_text("-----BEGIN KEY-----\nAAAAsecretline\n-----END KEY-----\n")
+    (tmp_path / "tls" / "..data").mkdir()  # the kubelet's atomic-writer directory: its files are the same keys
+    env = {contract.ENV_SECRET_ENV: "TOKEN,UNSET", contract.ENV_SECRET_DIRS: str(tmp_path / "tls"), "TOKEN": 'p"w-' + SECRET,
+           "LR": "0.1"}
+    values = redact.secret_values(env)
+    text = json.dumps({"error": f"RuntimeError: login with {env['TOKEN']} failed; key line AAAAsecretline; lr 0.1"})
+    out = redact.redact(text, values)
+    assert SECRET not in out and "AAAAsecretline" not in out and out.count(redact.REDACTED) == 2, out
+    assert "lr 0.1" in out and json.loads(out)["error"].startswith("RuntimeError: login with [redacted] failed")
+
+
+def test_a_secret_in_a_failing_payload_never_reaches_status_or_events(kubectl: Any, namespace: str, operator: Operator,
+                                                                     small_pool: Any) -> None:
+    """A payload fails with its Secret's value in the exception (a log-in error quoting the token): the job FAILS
+    saying why, and neither its status (message, conditions, instances) nor its Events carry the value."""
+    kubectl("create", "secret", "generic", "db", f"--from-literal=password={SECRET}", "-n", namespace, check=True)
+    kubectl("create", "configmap", "payload", "-n", namespace,
+            "--from-literal=fail.py=import os\nraise RuntimeError('cannot log in with ' + os.environ['TOKEN'])\n", check=True)
+    body = job("leaky", small_pool(max_nodes=1), ["unused"], code={"configMap": "payload"},
+               env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}])
+    body["spec"]["entrypoint"] = {"file": "fail.py"}
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body), check=True)
+    status = wait_terminal(kubectl, namespace, ["leaky"], 180)["leaky"]
+    assert status["phase"] == "FAILED", status
+    assert "cannot log in with [redacted]" in status.get("message", ""), status
+    pod = status["instances"][0]["pod"]
+    term = get_json(kubectl, namespace, "pod", pod)["status"]["containerStatuses"][0]["state"]["terminated"]
+    events = get_json(kubectl, namespace, "events")["items"]
+    assert [e for e in events if e["involvedObject"].get("name") == "leaky" and e["type"] == "Warning"], events
+    for where, text in (("status", json.dumps(status)), ("Events", json.dumps(events)), ("termination message", term.get("message", ""))):
+        assert SECRET not in text, f"the Secret's value reached the job's {where}: {text[:2000]}"

@@ -11,13 +11,14 @@ import base64
 import json
 import runpy
 import traceback as tb_module
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
 from kubepool.contract import RESULT_FILENAME, TERMINATION_MESSAGE_MAX_BYTES, StoredResult
+from kubepool.runtime import redact as redaction
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,11 @@ def termination_message(result: ExecutionResult, instance_id: int) -> str:
 
 
 def write_termination_log(path: Path, result: ExecutionResult, instance_id: int) -> None:
+    """The termination message, without the pod's Secret values: the job's status and Events quote it."""
+    secrets = redaction.secret_values()
+    text = termination_message(replace(result, error=redaction.redact(result.error, secrets)), instance_id)
     try:
-        path.write_text(termination_message(result, instance_id))
+        path.write_text(redaction.redact(text, secrets))
     except OSError as e:  # a local run without /dev/termination-log must not fail the job
         print(f"kubepool: cannot write termination log {path}: {e}", flush=True)
 

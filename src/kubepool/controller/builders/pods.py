@@ -148,6 +148,24 @@ def credentials_secrets(job: MLJob) -> list[str]:
     return list(dict.fromkeys(s.credentials_secret for s in sources if s is not None and s.credentials_secret))
 
 
+# The variables a credentialsSecret gives (boto3 in runtime/channels.py reads them from the environment).
+CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def secret_hints(env: list[Obj], credentials: list[str], volumes: list[Obj], mounts: list[Obj]) -> list[Obj]:
+    """Where the container's Secret values are, for the runtime to keep them out of its termination message (the
+    job's status and Events are built from it): variables from a secretKeyRef or a credentialsSecret, and the
+    mounts of secret volumes. A user's envFrom secretRef is not named here: its keys are the Secret's, which the
+    operator never reads."""
+    names = [e["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})]
+    names += list(CREDENTIAL_KEYS) if credentials else []
+    secret = {v["name"] for v in volumes
+              if "secret" in v or any("secret" in src for src in (v.get("projected") or {}).get("sources") or [])}
+    dirs = [m["mountPath"] for m in mounts if m["name"] in secret]
+    hints = [{"name": contract.ENV_SECRET_ENV, "value": ",".join(names)}] if names else []
+    return hints + ([{"name": contract.ENV_SECRET_DIRS, "value": ":".join(dirs)}] if dirs else [])
+
+
 def _env_from(job: MLJob, mine: PodSettingsOf) -> list[Obj]:
     return [{"secretRef": {"name": s}} for s in credentials_secrets(job)] + mine.env_from
 
@@ -197,6 +215,7 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     env_from = _env_from(job, mine)
     if env_from:
         container["envFrom"] = env_from
+    container["env"] += secret_hints(container["env"], credentials_secrets(job), volumes, mounts)
     joined = joined_check(job, inst.group)
     if joined is not None:
         container["readinessProbe"] = {"exec": {"command": joined}, "periodSeconds": JOINED_PROBE_PERIOD_SECONDS,
