@@ -59,7 +59,11 @@ def test_worker_and_head_loss(cluster: Any, kubectl: Any, namespace: str, operat
     ]
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(jobs), check=True)
     for name, n in (("above-min", 3), ("below-min", 2), ("killed", 2), ("head-gone", 1), ("head-retry", 1)):
-        pod_running(kubectl, namespace, name, n=n)
+        try:
+            pod_running(kubectl, namespace, name, n=n)
+        except AssertionError as e:  # say why: the job's status and where its pods are
+            raise AssertionError(f"{e}\n{kubectl('get', 'mljob', name, '-n', namespace, '-o', 'yaml').stdout[-2500:]}\n"
+                                 f"{kubectl('get', 'pods', '-n', namespace, '-o', 'wide').stdout}") from None
         wait_phase(kubectl, namespace, name, {"RUNNING"}, 180, operator)
     verdicts: dict[str, float] = {}
 

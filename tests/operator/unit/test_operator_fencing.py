@@ -3,6 +3,7 @@ deletion names the job by uid. Each test here kills a mutation of hack/mutants/m
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ from kubepool.controller.election import Timing
 from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.leader import LeaderElector, LeadershipLost
 from kubepool.kube import aio
+from kubepool.kube.errors import Conflict
 from support.factories import job, pod
 from support.operator import operator_state, set_pods
 
@@ -52,6 +54,29 @@ async def test_a_standby_does_not_lead_while_another_holds_the_lease() -> None:
     free: Any = _Leases()
     assert await elector.try_once(free) and elector.leading()
     assert free.lease["spec"]["holderIdentity"] == "me"
+
+
+async def test_a_lease_write_that_lost_the_race_is_not_leadership() -> None:
+    """Two candidates read the free lease; the other's update lands first and ours answers 409: we stand by."""
+    class Raced(_Leases):
+        async def write_lease(self, namespace: str, name: str, spec: dict[str, Any], rv: str | None) -> None:
+            raise Conflict("the object has been modified", 409)
+
+    elector = LeaderElector("ns", "lease", T, identity="me")
+    api: Any = Raced()
+    assert not await elector.try_once(api) and not elector.leading()
+
+
+async def test_a_leader_that_cannot_renew_past_its_deadline_stops() -> None:
+    """keep(): a renewal refused (another replica took the lease while this one was paused) past the renew
+    deadline ends leadership and calls on_lost (the process stops, to come back as a standby)."""
+    fast = Timing(lease_seconds=0.4, renew_deadline_seconds=0.2, retry_seconds=0.05)
+    elector = LeaderElector("ns", "lease", fast, identity="me")
+    elector.renewed_at = time.monotonic() - 1.0
+    api: Any = _Leases(holder="other")
+    lost: list[bool] = []
+    await asyncio.wait_for(elector.keep(api, lambda: lost.append(True)), 5)
+    assert lost == [True] and elector.renewed_at is None and not elector.leading()
 
 
 async def test_a_replica_that_is_not_the_leader_admits_nothing() -> None:
