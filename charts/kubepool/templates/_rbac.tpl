@@ -65,6 +65,10 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]
+# The ResourceFlavors an admission assigns (their nodeLabels and tolerations reach the instances).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [resourceflavors]
+  verbs: [get]
 {{- end }}
 {{- if $v.rbac.kuberay }}
 # Application: RayClusters of jobs with backend kuberay (server-side applied; deleted when the job ends).

@@ -17,6 +17,7 @@ from kubepool.controller.builders.common import placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets, shared_claims
 from kubepool.controller.jobchildren import apply_plan, release_pods
 from kubepool.controller.jobstatus import API_REFUSED, SUSPENDED, Observed, compute_job_status, ends
+from kubepool.controller.kueue import instances_ready_changed
 from kubepool.controller.kueuereconcile import kueue_step
 from kubepool.controller.leader import LeadershipLost
 from kubepool.controller.observed import PodView
@@ -72,8 +73,10 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
                 await _refused(op, key, job, body, pods, backend, new, str(e))
             raise  # the queue retries with backoff
         op.children.refused.pop(job.metadata.get("uid", ""), None)
-        if ends(prev, new):
-            await kueue_step(op, key, job, new)  # its Workload finished at once: Kueue's next job starts
+        if ends(prev, new) or instances_ready_changed(prev, new):
+            # Its Workload finished at once (Kueue's next job starts), or its PodsReady written (a status change
+            # brings no pass of its own)
+            await kueue_step(op, key, job, new)
         op.queue.wake_at(key, plan.wake_at)
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 

@@ -6,7 +6,13 @@ instance group) and stays suspended until Kueue admits the Workload (condition A
 runs (spec.suspend false); evicted (preempted, or its admission check failed), the job is suspended again and,
 once its pods are gone, the Workload gives its quota back (its admission cleared) so Kueue can queue it again;
 finished, the Workload is marked Finished and Kueue frees the quota. The gate is spec.suspend, the same field
-a person or any other queue manager holds a job with."""
+a person or any other queue manager holds a job with.
+
+While admitted, the Workload's PodsReady condition says whether every instance the job counts is ready (in head
+mode: joined the Ray cluster; the job's InstancesReady condition), so Kueue's waitForPodsReady evicts and requeues
+a job whose instances cannot all start. The ResourceFlavors Kueue assigned to each pod set reach that group's
+instances (their nodeLabels as nodeSelector, their tolerations) through the job's placement annotation, written
+with the resume and removed with the suspend, as Kueue's own integrations write the admission into the job."""
 
 from __future__ import annotations
 
@@ -16,12 +22,15 @@ from datetime import datetime
 from typing import Any
 
 from kubepool import naming
-from kubepool.api import JobPhase, MLJob
+from kubepool.api import JobPhase, MLJob, MLJobStatus
 from kubepool.api.podsettings import SUBDOMAIN_PATTERN
 from kubepool.controller.jobstatus import SUSPENDED
 
 Obj = dict[str, Any]
 ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED = "Admitted", "QuotaReserved", "Evicted", "Finished"
+# Kueue's PodsReady condition and its reasons (sigs.k8s.io/kueue apis/kueue/v1beta2, workload_types.go).
+PODS_READY, WAIT_FOR_START, WAIT_FOR_RECOVERY, STARTED, RECOVERED = (
+    "PodsReady", "WaitForStart", "WaitForRecovery", "Started", "Recovered")
 # A LocalQueue's name (a DNS subdomain, as Kueue's Workload.spec.queueName requires); a label value may be
 # `Team_A`, which no Workload can name.
 _QUEUE_NAME = re.compile(SUBDOMAIN_PATTERN)
@@ -37,12 +46,13 @@ class Steps:
     suspend: bool | None = None  # the job's spec.suspend to write, if it must change
     release: str = ""  # the Workload whose quota reservation to clear (evicted, and the job has stopped)
     finish: Obj | None = None  # the Finished condition to add to the job's Workload
-    workload: Obj = field(default_factory=dict)  # the Workload that `release`/`finish` write to
+    workload: Obj = field(default_factory=dict)  # the Workload that `release`/`finish`/`pods_ready` write to
+    pods_ready: Obj | None = None  # the PodsReady condition to set on the admitted Workload
 
     @property
     def empty(self) -> bool:
         return not (self.invalid or self.delete or self.create or self.suspend is not None or self.release
-                    or self.finish)
+                    or self.finish or self.pods_ready)
 
 
 def condition(workload: Obj, kind: str) -> bool:
@@ -91,13 +101,95 @@ def decide(job: MLJob, workloads: list[Obj], wanted: Obj | None, now: datetime) 
         return Steps(delete=delete, create=wanted, suspend=hold)
     wl = current[0]
     if condition(wl, ADMITTED) and not condition(wl, EVICTED):
-        return Steps(delete=delete, suspend=False if job.spec.suspend else None)
+        ready = pods_ready_condition(job, wl, now)
+        return Steps(delete=delete, suspend=False if job.spec.suspend else None, pods_ready=ready,
+                     workload=wl if ready else {})
     if not job.spec.suspend:
         return Steps(delete=delete, suspend=True)
     stopped = st is not None and st.reason == SUSPENDED
     if condition(wl, EVICTED) and stopped and (condition(wl, QUOTA_RESERVED) or (wl.get("status") or {}).get("admission")):
         return Steps(delete=delete, release=wl["metadata"]["name"], workload=wl)
     return Steps(delete=delete)
+
+
+def _ready(st: MLJobStatus | None) -> bool:
+    return st is not None and any(c.type == "InstancesReady" and c.status == "True" for c in st.conditions or [])
+
+
+def _instances_ready(job: MLJob) -> bool:
+    return _ready(job.status)
+
+
+def instances_ready_changed(prev: MLJobStatus | None, new: MLJobStatus) -> bool:
+    """Whether the pass changed the job's InstancesReady (its Workload's PodsReady follows)."""
+    return _ready(prev) != _ready(new)
+
+
+def pods_ready_condition(job: MLJob, workload: Obj, now: datetime) -> Obj | None:
+    """The PodsReady condition of the admitted job's Workload, as Kueue's own job integrations write it
+    (jobframework's generatePodsReadyCondition): True once every instance the job counts is ready (the job's
+    InstancesReady condition: in head mode, joined its Ray cluster), reason Started, or Recovered after a
+    WaitForRecovery; else False, WaitForStart until it first was True, WaitForRecovery after. None when the
+    Workload already says so (type, status and reason), so an unchanged one is not written again."""
+    old = next((c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == PODS_READY), None)
+    was = (old or {}).get("reason")
+    if _instances_ready(job):
+        status, reason = "True", RECOVERED if was in (WAIT_FOR_RECOVERY, RECOVERED) else STARTED
+        message = "All pods reached readiness and the workload is running"
+    elif old is not None and (old.get("status") == "True" or was == WAIT_FOR_RECOVERY):
+        status, reason, message = "False", WAIT_FOR_RECOVERY, "At least one pod has failed, waiting for recovery"
+    else:
+        status, reason, message = "False", WAIT_FOR_START, "Not all pods are ready or succeeded"
+    if old is not None and (old.get("status"), was) == (status, reason):
+        return None
+    generation = workload.get("metadata", {}).get("generation")
+    return {"type": PODS_READY, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **({"observedGeneration": generation} if generation is not None else {})}
+
+
+def with_condition(workload: Obj, cond: Obj) -> Obj:
+    """The Workload's status with `cond` in place of its condition of that type."""
+    current = workload.get("status") or {}
+    others = [c for c in current.get("conditions") or [] if c.get("type") != cond["type"]]
+    return {**current, "conditions": [*others, cond]}
+
+
+def flavors_of(workload: Obj) -> dict[str, list[str]]:
+    """The ResourceFlavors Kueue assigned to each pod set of the admitted Workload (pod set name: flavor names)."""
+    admission = (workload.get("status") or {}).get("admission") or {}
+    return {str(a.get("name")): list(dict.fromkeys(str(f) for f in (a.get("flavors") or {}).values()))
+            for a in admission.get("podSetAssignments") or []}
+
+
+def placement(workload: Obj, flavors: dict[str, Obj], pools_selector: dict[str, dict[str, str]]) -> dict[str, Obj]:
+    """Each pod set's nodeSelector and tolerations from its assigned ResourceFlavors (`flavors`: name: object),
+    as Kueue's integrations apply an admission (podset.FromAssignment, then Merge). Raises ValueError, as Kueue
+    refuses to start such a job, when a flavor's nodeLabels contradict each other or the group's pool's
+    nodeSelector (`pools_selector`: pod set name: the pool's nodeSelector), when a flavor is missing, or when Kueue
+    admitted fewer instances than a pod set counts (the Workload sets no minCount: no partial admission)."""
+    counts = {str(p.get("name")): int(p.get("count", 0)) for p in workload.get("spec", {}).get("podSets") or []}
+    out: dict[str, Obj] = {}
+    for a in ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        name = str(a.get("name"))
+        if a.get("count") is not None and int(a["count"]) < counts.get(name, 0):
+            raise ValueError(f"Kueue admitted {a['count']} of the {counts[name]} instances of group {name}: "
+                             "an MLJob is admitted whole (its Workload sets no minCount)")
+        selector = dict(pools_selector.get(name) or {})
+        tolerations: list[Obj] = []
+        for flavor in flavors_of(workload).get(name, []):
+            spec = (flavors.get(flavor) or {}).get("spec")
+            if spec is None:
+                raise ValueError(f"ResourceFlavor {flavor} (assigned to group {name}) not found")
+            for k, v in (spec.get("nodeLabels") or {}).items():
+                if selector.setdefault(k, v) != v:
+                    raise ValueError(f"ResourceFlavor {flavor}'s nodeLabel {k}={v} contradicts the group {name}'s "
+                                     f"nodeSelector {k}={selector[k]}")
+            tolerations += [t for t in spec.get("tolerations") or [] if t not in tolerations]
+        extra = {k: v for k, v in selector.items() if k not in (pools_selector.get(name) or {})}
+        if extra or tolerations:
+            out[name] = {**({"nodeSelector": extra} if extra else {}), **({"tolerations": tolerations} if tolerations else {})}
+    return out
 
 
 def released_status(workload: Obj, now: datetime) -> Obj:

@@ -55,6 +55,7 @@ def submit_file(
     session: Any = None,
     spec_overrides: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,
+    queue: str | None = None,
     **kwargs: Any,
 ) -> MLJob:
     """Run a Python file on a compute pool (Snowflake's `submit_file`).
@@ -89,6 +90,7 @@ def submit_file(
             "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}], "volumes": [...],
             "volumeMounts": [...], "podLabels": {...}, "tolerations": [...]}`.
         labels: Labels of the MLJob (e.g. Kueue's `kueue.x-k8s.io/queue-name`).
+        queue: Kueue's LocalQueue of the job (its `kueue.x-k8s.io/queue-name` label), where Kueue admits MLJobs.
         **kwargs: Snowflake's options (`options.take_snowflake_options`): each honoured or refused.
 
     Returns:
@@ -106,7 +108,7 @@ def submit_file(
                            pip_requirements=pip_requirements, name=name, namespace=namespace,
                            instances_timeout=instances_timeout, image=image, parallel=parallel, session=session,
                            runtime_environment=runtime_environment, imports=imports,
-                           spec_overrides=spec_overrides, labels=labels, kwargs=kwargs)
+                           spec_overrides=spec_overrides, labels=labels, queue=queue, kwargs=kwargs)
 
 
 def submit_directory(
@@ -129,6 +131,7 @@ def submit_directory(
     session: Any = None,
     spec_overrides: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,
+    queue: str | None = None,
     **kwargs: Any,
 ) -> MLJob:
     """Run a directory's entrypoint on a compute pool (Snowflake's `submit_directory`).
@@ -138,7 +141,7 @@ def submit_directory(
         compute_pool: Name of the ComputePool every instance runs on.
         entrypoint: A .py file relative to `dir_path`, or a command as a list (e.g. `["bash", "run.sh"]`).
         args, target_instances, min_instances, env_vars, pip_requirements, name, namespace,
-        instances_timeout, image, parallel, session, spec_overrides, labels, **kwargs: As in `submit_file`.
+        instances_timeout, image, parallel, session, spec_overrides, labels, queue, **kwargs: As in `submit_file`.
 
     Returns:
         The job's handle.
@@ -158,7 +161,7 @@ def submit_directory(
                            min_instances=min_instances, env_vars=env_vars, pip_requirements=pip_requirements,
                            name=name, namespace=namespace, instances_timeout=instances_timeout, image=image,
                            runtime_environment=runtime_environment, imports=imports,
-                           parallel=parallel, session=session, spec_overrides=spec_overrides, labels=labels,
+                           parallel=parallel, session=session, spec_overrides=spec_overrides, labels=labels, queue=queue,
                            kwargs=kwargs)
 
 
@@ -168,7 +171,7 @@ def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_po
                     namespace: str | None, instances_timeout: int, image: str | None, parallel: bool,
                     session: Any, spec_overrides: Mapping[str, Any] | None, kwargs: Mapping[str, Any],
                     runtime_environment: str | None = None, imports: Sequence[Import] | None = None,
-                    labels: Mapping[str, str] | None = None) -> MLJob:
+                    labels: Mapping[str, str] | None = None, queue: str | None = None) -> MLJob:
     rest = dict(kwargs)
     sf = take_snowflake_options(rest, target_instances=target_instances, namespace=namespace)
     imports = imports_of(imports, rest)
@@ -183,7 +186,7 @@ def _submit_payload(files: list[PayloadFile], entrypoint: Entrypoint, compute_po
         compute_pool=compute_pool, target_instances=sf.target_instances, min_instances=min_instances,
         args=args or (), env_vars=env_vars, pip_requirements=pip_requirements,
         instances_timeout=instances_timeout, image=image, mode=RunMode.PARALLEL if parallel else RunMode.HEAD,
-        spec_overrides=spec_overrides, labels=labels,
+        spec_overrides=spec_overrides, labels=labels, queue=queue,
     )
     annotate(job, sf.annotations)
     return submit(kube, job, files)

@@ -88,6 +88,7 @@ def build_mljob(
     backoff_limit: int = 0,
     spec_overrides: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,
+    queue: str | None = None,
 ) -> MLJob:
     """The MLJob object the SDK creates (validated the way the API server will validate it).
 
@@ -117,6 +118,7 @@ def build_mljob(
         spec_overrides: MLJob spec fields (as in the CRD: `serviceAccountName`, `volumes`, `volumeMounts`,
             `env` with `valueFrom`, `podLabels`, `tolerations`, ...) set over the generated spec, field by field.
         labels: Labels of the MLJob (e.g. Kueue's `kueue.x-k8s.io/queue-name`).
+        queue: Kueue's LocalQueue of the job (its `kueue.x-k8s.io/queue-name` label; wins over `labels`).
 
     Raises:
         ValueError: An argument breaks a rule of the MLJob API; the message names the field.
@@ -156,6 +158,7 @@ def build_mljob(
         raise ValueError(f"invalid job {name}: {_readable(err)}") from None
     return MLJob(
         metadata={"name": name, "namespace": namespace,
-                  "labels": {**(labels or {}), naming.LABEL_MANAGED_BY: naming.MANAGED_BY}},
+                  "labels": {**(labels or {}), **({naming.LABEL_KUEUE_QUEUE: queue} if queue else {}),
+                             naming.LABEL_MANAGED_BY: naming.MANAGED_BY}},
         spec=spec,
     )

@@ -40,7 +40,7 @@ PLURALS = {
     "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
     "NetworkPolicy": "networkpolicies", "EndpointSlice": "endpointslices", "RayCluster": "rayclusters",
     "PriorityClass": "priorityclasses", naming.MLJOB_KIND: naming.MLJOB_PLURAL, naming.POOL_KIND: naming.POOL_PLURAL,
-    "Lease": "leases", "Event": "events", naming.WORKLOAD_KIND: naming.WORKLOAD_PLURAL,
+    "Lease": "leases", "Event": "events", naming.WORKLOAD_KIND: naming.WORKLOAD_PLURAL, "ResourceFlavor": "resourceflavors",
     "CustomResourceDefinition": "customresourcedefinitions", "PersistentVolumeClaim": "persistentvolumeclaims",
     "KopfPeering": "kopfpeerings", "ClusterKopfPeering": "clusterkopfpeerings",  # kopf's peering CRDs
 }  # fmt: skip
@@ -225,6 +225,23 @@ class Api:
         body = [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "add", "path": "/spec/suspend", "value": suspend}]
         await self._send("PATCH", _job_path(namespace, name), f"set spec.suspend={suspend} of MLJob {namespace}/{name}",
                          body=body, content_type=_JSON_PATCH, params={"fieldManager": naming.FIELD_MANAGER})
+
+    async def set_job_placement(self, namespace: str, name: str, suspend: bool, uid: str,
+                                annotations: dict[str, str | None]) -> None:
+        """Set an MLJob's spec.suspend and some of its annotations (None removes one) in one merge patch; its
+        metadata.uid makes it fail on another job of that name (a uid cannot change)."""
+        body = {"metadata": {"uid": uid, "annotations": annotations}, "spec": {"suspend": suspend}}
+        await self._send("PATCH", _job_path(namespace, name), f"set spec.suspend={suspend} of MLJob {namespace}/{name}",
+                         body=body, content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
+
+    async def get_object(self, api_version: str, kind: str, namespace: str | None, name: str) -> Obj | None:
+        """One object, or None when it does not exist."""
+        path = f"{collection_path(api_version, kind, namespace)}/{name}"
+        resp = await self._request("GET", path, f"get {kind} {name}", ok=(404,))
+        if int(resp.status_code) == 404:
+            return None
+        obj: Obj = json.loads(resp.content)
+        return obj
 
     async def delete_object(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete one object (in the background); one already gone counts as success."""

@@ -3,11 +3,15 @@ The whole protocol against Kueue's own controller: tests/operator/test_operator_
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import pytest
 
 from kubepool import naming
 from kubepool.api import MLJob
 from kubepool.controller import kueue
+from kubepool.controller.builders import build_instance_pods, podsettings
 from kubepool.controller.builders.workload import build_workload
 from kubepool.controller.config import OperatorConfig
 from support.factories import T0, gpu_pool, job, pool
@@ -57,7 +61,8 @@ def test_admission_resumes_the_job_and_eviction_suspends_it_then_gives_the_quota
     wanted = build_workload(j, POOLS, CFG, "team-a")
     admitted = workload(j, "QuotaReserved", "Admitted", status={"admission": {"clusterQueue": "cq"}})
     assert kueue.decide(j, [admitted], wanted, T0).suspend is False
-    assert kueue.decide(queued(suspend=False), [admitted], wanted, T0).empty
+    running = kueue.decide(queued(suspend=False), [admitted], wanted, T0)
+    assert running.suspend is None and running.pods_ready is not None  # its PodsReady only
     evicted = workload(j, "QuotaReserved", "Admitted", "Evicted", status={"admission": {"clusterQueue": "cq"}})
     assert kueue.decide(queued(suspend=False), [evicted], wanted, T0).suspend is True
     # Suspended, but its pods not yet gone: the quota stays reserved until the job says it stopped.
@@ -106,3 +111,98 @@ def test_a_label_no_localqueue_can_have_holds_the_job_and_says_why() -> None:
     assert steps.suspend is True and steps.create is None and "Team_A" in steps.invalid and not steps.empty
     long = j.model_copy(update={"metadata": {**j.metadata, "labels": {naming.LABEL_KUEUE_QUEUE: "a" * 254}}})
     assert kueue.decide(long, [], None, T0).invalid
+
+
+def _ready(value: bool) -> dict[str, Any]:
+    return {"phase": "RUNNING" if value else "PENDING", "admittedAt": "2026-01-01T12:00:00Z", "conditions": [
+        {"type": "InstancesReady", "status": "True" if value else "False", "reason": "x",
+         "lastTransitionTime": "2026-01-01T12:00:00Z"}]}
+
+
+def test_the_admitted_workload_says_whether_its_pods_are_ready_as_kueues_integrations_do() -> None:
+    """PodsReady follows the job's InstancesReady (head mode: every counted instance joined): WaitForStart, then
+    Started; after a loss WaitForRecovery, then Recovered (Kueue's waitForPodsReady reads exactly these)."""
+    admitted = workload(queued(), "QuotaReserved", "Admitted", status={"admission": {"clusterQueue": "cq"}})
+    starting = queued(suspend=False, status=_ready(False))
+    steps = kueue.decide(starting, [admitted], None, T0)
+    assert steps.pods_ready is not None and steps.workload is admitted and not steps.empty
+    assert (steps.pods_ready["status"], steps.pods_ready["reason"]) == ("False", "WaitForStart")
+    waiting = {**admitted, "status": kueue.with_condition(admitted, steps.pods_ready)}
+    assert kueue.decide(starting, [waiting], None, T0).empty  # unchanged: not written again
+    running = queued(suspend=False, status=_ready(True))
+    started = kueue.decide(running, [waiting], None, T0).pods_ready
+    assert started is not None and (started["status"], started["reason"]) == ("True", "Started")
+    up = {**admitted, "status": kueue.with_condition(admitted, started)}
+    lost = kueue.decide(starting, [up], None, T0).pods_ready
+    assert lost is not None and (lost["status"], lost["reason"]) == ("False", "WaitForRecovery")
+    down = {**admitted, "status": kueue.with_condition(admitted, lost)}
+    again = kueue.decide(running, [down], None, T0).pods_ready
+    assert again is not None and (again["status"], again["reason"]) == ("True", "Recovered")
+    # Not admitted (or evicted): nothing to say; the finished job's Workload is marked Finished instead.
+    assert kueue.decide(starting, [workload(queued(), "QuotaReserved")], None, T0).pods_ready is None
+    assert kueue.instances_ready_changed(starting.status, running.status)  # type: ignore[arg-type]
+    assert not kueue.instances_ready_changed(running.status, running.status)  # type: ignore[arg-type]
+
+
+GROUPS = [{"name": "trainers", "computePool": "gpu", "instanceCount": 2},
+          {"name": "data_loaders", "computePool": "cpu", "instanceCount": 3}]
+SPOT = {"metadata": {"name": "spot"}, "spec": {"nodeLabels": {"example.com/capacity": "spot"},
+                                               "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]}}
+ON_DEMAND = {"metadata": {"name": "on-demand"}, "spec": {"nodeLabels": {"example.com/capacity": "on-demand"}}}
+
+
+def _admitted(j: MLJob, assignments: list[dict[str, Any]]) -> dict[str, Any]:
+    return workload(j, "QuotaReserved", "Admitted", status={"admission": {"clusterQueue": "cq", "podSetAssignments": assignments}})
+
+
+def test_each_groups_resourceflavors_reach_its_instance_pods() -> None:
+    """Per pod set: the assigned flavors' nodeLabels join the pool's nodeSelector and their tolerations are added
+    (Kueue's podset.FromAssignment); the placement travels in the job's annotation to the pod builder."""
+    j = queued(instanceGroups=GROUPS)
+    wl = _admitted(j, [{"name": "trainers", "count": 2, "flavors": {"cpu": "spot", "nvidia.com/gpu": "spot"}},
+                       {"name": "data-loaders", "count": 3, "flavors": {"cpu": "on-demand", "memory": "on-demand"}}])
+    assert kueue.flavors_of(wl) == {"trainers": ["spot"], "data-loaders": ["on-demand"]}
+    selectors = {"trainers": {"kubepool.dev/node-pool": "gpu"}, "data-loaders": {}}
+    placed = kueue.placement(wl, {"spot": SPOT, "on-demand": ON_DEMAND}, selectors)
+    assert placed == {"trainers": {"nodeSelector": {"example.com/capacity": "spot"}, "tolerations": SPOT["spec"]["tolerations"]},
+                      "data-loaders": {"nodeSelector": {"example.com/capacity": "on-demand"}}}
+    annotated = j.model_copy(update={"metadata": {**j.metadata, "annotations": {
+        podsettings.ANNOTATION_KUEUE_PLACEMENT: json.dumps(placed)}}})
+    by_group: dict[str, dict[str, Any]] = {}
+    for p in build_instance_pods(annotated, POOLS, granted=5, attempt=0, cfg=CFG):
+        by_group.setdefault(p["metadata"]["labels"][naming.LABEL_GROUP], p["spec"])
+    trainer, loader = by_group["trainers"], by_group["data-loaders"]
+    assert trainer["nodeSelector"] == {"example.com/capacity": "spot", **POOLS["gpu"].spec.node_selector}
+    assert SPOT["spec"]["tolerations"][0] in trainer["tolerations"]
+    assert loader["nodeSelector"]["example.com/capacity"] == "on-demand"
+    assert SPOT["spec"]["tolerations"][0] not in loader["tolerations"]
+    plain = {p["spec"].get("nodeSelector", {}).get("example.com/capacity") for p in build_instance_pods(j, POOLS, granted=5, attempt=0, cfg=CFG)}
+    assert plain == {None}
+
+
+def test_an_admission_the_job_cannot_honour_is_refused_with_its_reason() -> None:
+    j = queued(instanceGroups=GROUPS)
+    selectors = {"trainers": {"example.com/capacity": "on-demand"}, "data-loaders": {}}
+    wl = _admitted(j, [{"name": "trainers", "count": 2, "flavors": {"cpu": "spot"}}])
+    with pytest.raises(ValueError, match="contradicts the group trainers's nodeSelector example.com/capacity=on-demand"):
+        kueue.placement(wl, {"spot": SPOT}, selectors)
+    with pytest.raises(ValueError, match="ResourceFlavor spot .* not found"):
+        kueue.placement(wl, {}, {})
+    # Partial admission: the Workload sets no minCount, so an admission of fewer instances is refused, never run short.
+    assert all("minCount" not in p for p in build_workload(j, POOLS, CFG, "team-a")["spec"]["podSets"])
+    partial = _admitted(j, [{"name": "data-loaders", "count": 2, "flavors": {"cpu": "on-demand"}}])
+    with pytest.raises(ValueError, match="admitted 2 of the 3 instances of group data-loaders"):
+        kueue.placement(partial, {"on-demand": ON_DEMAND}, {})
+
+
+def test_the_sdks_queue_and_labels_name_the_localqueue_with_spec_overrides_too() -> None:
+    from kubepool.api import Entrypoint
+    from kubepool.jobs.spec import build_mljob
+
+    made = build_mljob(name="train", namespace="ns", entrypoint=Entrypoint(file="main.py"), compute_pool="cpu",
+                       labels={"team": "a", naming.LABEL_KUEUE_QUEUE: "other"}, queue="team-a",
+                       spec_overrides={"instancesTimeoutSeconds": 60})
+    assert made.metadata["labels"][naming.LABEL_KUEUE_QUEUE] == "team-a" and made.metadata["labels"]["team"] == "a"
+    assert made.spec.instances_timeout_seconds == 60 and kueue.queue_of(made) == "team-a"
+    plain = build_mljob(name="train", namespace="ns", entrypoint=Entrypoint(file="main.py"), compute_pool="cpu")
+    assert kueue.queue_of(plain) == ""

@@ -20,7 +20,7 @@ from kubepool.controller.builders.common import (
 )
 from kubepool.controller.builders.jobcontract import channel_mount_path
 from kubepool.controller.builders.pip import pip_env, pip_volumes
-from kubepool.controller.builders.podsettings import PodSettingsOf, pod_settings
+from kubepool.controller.builders.podsettings import PodSettingsOf, kueue_placement, pod_settings
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
 
 CONTAINER = "runtime"
@@ -238,11 +238,13 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     }
     if account is not None:
         spec["serviceAccountName"] = account
-    if pool.spec.node_selector:
-        spec["nodeSelector"] = dict(pool.spec.node_selector)
+    flavor = kueue_placement(job, naming.dns_label(inst.group))  # the group's ResourceFlavors, where Kueue admitted it
+    selector = {**(flavor.get("nodeSelector") or {}), **pool.spec.node_selector}
+    if selector:
+        spec["nodeSelector"] = selector
     if mine.priority_class_name:
         spec["priorityClassName"] = mine.priority_class_name
-    spec["tolerations"] = [t.wire() for t in pool.spec.tolerations] + mine.tolerations + [
+    spec["tolerations"] = [t.wire() for t in pool.spec.tolerations] + mine.tolerations + list(flavor.get("tolerations") or []) + [
         {"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": cfg.node_lost_seconds}
         for taint in NODE_LOST_TAINTS]
     role = naming.ROLE_HEAD if inst.instance_id == 0 else naming.ROLE_WORKER

@@ -3,6 +3,7 @@ descriptions state (kubepool.api.podsettings). Pure."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -11,6 +12,9 @@ from kubepool.api import EnvVar, MLJob, PodSettings
 from kubepool.controller.builders.common import Obj
 
 T = TypeVar("T")
+# Where the operator acting for Kueue writes the admission's placement of each group, with the resume (removed
+# with the suspend): {pod set name: {"nodeSelector": {...}, "tolerations": [...]}} from its ResourceFlavors.
+ANNOTATION_KUEUE_PLACEMENT = "kueue.kubepool.dev/placement"
 AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 
 
@@ -57,3 +61,13 @@ def pod_settings(job: MLJob, group: str) -> PodSettingsOf:
         tolerations=[*spec.tolerations, *g.tolerations],
         priority_class_name=g.priority_class_name or spec.priority_class_name,
     )
+
+
+def kueue_placement(job: MLJob, group_label: str) -> Obj:
+    """The nodeSelector and tolerations Kueue's admission gives the group (by its pod set name), or {}."""
+    raw = (job.metadata.get("annotations") or {}).get(ANNOTATION_KUEUE_PLACEMENT)
+    try:
+        mine = json.loads(raw).get(group_label) if raw else None
+    except (ValueError, AttributeError):
+        return {}
+    return mine if isinstance(mine, dict) else {}
