@@ -55,7 +55,8 @@ def test_worker_and_head_loss(cluster: Any, kubectl: Any, namespace: str, operat
         job("below-min", pool2, sleep_cmd(120), targetInstances=2),                 # lose 1 worker: FAILED
         job("killed", pool3, sleep_cmd(120), targetInstances=2),                    # worker's processes killed
         job("head-gone", pool3, sleep_cmd(120)),                                    # head deleted, no retries
-        job("head-retry", pool2, sleep_cmd(15), backoffLimit=1),                    # head deleted, retried
+        # head deleted, retried; long enough to be still running when the test gets to it on a busy machine
+        job("head-retry", pool2, sleep_cmd(45), backoffLimit=1),
     ]
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(jobs), check=True)
     for name, n in (("above-min", 3), ("below-min", 2), ("killed", 2), ("head-gone", 1), ("head-retry", 1)):
@@ -105,7 +106,7 @@ def test_worker_and_head_loss(cluster: Any, kubectl: Any, namespace: str, operat
     assert (st["phase"], st["reason"]) == ("FAILED", "HeadFailed"), st
     retried = wait_for(lambda: recorder.first_reason("head-retry", "Retrying"), VERDICT_S + 30, "a retry")
     verdicts["head-retry"] = retried - injected["head-retry"]
-    final = wait_terminal(kubectl, namespace, ["above-min", "head-retry"], 180)
+    final = wait_terminal(kubectl, namespace, ["above-min", "head-retry"], 240)
     assert final["above-min"]["phase"] == "DONE", final["above-min"]
     assert final["head-retry"]["phase"] == "DONE" and final["head-retry"]["attempt"] == 1, final["head-retry"]
     late = {k: round(v, 1) for k, v in verdicts.items() if v > VERDICT_S}
