@@ -143,6 +143,9 @@ def ray_token_secret_name(job: str) -> str:
     return _fit(f"{job}-ray-token")
 
 
+RAY_TOKEN_KEY = "token"  # key of the Ray token in the job's Secret
+
+
 def runtime_service_account_name(job: str) -> str:
     return _fit(f"{job}-runtime")
 

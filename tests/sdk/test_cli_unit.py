@@ -359,12 +359,18 @@ def test_dashboard_server_forwards_every_request_to_the_head_pods_dashboard() ->
     calls: list[tuple[object, ...]] = []
 
     class Kube:
+        def secret_value(self, name: str, key: str, namespace: str) -> str:
+            assert (name, key, namespace) == ("d1-ray-token", "token", "team")
+            return "s3cret"
+
         def pod_proxy(self, name: str, port: int, path: str, **kw: object) -> tuple[int, dict[str, str], bytes]:
+            headers = kw["headers"]
+            assert isinstance(headers, dict) and headers["X-Ray-Authorization"] == "Bearer s3cret"
             calls.append((name, port, path, kw["method"], kw["body"], kw["namespace"]))
             return 200, {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}, b'{"ray_version": "x"}'
 
     class Job:
-        kube, namespace = Kube(), "team"
+        kube, namespace, name = Kube(), "team", "d1"
 
     server = dashboard_server(Job(), "d1-head", "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -397,11 +397,19 @@ def dashboard_server(job: Any, pod: str, address: str, port: int) -> ThreadingHT
     """A local HTTP server whose every request goes to the job's Ray dashboard on its head pod, through the API
     server's pod proxy (the user's own credentials; no route to the pod network needed)."""
     kube, namespace = job.kube, job.namespace
+    # Ray's dashboard asks for the job's token; proxies pass it in its own header (the browser never sees it).
+    # A job without the Secret runs Ray without token authentication.
+    try:
+        token: str | None = kube.secret_value(naming.ray_token_secret_name(job.name), naming.RAY_TOKEN_KEY, namespace)
+    except NotFound:
+        token = None
 
     class Forward(BaseHTTPRequestHandler):
         def _forward(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+            if token is not None:
+                headers["X-Ray-Authorization"] = f"Bearer {token}"
             try:
                 status, out_headers, content = kube.pod_proxy(pod, naming.RAY_DASHBOARD_PORT, self.path,
                                                              method=self.command, body=body, headers=headers,

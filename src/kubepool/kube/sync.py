@@ -9,6 +9,7 @@ account, else `~/.kube/config`). Every call returns kubepool's typed models (`ku
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -18,12 +19,12 @@ from lightkube import ApiError, Client
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
 from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
-from lightkube.resources.core_v1 import ConfigMap, Pod
+from lightkube.resources.core_v1 import ConfigMap, Pod, Secret
 from lightkube.types import CascadeType, PatchType
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob
-from kubepool.kube.errors import Conflict, KubeError, Unreachable, status_error
+from kubepool.kube.errors import Conflict, KubeError, NotFound, Unreachable, status_error
 from kubepool.kube.kubeconfig import files_of as kubeconfig_files
 from kubepool.kube.kubeconfig import load as load_kubeconfig
 from kubepool.kube.lightkube_fence import watch_window
@@ -201,6 +202,15 @@ class Kube:
     def list_pods(self, labels: Mapping[str, str], namespace: str | None = None) -> list[Pod]:
         ns = self._ns(namespace)
         return _call(f"list pods in {ns}", lambda: list(self.client.list(Pod, namespace=ns, labels=dict(labels))))
+
+    def secret_value(self, name: str, key: str, namespace: str | None = None) -> str:
+        """One key of a Secret, decoded."""
+        ns = self._ns(namespace)
+        secret = _call(f"Secret {ns}/{name}", lambda: self.client.get(Secret, name, namespace=ns))
+        data = secret.data or {}
+        if key not in data:
+            raise NotFound(f"Secret {ns}/{name} has no key {key!r}", 404)
+        return base64.b64decode(data[key]).decode()
 
     def pod_proxy(self, name: str, port: int, path: str, *, method: str = "GET", body: bytes = b"",
                   headers: Mapping[str, str] | None = None, namespace: str | None = None) -> tuple[int, dict[str, str], bytes]:

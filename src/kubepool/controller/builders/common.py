@@ -15,7 +15,7 @@ from kubepool.api.common import QUANTITY_PATTERN
 from kubepool.controller.builders.layout import group_counts, instance_ids
 
 Obj = dict[str, Any]
-RAY_TOKEN_KEY = "token"  # key of the Ray token in the job's Secret
+RAY_TOKEN_KEY = naming.RAY_TOKEN_KEY
 
 
 _QUANTITY = re.compile(QUANTITY_PATTERN)
