@@ -81,6 +81,14 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 [[ $(id -u) == 0 ]] || { echo "buildah --isolation chroot and mmdebstrap need root here" >&2; exit 1; }
 
+# One build at a time per cache: buildah's storage, the wheelhouse and TMPDIR below are shared, and a second
+# run (make test's real-node preparation beside make release) would empty TMPDIR under the first one's push.
+exec 8>"$CACHE/.build.lock"
+if ! flock -n 8; then
+    step "another hack/images/build.sh is using $CACHE; waiting for it"
+    flock 8
+fi
+
 # buildah's storage is the project's own (overlay on the cache dir), apart from any other user of buildah.
 mkdir -p "$CACHE/storage" "$CACHE/run"
 cat >"$CACHE/storage.conf" <<EOF

@@ -53,7 +53,10 @@ rm -rf dist && mkdir -p dist/release
 step "images: operator $RUNTIME_IMAGE (hack/images/build.sh; cached when unchanged)"
 IMAGE_TAG=dev hack/images/build.sh operator "$RUNTIME_IMAGE"
 CACHE=${KUBEPOOL_IMAGES_CACHE:-$HOME/.cache/kubepool/images}
-export CONTAINERS_STORAGE_CONF="$CACHE/storage.conf"  # the build's own storage (hack/images/build.sh)
+# The build's own storage (hack/images/build.sh), under its lock: another build run must not touch it meanwhile.
+exec 8>"$CACHE/.build.lock"
+flock 8
+export CONTAINERS_STORAGE_CONF="$CACHE/storage.conf"
 export TMPDIR="$CACHE/tmp-buildah"
 mkdir -p "$TMPDIR"
 if [[ -n ${REGISTRY_PASSWORD:-} ]]; then
