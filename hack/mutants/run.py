@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,8 +115,34 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # the finally blocks put every mutated file back
 
 
-def check(mutants: list[Mutant], timeout: float) -> dict[str, str]:
-    """name -> 'killed' | 'SURVIVED' | 'STALE: ...' | 'BASELINE FAILED: ...' | 'ERROR rc=N: ...'."""
+def _one(m: Mutant, copy: Path, timeout: float) -> str:
+    """Apply `m` in `copy` (and in the repository too when `in_tree`), run its tests, put the files back."""
+    paths = [copy / m.file, *([ROOT / m.file] if m.in_tree else [])]
+    originals = [p.read_text() for p in paths]
+    started = time.monotonic()
+    try:
+        for p, text in zip(paths, originals, strict=True):
+            p.write_text(text.replace(m.old, m.new))
+        rc, out = pytest(copy, m.tests, timeout)
+    finally:
+        for p, text in zip(paths, originals, strict=True):
+            p.write_text(text)
+        if m.level == "cluster" and m.file.startswith("crds/"):
+            restore_crds()
+    took = time.monotonic() - started
+    if rc == 1:
+        r = f"killed ({took:.0f}s)"
+    elif rc == 0:
+        r = f"SURVIVED ({took:.0f}s): {', '.join(m.tests)} passed with it"
+    else:  # 2: collection error, 4/5: tests not found, 124: timeout
+        r = f"ERROR rc={rc} ({took:.0f}s): {out[-1500:]}"
+    print(f"[mutants {time.strftime('%H:%M:%S')}] {m.name}: {r.splitlines()[0]}", flush=True)
+    return r
+
+
+def check(mutants: list[Mutant], timeout: float, jobs: int = 1) -> dict[str, str]:
+    """name -> 'killed' | 'SURVIVED' | 'STALE: ...' | 'BASELINE FAILED: ...' | 'ERROR rc=N: ...'. Unit-level
+    entries run `jobs` at a time, each in its own copy; cluster-level ones one at a time (they share a cluster)."""
     result: dict[str, str] = {}
     todo = []
     for m in mutants:
@@ -126,41 +154,36 @@ def check(mutants: list[Mutant], timeout: float) -> dict[str, str]:
     if not todo:
         return result
     with tempfile.TemporaryDirectory(prefix="kubepool-mutants-") as tmp:
-        copy = Path(tmp)
-        copy_tree(copy)
+        copies = [Path(tmp) / str(i) for i in range(max(1, jobs))]
+        copy_tree(copies[0])
+        for extra in copies[1:]:
+            shutil.copytree(copies[0], extra)
         # The tests as they are must pass, else a failure under a mutation proves nothing.
         for level in LEVELS:
             tests = tuple(dict.fromkeys(t for m in todo if m.level == level for t in m.tests))
             if not tests:
                 continue
-            rc, out = pytest(copy, tests, timeout * 3)
+            rc, out = pytest(copies[0], tests, timeout * 3)
             if rc != 0:
                 for m in todo:
                     if m.level == level:
                         result[m.name] = f"BASELINE FAILED (rc={rc}): {out[-1500:]}"
-        for m in todo:
-            if m.name in result:
-                continue
-            paths = [copy / m.file, *([ROOT / m.file] if m.in_tree else [])]
-            originals = [p.read_text() for p in paths]
-            started = time.monotonic()
+        unit = [m for m in todo if m.name not in result and m.level == "unit" and not m.in_tree]
+        free: queue.Queue[Path] = queue.Queue()
+        for c in copies:
+            free.put(c)
+
+        def in_a_copy(m: Mutant) -> tuple[str, str]:
+            c = free.get()
             try:
-                for p, text in zip(paths, originals, strict=True):
-                    p.write_text(text.replace(m.old, m.new))
-                rc, out = pytest(copy, m.tests, timeout)
+                return m.name, _one(m, c, timeout)
             finally:
-                for p, text in zip(paths, originals, strict=True):
-                    p.write_text(text)
-                if m.level == "cluster" and m.file.startswith("crds/"):
-                    restore_crds()
-            took = time.monotonic() - started
-            if rc == 1:
-                result[m.name] = f"killed ({took:.0f}s)"
-            elif rc == 0:
-                result[m.name] = f"SURVIVED ({took:.0f}s): {', '.join(m.tests)} passed with it"
-            else:  # 2: collection error, 4/5: tests not found, 124: timeout
-                result[m.name] = f"ERROR rc={rc} ({took:.0f}s): {out[-1500:]}"
-            print(f"[mutants {time.strftime('%H:%M:%S')}] {m.name}: {result[m.name].splitlines()[0]}", flush=True)
+                free.put(c)
+        with ThreadPoolExecutor(len(copies)) as pool:
+            result.update(pool.map(in_a_copy, unit))
+        for m in todo:
+            if m.name not in result:
+                result[m.name] = _one(m, copies[0], timeout)
     return result
 
 
@@ -171,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds per mutant's test run")
     ap.add_argument("--list", action="store_true", help="print the entries and exit")
     ap.add_argument("--file", type=Path, default=LIST, help="another list of entries (trying new ones)")
+    ap.add_argument("--jobs", type=int, default=2, help="unit-level entries run this many at a time")
     args = ap.parse_args(argv)
     mutants = [m for m in load(args.file) if args.level in ("all", m.level) and (args.only is None or m.name in args.only)]
     if args.only:
@@ -184,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
-    result = check(mutants, args.timeout)
+    result = check(mutants, args.timeout, args.jobs)
     bad = {n: r for n, r in result.items() if not r.startswith("killed")}
     print(f"\n{len(result)} mutants, {len(result) - len(bad)} killed, {len(bad)} not "
           f"({time.monotonic() - started:.0f}s)")
