@@ -139,3 +139,103 @@ def test_kueue_admits_queued_mljobs_by_quota_evicts_and_readmits_them(
     assert st["phase"] == "DONE", json.dumps(st, indent=1) + explain()
     assert st["suspendedAttempts"] >= 1 and st["attempt"] >= 1, st
     assert _conditions(_workload(kubectl, ns, "first")).get("Finished") == "True"
+
+
+POD_READY_TIMEOUT_S = 8  # Kueue's waitForPodsReady timeout in the test below
+
+
+def _queue(kubectl: Any, namespace: str, name: str, flavor_spec: dict[str, Any]) -> tuple[str, str]:
+    """A ResourceFlavor of `flavor_spec`, a ClusterQueue giving it quota for one CPU_X64_S instance, and its
+    LocalQueue `name`; returns (LocalQueue, ClusterQueue)."""
+    cq = f"kp-{uuid.uuid4().hex[:6]}"
+    objs = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": cq}, "spec": flavor_spec},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
+         "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+             {"name": cq, "resources": [{"name": "cpu", "nominalQuota": "3"}, {"name": "memory", "nominalQuota": "13Gi"}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
+         "spec": {"clusterQueue": cq}},
+    ]  # fmt: skip
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs), check=True)
+    return name, cq
+
+
+@pytest.fixture
+def kueue_pods_ready(cluster: Any, kueue_manager: kueue.Kueue, tmp_path: Path) -> Iterator[kueue.Kueue]:
+    """Kueue with waitForPodsReady: evicted after POD_READY_TIMEOUT_S not ready, requeued once (1 s backoff),
+    then deactivated."""
+    yield from kueue.reconfigured(cluster, cluster.kubectl, kueue_manager, tmp_path,
+                                  kueue.wait_for_pods_ready(POD_READY_TIMEOUT_S, backoff_limit=1))
+
+
+def test_kueues_wait_for_pods_ready_and_flavors_reach_the_instances(
+        kubectl: Any, namespace: str, kueue_operator: Operator, compute_pool: Any,
+        kueue_pods_ready: kueue.Kueue) -> None:
+    """Two queues, each with a ResourceFlavor: `real` selects the pool's nodes and adds a toleration, `nowhere`
+    selects no node. The job admitted to `real` gets its flavor's nodeSelector and toleration, becomes ready and
+    its Workload PodsReady (Started), so Kueue leaves it running past the timeout to DONE; the job admitted to
+    `nowhere` carries that flavor's nodeSelector, its pods never schedule, and Kueue evicts it (PodsReadyTimeout),
+    requeues it, admits it again and finally deactivates it: the job is suspended, not hanging. Submitted with
+    the SDK's queue=."""
+    from kubepool import jobs
+
+    ns, pool = namespace, compute_pool("cpu", max_nodes=3)
+    toleration = {"key": "example.com/flavor", "operator": "Exists", "effect": "NoSchedule"}
+    real, real_cq = _queue(kubectl, ns, "real", {"nodeLabels": {"node.kubernetes.io/instance-type": "CPU_X64_S"},
+                                                 "tolerations": [toleration]})
+    nowhere, nowhere_cq = _queue(kubectl, ns, "nowhere", {"nodeLabels": {"node.kubernetes.io/instance-type": "NONE"}})
+    try:
+        wait_for(lambda: all(_conditions(get_json(kubectl, "default", "clusterqueue", cq)).get("Active") == "True"
+                             for cq in (real_cq, nowhere_cq)), 60, "both ClusterQueues Active")
+
+        def explain() -> str:
+            return f"\nKueue's log (tail):\n{kueue_pods_ready.logs()[-2500:]}\noperator's log (tail):\n{kueue_operator.logs()[-2500:]}"
+
+        session = jobs.connect(namespace=ns, kubeconfig=str(kueue_operator.kubeconfig))
+        # Longer than the timeout and its requeue: only a Workload that says PodsReady runs to the end.
+        script = Path(kueue_operator.log_path).parent / "sleeper.py"
+        script.write_text(SLEEPER.format(s=3 * POD_READY_TIMEOUT_S))
+        jobs.submit_file(script, pool, name="ready", parallel=True, queue=real, session=session)
+        jobs.submit_file(script, pool, name="stuck", parallel=True, queue=nowhere, session=session,
+                         spec_overrides={"instancesTimeoutSeconds": 600})
+        assert get_json(kubectl, ns, "mljob", "stuck")["metadata"]["labels"][naming.LABEL_KUEUE_QUEUE] == nowhere
+
+        # The flavors reach the pods: the stuck job's selects no node, the ready job's selects the pool's and tolerates.
+        stuck_pod = wait_for(lambda: next(iter(_pods(kubectl, ns, "stuck")), None), 60, f"the stuck job's pod{explain()}")
+        assert stuck_pod["spec"]["nodeSelector"]["node.kubernetes.io/instance-type"] == "NONE", stuck_pod["spec"]
+        st = wait_phase(kubectl, ns, "ready", {"RUNNING", "DONE", "FAILED"}, JOB_TIMEOUT_S, kueue_operator)
+        assert st["phase"] != "FAILED", json.dumps(st, indent=1) + explain()
+        [ready_pod] = _pods(kubectl, ns, "ready")
+        assert ready_pod["spec"]["nodeSelector"] == {"kubepool.dev/node-pool": "cpu",
+                                                     "node.kubernetes.io/instance-type": "CPU_X64_S"}
+        assert toleration in ready_pod["spec"]["tolerations"]
+        wl = wait_for(lambda: (w := _workload(kubectl, ns, "ready")) and _conditions(w).get("PodsReady") == "True" and w,
+                      60, f"the ready job's Workload PodsReady{explain()}")
+        assert next(c for c in wl["status"]["conditions"] if c["type"] == "PodsReady")["reason"] == "Started"
+
+        # Kueue evicts the stuck job on the timeout, requeues it, admits it again, evicts it again, deactivates it.
+        def deactivated() -> dict[str, Any] | None:
+            w = _workload(kubectl, ns, "stuck")
+            evicted = next((c for c in (w.get("status") or {}).get("conditions") or [] if c["type"] == "Evicted"), {})
+            # Kueue's reason: Deactivated, DueTo the deactivation's cause (workload.go's reasonWithCause).
+            deactivated = evicted.get("reason") == "DeactivatedDueToRequeuingLimitExceeded"
+            return evicted if w.get("spec", {}).get("active") is False and deactivated else None
+
+        evicted = wait_for(deactivated, 6 * POD_READY_TIMEOUT_S + 60, f"the stuck job's Workload deactivated by Kueue{explain()}")
+        assert "re-queuing retries" in evicted["message"], evicted  # deactivated after its one requeue
+        wait_for(lambda: _spec_suspend(kubectl, ns, "stuck") and not _pods(kubectl, ns, "stuck"), 60,
+                 "the deactivated job suspended, its pods gone")
+        # Admitted twice (first run, then the requeue), suspended twice: it never hung on its Pending pod.
+        stuck = wait_for(lambda: (st := get_json(kubectl, ns, "mljob", "stuck").get("status") or {}).get(
+            "suspendedAttempts", 0) >= 2 and st, 30, "the stuck job's two suspended attempts")
+        assert stuck["phase"] == "PENDING", stuck
+        assert "kueue.kubepool.dev/placement" not in (get_json(kubectl, ns, "mljob", "stuck")["metadata"].get("annotations") or {})
+
+        # The ready job, never evicted, runs to DONE.
+        st = wait_phase(kubectl, ns, "ready", {"DONE", "FAILED"}, JOB_TIMEOUT_S, kueue_operator)
+        assert st["phase"] == "DONE" and not st.get("suspendedAttempts"), json.dumps(st, indent=1) + explain()
+    finally:
+        for q, cq in ((real, real_cq), (nowhere, nowhere_cq)):
+            kubectl("delete", "localqueue", q, "-n", ns, "--wait=false")
+            kubectl("delete", "clusterqueue", cq, "--wait=false")
+            kubectl("delete", "resourceflavor", cq, "--wait=false")

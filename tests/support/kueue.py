@@ -70,8 +70,17 @@ def rbac(role: dict[str, Any], secrets_role: dict[str, Any]) -> list[dict[str, A
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subjects}]
 
 
-def config(health_port: int, webhook_port: int, cert_dir: Path) -> dict[str, Any]:
-    return {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": NAMESPACE,
+def wait_for_pods_ready(timeout_s: int, backoff_limit: int, backoff_base_s: int = 1) -> dict[str, Any]:
+    """Kueue's waitForPodsReady: an admitted Workload not PodsReady within `timeout_s` is evicted and requeued
+    after a backoff (`backoff_base_s`, doubling), deactivated after `backoff_limit` requeues."""
+    return {"timeout": f"{timeout_s}s", "blockAdmission": False,
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": backoff_limit,
+                                  "backoffBaseSeconds": backoff_base_s, "backoffMaxSeconds": 4 * backoff_base_s}}
+
+
+def config(health_port: int, webhook_port: int, cert_dir: Path, pods_ready: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**({"waitForPodsReady": pods_ready} if pods_ready else {}),
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
             "metrics": {"bindAddress": "0"},
             "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
@@ -100,8 +109,10 @@ class Kueue:
                 self.proc.wait()
 
 
-def start(cluster: Any, kubectl: Any, work: Path) -> Kueue:
-    """Build (cached), install and start Kueue; returns once its health endpoint answers."""
+def start(cluster: Any, kubectl: Any, work: Path, pods_ready: dict[str, Any] | None = None) -> Kueue:
+    """Build (cached), install and start Kueue (with `pods_ready` as its waitForPodsReady, if given); returns once
+    its health endpoint answers."""
+    work.mkdir(parents=True, exist_ok=True)
     cache = build()
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(cache / "crds"), check=True)
     for crd in ("workloads", "clusterqueues", "localqueues", "resourceflavors"):
@@ -119,7 +130,7 @@ def start(cluster: Any, kubectl: Any, work: Path) -> Kueue:
     _write_pair(work / "metrics-certs", *server)
     health, webhook = _free_port(), _free_port()
     cfg = work / "kueue-config.yaml"
-    cfg.write_text(yaml.safe_dump(config(health, webhook, work / "webhook-certs")))
+    cfg.write_text(yaml.safe_dump(config(health, webhook, work / "webhook-certs", pods_ready)))
     upper = Path(tempfile.mkdtemp(prefix="kueue-etc-", dir=work))
     (upper / "upper").mkdir()
     (upper / "work").mkdir()
@@ -157,3 +168,16 @@ def running(cluster: Any, kubectl: Any, work: Path) -> Iterator[Kueue]:
         yield k
     finally:
         k.stop()
+
+
+def reconfigured(cluster: Any, kubectl: Any, current: Kueue, work: Path, pods_ready: dict[str, Any]) -> Iterator[Kueue]:
+    """Kueue restarted with waitForPodsReady for one test (its configuration is read at start), then `current`'s
+    process replaced by a plain one again (Kueue's state is the API server's: nothing is lost)."""
+    current.stop()
+    k = start(cluster, kubectl, work / "pods-ready", pods_ready)
+    try:
+        yield k
+    finally:
+        k.stop()
+        plain = start(cluster, kubectl, work / "plain")
+        current.proc, current.log_path, current.health_url = plain.proc, plain.log_path, plain.health_url
