@@ -158,3 +158,13 @@ def test_constraints_pin_the_operators_tested_dependencies() -> None:
     assert not drift, f"the venv runs other versions than constraints.txt pins (make venv): {drift}"
     for must in ("kopf", "aiohttp"):  # kopf's internals are fenced (controller/kopf_fence.py)
         assert must in pins
+
+
+def test_the_operator_image_and_the_venv_install_from_the_constraints() -> None:
+    dockerfile = (REPO / "operator" / "Dockerfile").read_text()
+    installs = [line for line in dockerfile.splitlines() if "pip install" in line and "/src" in line]
+    assert installs and all("-c /src/constraints.txt" in line for line in installs), installs
+    assert "COPY pyproject.toml README.md constraints.txt /src/" in dockerfile
+    assert "!constraints.txt" in (REPO / "operator" / "Dockerfile.dockerignore").read_text()
+    venv_step = [line for line in (REPO / "Makefile").read_text().splitlines() if "pip install" in line and "-e '.[dev]'" in line]
+    assert venv_step and all("-c constraints.txt" in line for line in venv_step), venv_step
