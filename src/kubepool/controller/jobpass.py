@@ -51,6 +51,8 @@ class Observed:
     # before admission and on a resize only.
     claim_modes: Mapping[str, Sequence[str] | None] = field(default_factory=dict)
     refused: str = ""  # the API server's last refusal of a write of the job's children ("": none since)
+    # How long a head-mode job waits, after its head ended, for workers still keeping their outputs (OperatorConfig)
+    worker_grace_seconds: int = 30
 
 
 def cut(text: str | None) -> str | None:

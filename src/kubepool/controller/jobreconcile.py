@@ -16,7 +16,14 @@ from kubepool.controller import admission, metrics
 from kubepool.controller.builders.common import placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets, shared_claims
 from kubepool.controller.jobchildren import apply_plan, release_pods
-from kubepool.controller.jobstatus import API_REFUSED, SUSPENDED, Observed, compute_job_status, ends
+from kubepool.controller.jobstatus import (
+    API_REFUSED,
+    SUSPENDED,
+    WORKERS_CUT_OFF,
+    Observed,
+    compute_job_status,
+    ends,
+)
 from kubepool.controller.kueue import instances_ready_changed
 from kubepool.controller.kueuereconcile import kueue_step
 from kubepool.controller.leader import LeadershipLost
@@ -30,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
-_WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL, API_REFUSED}
+_WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL, API_REFUSED, WORKERS_CUT_OFF}
 
 
 def _now() -> datetime:
@@ -105,7 +112,7 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
     def status(decision: admission.Decision | None = None) -> MLJobStatus:
         return compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
                                                 kuberay_installed=kuberay, credentials=credentials,
-                                                claim_modes=claims,
+                                                claim_modes=claims, worker_grace_seconds=op.cfg.worker_grace_seconds,
                                                 refused=op.children.refused.get(job.metadata.get("uid", ""), "")))
     if not admitting and not resized:
         new = status()
@@ -137,7 +144,8 @@ async def _refused(op: OperatorState, key: JobKey, job: MLJob, body: dict[str, A
         return
     # The pass reached the writes, so a kuberay job's CRD was there.
     new = compute_job_status(job.model_copy(update={"status": st}), Observed(
-        pods=pods, now=_now(), backend=backend, kuberay_installed=True, refused=error))
+        pods=pods, now=_now(), backend=backend, kuberay_installed=True, refused=error,
+        worker_grace_seconds=op.cfg.worker_grace_seconds))
     await op.status.write(key, job.model_copy(update={"status": st}), new)
     _announce(op, body, st, new)
 

@@ -38,12 +38,13 @@ from kubepool.controller.jobpass import (
     first_admitted,
     instances_of,
 )
-from kubepool.controller.jobsteps import advance
+from kubepool.controller.jobsteps import WAITING_FOR_WORKERS, WORKERS_CUT_OFF, advance
 
 # The reasons (status.reason and Event reasons) and Observed are part of this module's face.
 __all__ = [
     "API_REFUSED", "CANCELLED", "COMPLETED", "CREDENTIALS_NOT_ALLOWED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
     "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RESUMED", "RETRYING", "SUSPENDED", "TERMINATING", "VOLUME_NOT_SHARED", "WAITING_FOR_INSTANCES",
+    "WAITING_FOR_WORKERS", "WORKERS_CUT_OFF",
     "Observed", "compute_job_status", "decisive", "ends", "first_admitted", "status_changed",
 ]
 

@@ -4,7 +4,7 @@ precedence (STEPS), each reading one pass over the job (`Pass`). `jobstatus.comp
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from kubepool import naming
 from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
@@ -36,7 +36,12 @@ from kubepool.controller.jobpass import (
     first_admitted,
     instances_of,
 )
-from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED
+from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED, PodView
+
+# A head-mode job whose head succeeded while workers still keep their outputs (RUNNING), and the DONE of one whose
+# workers were still running workerGraceSeconds after the head ended (their outputs may be incomplete).
+WAITING_FOR_WORKERS = "WaitingForWorkers"
+WORKERS_CUT_OFF = "WorkersCutOff"
 
 
 # Each step reads the pass and either decides the job's status for this pass (returns True: the later steps do
@@ -153,9 +158,49 @@ def _succeeded(p: Pass) -> bool:
         p.observe_instances()
         return p.finish(JobPhase.DONE, COMPLETED, f"all {granted} instances finished successfully")
     if not _every(p) and p.head is not None and p.head.phase == SUCCEEDED:
-        p.observe_instances()
-        return p.finish(JobPhase.DONE, COMPLETED, "the head finished successfully")
+        return _head_succeeded(p, p.head)
     return False
+
+
+def workers_deadline(head: PodView, grace_seconds: int) -> datetime | None:
+    """Until when a head-mode job whose head ended waits for its workers: workerGraceSeconds from the head's
+    end (None: its end time is unreadable, so no wait)."""
+    try:
+        ended = datetime.fromisoformat(head.finished)
+    except ValueError:
+        return None
+    return ended + timedelta(seconds=grace_seconds)
+
+
+def _head_succeeded(p: Pass, head: PodView) -> bool:
+    """The head said its workers may leave; each worker then keeps its own outputs (spec.output) before it exits.
+    DONE waits until every worker pod that reached a node has ended, so DONE means the outputs are there and the
+    workers' pods are not deleted under an upload; for at most workerGraceSeconds from the head's end, after which
+    the workers still running are named (status and Event) as cut off. Not with KubeRay, which would recreate the
+    head's pod and rerun the payload while the job waited."""
+    st = p.st
+    p.observe_instances()
+    workers = [pod for pod in p.current if not pod.is_head and pod.node]
+    running = [pod for pod in workers if not pod.terminated]
+    until = workers_deadline(head, p.obs.worker_grace_seconds)
+    if running and p.obs.backend is Backend.PODS and until is not None and p.now < until:
+        st.phase, st.reason = JobPhase.RUNNING, WAITING_FOR_WORKERS
+        st.start_time = st.start_time or p.now
+        st.message = (f"the head finished successfully; waiting up to workerGraceSeconds={p.obs.worker_grace_seconds} "
+                      f"for {_named(running)} to keep its outputs and exit")
+        return True
+    said = [f"{_named([pod])} failed after the head finished: {_said(pod.message) or f'exit code {pod.exit_code}'}"
+            for pod in workers if pod.phase == FAILED]
+    if running and p.obs.backend is Backend.PODS:
+        said.insert(0, f"{_named(running)} still running workerGraceSeconds={p.obs.worker_grace_seconds} after the "
+                       "head ended: stopped, what it had not yet kept of its outputs is lost")
+        return p.finish(JobPhase.DONE, WORKERS_CUT_OFF, "; ".join(["the head finished successfully", *said]))
+    return p.finish(JobPhase.DONE, COMPLETED, "; ".join(["the head finished successfully", *said]))
+
+
+def _named(pods: Sequence[PodView]) -> str:
+    return ", ".join(f"instance {pod.instance_id} ({naming.sagemaker_host(pod.instance_id)}, pod {pod.name})"
+                     for pod in sorted(pods, key=lambda pod: pod.instance_id))
 
 
 def _failed(p: Pass) -> bool:

@@ -39,6 +39,7 @@ class PodView:
     subdomain: str = ""
     created: str = ""  # metadata.creationTimestamp as written (parsed only where needed: plan._endpoints)
     unschedulable: bool = False  # PodScheduled False: the scheduler (or a scheduling gate) holds it off a node
+    finished: str = ""  # its container's terminated.finishedAt as written (jobsteps.workers_deadline parses it)
 
     @property
     def is_head(self) -> bool:
@@ -53,12 +54,13 @@ class PodView:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         labels = meta.get("labels") or {}
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-        exit_code, message = None, None
+        exit_code, message, finished = None, None, ""
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
             if "terminated" in state:
                 term = state["terminated"]
                 exit_code, message = term.get("exitCode"), term.get("message") or term.get("reason")
+                finished = term.get("finishedAt") or ""
             elif "waiting" in state:
                 message = (state["waiting"] or {}).get("reason")
         if message is None and status.get("phase") == PENDING:
@@ -83,6 +85,7 @@ class PodView:
             subdomain=spec.get("subdomain") or "",
             created=meta.get("creationTimestamp") or "",
             unschedulable=conditions.get("PodScheduled") == "False",
+            finished=finished,
         )
 
 

@@ -15,6 +15,7 @@ from kubepool.controller import jobstatus as job_status
 from kubepool.controller.builders import JobRef, Obj, build_endpoint_slice, build_instance_pods
 from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
+from kubepool.controller.jobsteps import workers_deadline
 from kubepool.controller.observed import PodView
 
 # How long pods on their way to an address hold the job's EndpointSlice back (_endpoints): on real nodes a pod has
@@ -23,7 +24,7 @@ SLICE_WAIT = timedelta(seconds=10)
 # Failures whose pods hold capacity for nothing: removed at once. Other endings (DONE, HeadFailed) give
 # workers `worker_grace_seconds` to leave on their own first.
 _REMOVE_AT_ONCE = {job_status.CANCELLED, job_status.INSTANCES_UNAVAILABLE, job_status.INSTANCES_LOST,
-                   job_status.DEADLINE_EXCEEDED}
+                   job_status.DEADLINE_EXCEEDED, job_status.WORKERS_CUT_OFF}
 
 
 @dataclass
@@ -192,6 +193,11 @@ def _deadlines(c: _Context, plan: Plan) -> None:
     since = job_status.first_admitted(st)
     if spec.active_deadline_seconds and since:
         plan.wake(since + timedelta(seconds=spec.active_deadline_seconds))
+    if st.reason == job_status.WAITING_FOR_WORKERS:  # a worker stuck past the grace must not hold the job RUNNING
+        head = next((p for p in c.pods if p.is_head and p.attempt == st.attempt), None)
+        until = workers_deadline(head, c.cfg.worker_grace_seconds) if head is not None else None
+        if until is not None:
+            plan.wake(until)
 
 
 def _cleanup(c: _Context, plan: Plan) -> None:

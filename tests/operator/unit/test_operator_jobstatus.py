@@ -92,7 +92,8 @@ def test_a_refusal_of_the_pods_is_the_reason_while_waiting_and_in_the_timeout() 
     ([pod(0), pod(1), pod(2, "Pending", False)], 1, JobPhase.RUNNING, S.INSTANCES_READY),
     ([pod(0, "Pending", False), pod(1), pod(2, "Pending", False)], 31, JobPhase.FAILED, S.INSTANCES_UNAVAILABLE),
     ([pod(0, ready=False), pod(1, ready=False), pod(2, "Pending", False)], 31, JobPhase.PENDING, S.WAITING_FOR_INSTANCES),
-    ([pod(0, "Succeeded", False), pod(1), pod(2)], 1, JobPhase.DONE, S.COMPLETED),
+    ([pod(0, "Succeeded", False), pod(1, "Succeeded", False), pod(2, "Succeeded", False)], 1, JobPhase.DONE,
+     S.COMPLETED),
     ([pod(0, "Failed", False, message="ZeroDivisionError: boom", exit_code=1), pod(1)], 1, JobPhase.FAILED, S.HEAD_FAILED),
 ], ids=["gate-closed", "gate-open-min", "instances-timeout", "head-runs-its-gate-has-the-clock", "head-succeeded",
         "head-failed"])
