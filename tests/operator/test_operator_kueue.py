@@ -239,3 +239,36 @@ def test_kueues_wait_for_pods_ready_and_flavors_reach_the_instances(
             kubectl("delete", "localqueue", q, "-n", ns, "--wait=false")
             kubectl("delete", "clusterqueue", cq, "--wait=false")
             kubectl("delete", "resourceflavor", cq, "--wait=false")
+
+
+def test_kueue_never_assigns_a_flavor_that_contradicts_the_pool(
+        kubectl: Any, namespace: str, kueue_operator: Operator, compute_pool: Any, kueue_manager: kueue.Kueue,
+        tmp_path: Path) -> None:
+    """The Workload's pod template carries the pool's nodeSelector, so Kueue's flavor assigner itself refuses a
+    flavor whose nodeLabels contradict it (the operator's own refusal, KueueAdmissionRefused, is the unit-tested
+    safety net behind it): the job stays queued and suspended, no pod, and the Workload says why. Submitted with
+    `kubepool submit --queue`."""
+    from kubepool import cli
+
+    ns, pool = namespace, compute_pool("cpu", max_nodes=3)
+    q, cq = _queue(kubectl, ns, "clash", {"nodeLabels": {"kubepool.dev/node-pool": "gpu"}})
+    try:
+        wait_for(lambda: _conditions(get_json(kubectl, "default", "clusterqueue", cq)).get("Active") == "True", 60,
+                 "the ClusterQueue Active")
+        script = tmp_path / "a.py"
+        script.write_text("print(1)\n")
+        assert cli.main(["-n", ns, "submit", str(script), "--pool", pool, "--name", "clash", "--queue", q, "--parallel"]) == 0
+
+        def pending() -> dict[str, Any] | None:
+            w = _workload(kubectl, ns, "clash")
+            reserved = next((c for c in (w.get("status") or {}).get("conditions") or [] if c["type"] == "QuotaReserved"), {})
+            return reserved if reserved.get("status") == "False" and reserved.get("message") else None
+
+        reserved = wait_for(pending, 60, f"Kueue's reason the Workload is not admitted (operator's log: {kueue_operator.log_path})")
+        # Kueue's flavorassigner.go: "flavor %s doesn't match node affinity".
+        assert f"flavor {cq} doesn't match node affinity" in reserved["message"], reserved
+        assert _spec_suspend(kubectl, ns, "clash") and not _pods(kubectl, ns, "clash")
+    finally:
+        kubectl("delete", "localqueue", q, "-n", ns, "--wait=false")
+        kubectl("delete", "clusterqueue", cq, "--wait=false")
+        kubectl("delete", "resourceflavor", cq, "--wait=false")
