@@ -154,3 +154,54 @@ def test_an_ordinary_read_write_once_output_claim_of_two_instances_is_refused_na
     admitted = wait_for(lambda: (get_json(kubectl, namespace, "mljob", "out-rwx").get("status") or {}).get("admittedAt"),
                         60, "MLJob out-rwx admitted")
     assert admitted
+
+
+SLOW_WORKER_MB = 64  # random bytes: the worker's archive, upload and aggregate take seconds after the head's end
+SLOW_WORKER = f"""\
+import os, pathlib, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+ray.init(address="auto")
+head = ray.get_runtime_context().get_node_id()
+
+
+@ray.remote(num_cpus=0.1)
+def save():
+    d = pathlib.Path(os.environ.get("KUBEPOOL_BASE_DIR", "/opt/ml")) / "model"
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "weights.bin", "wb") as f:
+        for _ in range({SLOW_WORKER_MB}):
+            f.write(os.urandom(1 << 20))
+
+
+worker = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head)
+ray.get(save.options(scheduling_strategy=NodeAffinitySchedulingStrategy(worker, soft=False)).remote())
+"""
+
+
+@pytest.mark.ray
+def test_head_mode_done_waits_for_a_worker_still_keeping_its_outputs(cluster: Any, crds: None, kubectl: Any,
+                                                                      namespace: str, compute_pool: Any, apply: Any,
+                                                                      endpoint: str, tmp_path: Path) -> None:
+    """#39 §3: the head's payload has a worker save a model (Ray task on the worker's node); the worker keeps it
+    only after the head let it go. DONE comes once the worker's pod ended, not with the head's, so the job's
+    model.tar.gz read at DONE has the worker's file, and the worker was not deleted under its upload (a grace
+    long enough for the upload: the wait's bound is the unit tests' matter, test_operator_head_workers)."""
+    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log",
+                  env={"KUBEPOOL_OPERATOR_WORKER_GRACE_SECONDS": "90"})
+    op.start()
+    try:
+        pool = compute_pool("cpu", max_nodes=2)
+        apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": {"slow.py": SLOW_WORKER}})
+        apply(mljob("slow", computePool=pool, targetInstances=2, entrypoint={"file": "slow.py"},
+                    code={"configMap": "payload"}, instancesTimeoutSeconds=240,
+                    output={"s3": {"uri": f"s3://models/{namespace}", "endpointUrl": endpoint,
+                                   "credentialsSecret": _credentials(kubectl, namespace)}}))
+        st = wait_phase(kubectl, namespace, "slow", {"DONE", "FAILED"}, JOB_TIMEOUT_S, op)
+        worker = get_json(kubectl, namespace, "pod", naming.pod_name("slow", naming.DEFAULT_GROUP, 1, 0))
+        model = client(endpoint).get_object(Bucket="models", Key=f"{namespace}/slow/output/model.tar.gz")["Body"].read()
+        assert (st["phase"], st["reason"]) == ("DONE", "Completed"), json.dumps(st, indent=1)
+        assert worker["status"]["phase"] == "Succeeded" and not worker["metadata"].get("deletionTimestamp"), worker["status"]
+        assert len(_members(model).get("weights.bin", b"")) == SLOW_WORKER_MB << 20, sorted(_members(model))
+    finally:
+        op.stop()
