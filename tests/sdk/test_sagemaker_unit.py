@@ -170,11 +170,10 @@ def _outcome(fn: object, *args: object) -> tuple[str, str] | None:
 def test_framework_estimators_live_where_the_sdk_has_them_with_its_parameters() -> None:
     import inspect
 
-    from support import sagemaker_sdk
-
     from kubepool.sagemaker.instance_group import InstanceGroup as Group
     from kubepool.sagemaker.pytorch import PyTorch
     from kubepool.sagemaker.tensorflow import TensorFlow
+    from support import sagemaker_sdk
 
     def ours(cls: type) -> list[str]:
         return [p.name for p in inspect.signature(cls).parameters.values() if p.kind is not p.VAR_KEYWORD]
@@ -189,10 +188,10 @@ def test_framework_estimators_live_where_the_sdk_has_them_with_its_parameters() 
 def test_version_checks_are_the_sdks() -> None:
     import logging
 
-    from support import sagemaker_sdk
     from packaging import version  # the SDK's own dependency, for its code only
 
     from kubepool.sagemaker import frameworks, tensorflow
+    from support import sagemaker_sdk
 
     sdk_validate = sagemaker_sdk.function("fw_utils", "validate_version_or_image_args")
     tf = "tensorflow/estimator"
