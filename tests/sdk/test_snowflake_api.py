@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -19,9 +17,8 @@ import pytest
 
 from kubepool import jobs
 from kubepool.jobs import options
+from support import snowflake_wheel
 
-WHEEL_VERSION = "2.6.0"
-CACHE = Path.home() / ".cache" / "kubepool" / "wheels"
 # Public names of snowflake.ml.jobs that kubepool does not offer yet (issue #17 item 4): each needs a Kubernetes
 # meaning (a stage is an S3 prefix or a PVC path; a code bundle a stored payload many jobs reuse), never a stub.
 GAPS: set[str] = set()
@@ -32,13 +29,7 @@ MLJOB_METHODS = ("get_logs", "show_logs", "wait", "result", "distributed_result"
 
 @pytest.fixture(scope="module")
 def wheel() -> zipfile.ZipFile:
-    path = CACHE / f"snowflake_ml_python-{WHEEL_VERSION}-py3-none-any.whl"
-    if not path.exists():
-        print(f"downloading snowflake-ml-python {WHEEL_VERSION} (the wheel only, to read its API)", file=sys.stderr)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(CACHE),
-                               f"snowflake-ml-python=={WHEEL_VERSION}"], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0 and path.exists(), f"cannot download the wheel from the package index:\n{proc.stderr}"
-    return zipfile.ZipFile(path)
+    return zipfile.ZipFile(snowflake_wheel.wheel_path())
 
 
 def _module(wheel: zipfile.ZipFile, name: str) -> ast.Module:

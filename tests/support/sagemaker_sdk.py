@@ -5,25 +5,17 @@ validation functions run alone, with only the names they use at call time given 
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import zipfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from support.wheels import cached_wheel
+
 WHEEL_VERSION = "2.257.7"
-CACHE = Path.home() / ".cache" / "kubepool" / "wheels"
 
 
 def wheel() -> zipfile.ZipFile:
-    path = CACHE / f"sagemaker-{WHEEL_VERSION}-py3-none-any.whl"
-    if not path.exists():
-        print(f"downloading sagemaker {WHEEL_VERSION} (the wheel only, to read its code)", file=sys.stderr)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(CACHE),
-                               f"sagemaker=={WHEEL_VERSION}"], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0 and path.exists(), f"cannot download the wheel from the package index:\n{proc.stderr}"
-    return zipfile.ZipFile(path)
+    return zipfile.ZipFile(cached_wheel("sagemaker", WHEEL_VERSION, "py3-none-any", "the wheel only, to read its code"))
 
 
 def module(name: str) -> ast.Module:

@@ -5,7 +5,6 @@ Snowpark and a Snowflake account, so only the imports a module makes at its top 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 import types
 import zipfile
@@ -14,18 +13,13 @@ from typing import Any
 
 import pytest
 
+from support.wheels import cached_wheel
+
 WHEEL_VERSION = "2.6.0"
-CACHE = Path.home() / ".cache" / "kubepool" / "wheels"
 
 
 def wheel_path() -> Path:
-    path = CACHE / f"snowflake_ml_python-{WHEEL_VERSION}-py3-none-any.whl"
-    if not path.exists():
-        print(f"downloading snowflake-ml-python {WHEEL_VERSION} (the wheel only, to read its code)", file=sys.stderr)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(CACHE),
-                               f"snowflake-ml-python=={WHEEL_VERSION}"], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0 and path.exists(), f"cannot download the wheel from the package index:\n{proc.stderr}"
-    return path
+    return cached_wheel("snowflake-ml-python", WHEEL_VERSION, "py3-none-any", "the wheel only, to read its code")
 
 
 def source(member: str) -> str:

@@ -41,14 +41,18 @@ def build_probe_wheel(out: Path, version: str = "0.1", answer: str = "42") -> Pa
     return wheel
 
 
-def cached_wheel(name: str, version: str) -> Path:
-    """A package's cp311 wheel for this machine, downloaded once into the wheel cache (tests serve it themselves)."""
-    found = sorted(WHEELS.glob(f"{name}-{version}-cp311-*.whl"))
+def cached_wheel(name: str, version: str, tag: str = "cp311-*", why: str = "") -> Path:
+    """A package's wheel (`tag`: cp311 for this machine, `py3-none-any` for a pure one), downloaded once into the
+    wheel cache; `why` is said while downloading (a published wheel read as a test oracle, never installed)."""
+    stem = f"{name.replace('-', '_')}-{version}-{tag}.whl"
+    found = sorted(WHEELS.glob(stem))
     if not found:
+        if why:
+            print(f"downloading {name} {version} ({why})", file=sys.stderr)
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(WHEELS),
                                f"{name}=={version}"], capture_output=True, text=True, timeout=300)
-        found = sorted(WHEELS.glob(f"{name}-{version}-cp311-*.whl"))
-        assert proc.returncode == 0 and found, f"cannot download {name} {version}:\n{proc.stderr}"
+        found = sorted(WHEELS.glob(stem))
+        assert proc.returncode == 0 and found, f"cannot download {name} {version} from the package index:\n{proc.stderr}"
     return found[0]
 
 
