@@ -125,3 +125,80 @@ def test_each_group_runs_its_pools_image_and_the_toolkit_reads_its_instance(
     assert by_group["plain_group"]["marker"] is None
     images = {p["spec"]["containers"][0]["image"] for p in pods}
     assert images == {RUNTIME, MARKED}, images
+
+
+def _wait_job(kubectl: Kubectl, ns: str, name: str, timeout: float) -> tuple[str | None, dict[str, str]]:
+    """The job's final phase and each of its pods' log."""
+    t0, phase = time.monotonic(), None
+    while phase not in ("DONE", "FAILED", "CANCELLED") and time.monotonic() - t0 < timeout:
+        time.sleep(2)
+        phase = kubectl.json("get", "mljob", name, "-n", ns).get("status", {}).get("phase")
+    pods = kubectl.json("get", "pods", "-n", ns, "-l", f"kubepool.dev/job={name}")["items"]
+    return phase, {p["metadata"]["name"]: kubectl("logs", "-n", ns, p["metadata"]["name"], "--tail=-1").stdout
+                   for p in pods}
+
+
+def _numpy_index(kubectl: Kubectl, ns: str) -> str:
+    """A package index in a pod of the cluster (the runtime image's Python serving files) holding only numpy
+    1.26.4's wheel; returns its address (plain HTTP: the job names it as a trusted host to pip)."""
+    import base64
+
+    from support.wheels import numpy_wheel
+
+    wheel = numpy_wheel()
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "index", "labels": {"app": "index"}},
+           "spec": {"containers": [{"name": "index", "image": RUNTIME, "imagePullPolicy": "Never",
+                                    "command": ["python", "-m", "http.server", "8000", "--directory", "/tmp/index"],
+                                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+                    "initContainers": [{"name": "mkdir", "image": RUNTIME, "imagePullPolicy": "Never",
+                                        "command": ["mkdir", "-p", "/tmp/index/simple/numpy"],
+                                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}]}}
+    _apply(kubectl, ns, pod)
+    kubectl("wait", "-n", ns, "pod/index", "--for=condition=Ready", "--timeout=120s", check=True, timeout=130)
+    put = ("import base64, sys; open(sys.argv[1], 'wb').write(base64.b64decode(sys.stdin.read()))")
+    kubectl("exec", "-i", "-n", ns, "index", "--", "python", "-c", put, f"/tmp/index/simple/numpy/{wheel.name}",
+            input=base64.b64encode(wheel.read_bytes()).decode(), check=True, timeout=120)
+    return str(kubectl.json("get", "pod", "index", "-n", ns)["status"]["podIP"])
+
+
+def test_a_pin_of_an_image_package_wins_on_read_only_non_root_nodes(
+        rkubectl: Kubectl, chart_operator: tuple[str, str, str]) -> None:
+    """numpy==1.26.4 on the runtime image (numpy 2, in a read-only /opt/venv, run as non-root): both instances'
+    scripts import the job's numpy; pip never touches the image's (it would fail with Errno 13 there)."""
+    ns, plain, marked = chart_operator
+    index = _numpy_index(rkubectl, ns)  # pip's own PIP_TRUSTED_HOST, in the job's env, lets it use plain HTTP
+    script = "import numpy, os\nprint('PIN', os.environ['SM_CURRENT_HOST'], numpy.__version__, numpy.__file__, flush=True)\n"
+    _apply(rkubectl, ns, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pin"},
+                          "data": {"pin.py": script}})
+    groups = [{"name": "a", "computePool": plain, "instanceCount": 1}, {"name": "b", "computePool": marked, "instanceCount": 1}]
+    _apply(rkubectl, ns, {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": "pin"},
+                          "spec": {"mode": "sagemaker", "instanceGroups": groups, "instancesTimeoutSeconds": 300,
+                                   "entrypoint": {"file": "pin.py"}, "code": {"configMap": "pin"},
+                                   "pipRequirements": ["numpy==1.26.4"],
+                                   "pipOptions": {"indexUrl": f"http://{index}:8000/simple"},
+                                   "env": [{"name": "PIP_TRUSTED_HOST", "value": index}]}})
+    phase, logs = _wait_job(rkubectl, ns, "pin", JOB_TIMEOUT_S)
+    assert phase == "DONE", f"job {phase}:\n" + "\n".join(f"--- {n}\n{log[-2000:]}" for n, log in logs.items())
+    seen = sorted(ln.split()[1:4] for log in logs.values() for ln in log.splitlines() if ln.startswith("PIN "))
+    assert [s[:2] for s in seen] == [["algo-1", "1.26.4"], ["algo-2", "1.26.4"]], logs
+    assert all(s[2].startswith("/opt/kubepool/pip/") for s in seen), seen  # the job's prefix, not /opt/venv
+
+
+def test_a_read_write_once_output_claim_of_two_instances_is_refused_under_the_charts_rights(
+        rkubectl: Kubectl, chart_operator: tuple[str, str, str]) -> None:
+    """The chart's operator reads the claim's access modes (its RBAC allows it) and fails the job naming the
+    mode it needs, before any pod."""
+    ns, plain, marked = chart_operator
+    _apply(rkubectl, ns, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "results"},
+                          "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                                   "storageClassName": "none"}})
+    groups = [{"name": "a", "computePool": plain, "instanceCount": 1}, {"name": "b", "computePool": marked, "instanceCount": 1}]
+    _apply(rkubectl, ns, {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": "rwo"},
+                          "spec": {"mode": "sagemaker", "instanceGroups": groups, "entrypoint": {"command": ["true"]},
+                                   "output": {"persistentVolumeClaim": {"claimName": "results"}}}})
+    phase, logs = _wait_job(rkubectl, ns, "rwo", 120)
+    st = rkubectl.json("get", "mljob", "rwo", "-n", ns).get("status") or {}
+    assert (phase, st.get("reason")) == ("FAILED", "VolumeNotShared"), json.dumps(st, indent=1)
+    assert "PersistentVolumeClaim results is ReadWriteOnce" in st["message"] and "[ReadWriteMany]" in st["message"]
+    assert not logs  # no pod was made
