@@ -84,7 +84,7 @@ def test_heterogeneous_job(fake_kube: FakeKube, entry: str) -> None:
     fake_kube.pools = {"big-cpu": pool("big-cpu", 4, "CPU_X64_L"), "a-gpu": pool("a-gpu", 2, "GPU_NV_L"),
                        "z-gpu": pool("z-gpu", 2, "GPU_NV_L")}
     est = Estimator(entry, instance_groups=[G1, G2], hyperparameters={"epochs": 2},
-                    distribution={**TORCH, "instance_groups": ["instance_group_2"]}, framework_version="2.1")
+                    distribution={**TORCH, "instance_groups": ["instance_group_2"]})
     with pytest.raises(ValueError, match=r"Some channels have assigned instance groups: \['train'\] while others not: \['x'\]"):
         est.fit({"train": TrainingInput("s3://bucket-1/a", instance_groups=["instance_group_1"]), "x": "s3://bucket-1/b"},
                 wait=False)

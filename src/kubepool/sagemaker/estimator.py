@@ -18,10 +18,11 @@ from kubepool.jobs.job import MLJob
 from kubepool.jobs.locations import checkpoint_location, output_location
 from kubepool.jobs.payload import PayloadFile, directory_payload, file_payload
 from kubepool.jobs.spec import build_mljob, check_name, generate_name
-from kubepool.jobs.submission import connect, submit, warn_unknown
+from kubepool.jobs.submission import annotate, connect, submit
 from kubepool.kube.sync import Kube
 from kubepool.sagemaker.inputs import TrainingInput
 from kubepool.sagemaker.instance_types import is_sagemaker_type, resolve_pool
+from kubepool.sagemaker.options import REFUSED_FIT, take_sagemaker_options
 
 # distribution key → the hyperparameter SageMaker's framework estimators set when it is enabled.
 _STRATEGY_FLAGS = {
@@ -108,8 +109,9 @@ def encode_hyperparameters(hyperparameters: Mapping[str, Any] | None) -> dict[st
 
 
 def build_channels(inputs: str | TrainingInput | Mapping[str, str | TrainingInput] | None,
-                   groups: Sequence[InstanceGroup]) -> list[api.Channel]:
-    """MLJob channels from `fit(inputs=...)`, with SageMaker's all-or-nothing rule on channel groups.
+                   groups: Sequence[InstanceGroup], input_mode: str | None = None) -> list[api.Channel]:
+    """MLJob channels from `fit(inputs=...)`, with SageMaker's all-or-nothing rule on channel groups;
+    `input_mode` (the estimator's) is the mode of the channels that name none.
 
     Raises:
         ValueError: Some channels name instance groups and others do not, or a channel names an unknown group.
@@ -127,7 +129,7 @@ def build_channels(inputs: str | TrainingInput | Mapping[str, str | TrainingInpu
         unknown = sorted(set(v.instance_groups or ()) - known)
         if unknown:
             raise ValueError(f"channel {n!r} names instance groups {unknown} that the estimator does not have")
-    return [v.to_channel(n) for n, v in items.items()]
+    return [v.to_channel(n, input_mode) for n, v in items.items()]
 
 
 class Estimator:
@@ -161,11 +163,15 @@ class Estimator:
         s3_credentials_secret: Secret with the AWS keys for them (labelled kubepool.dev/credentials=true).
         sagemaker_session: The cluster connection (`kubepool.jobs.connect(context=...)`, where SageMaker takes
             its Session); default from the kubeconfig.
-        **kwargs: Other SageMaker arguments are accepted and ignored, with a warning (framework_version and
-            py_version are the framework estimators': kubepool.sagemaker.pytorch.PyTorch, .tensorflow.TensorFlow).
+        **kwargs: SageMaker's other arguments, each honoured or refused (kubepool.sagemaker.options): `tags`
+            (the job's annotation kubepool.dev/sagemaker-tags), `input_mode` (the channels' default),
+            `model_uri`/`model_channel_name` (one more input channel), `container_log_level` (the toolkit's);
+            framework_version and py_version are the framework estimators' (kubepool.sagemaker.pytorch.PyTorch,
+            .tensorflow.TensorFlow).
 
     Raises:
-        ValueError: The instance arguments break SageMaker's rules.
+        ValueError: The instance arguments break SageMaker's rules, or a SageMaker argument kubepool cannot honour.
+        TypeError: An argument the SageMaker SDK does not have either.
     """
 
     def __init__(
@@ -192,7 +198,7 @@ class Estimator:
         sagemaker_session: Any = None,
         **kwargs: Any,
     ) -> None:
-        warn_unknown(kwargs)
+        self.options = take_sagemaker_options(kwargs, f"{type(self).__name__}.__init__")
         if instance_groups:
             if instance_type is not None or instance_count is not None:
                 raise ValueError("instance_count and instance_type cannot be set when instance_groups is set")
@@ -202,6 +208,8 @@ class Estimator:
             raise ValueError("instance_count and instance_type must be set if instance_groups is not set")
         self.entry_point = entry_point
         self.source_dir = source_dir
+        if role is not None and not isinstance(role, str):
+            raise ValueError(f"role: a ServiceAccount name, not {role!r}")
         if role is not None and role.startswith("arn:"):
             raise ValueError(f"role {role!r}: name a ServiceAccount (on EKS, one annotated eks.amazonaws.com/role-arn: "
                              f"{role}), not an IAM role ARN")
@@ -242,7 +250,8 @@ class Estimator:
         """The MLJob that `fit` creates (pools resolved through `kube`) and its payload."""
         name = check_name(job_name) if job_name else generate_name(self.base_job_name or Path(self.entry_point).stem)
         files, entrypoint = self._payload_and_entrypoint()
-        hp = {**encode_hyperparameters(self.hyperparameters), **strategy_hyperparameters(self.distribution)}
+        hp = {**encode_hyperparameters(self.hyperparameters), **strategy_hyperparameters(self.distribution),
+              **self.options.hyperparameters}
         if self.distribution_instance_groups:
             hp["sagemaker_distribution_instance_groups"] = json.dumps(self.distribution_instance_groups)
         groups = [api.InstanceGroup(name=g.instance_group_name, compute_pool=resolve_pool(kube, g.instance_type),
@@ -254,14 +263,26 @@ class Estimator:
             compute_pool=resolve_pool(kube, self.instance_type) if self.instance_type else None,
             instance_groups=groups or None, target_instances=self.instance_count,
             env_vars=self.environment, image=self.image_uri, mode=RunMode.SAGEMAKER,
-            channels=build_channels(inputs, self.instance_groups), hyper_parameters=hp,
+            channels=self._channels(inputs), hyper_parameters=hp,
             distribution_instance_groups=self.distribution_instance_groups or None,
             active_deadline_seconds=self.max_run, output=self.output, checkpoint=self.checkpoint,
             backoff_limit=self.max_retry_attempts or 0,
             spec_overrides={"serviceAccountName": self.role} if self.role else None,
             instance_type=self.instance_type if self.instance_type and is_sagemaker_type(self.instance_type) else None,
         )
+        annotate(job, self.options.annotations)
         return job, files
+
+    def _channels(self, inputs: Any) -> list[api.Channel]:
+        channels = build_channels(inputs, self.instance_groups, self.options.input_mode)
+        if self.options.model_uri:
+            name = self.options.model_channel_name
+            if name in {c.name for c in channels}:
+                raise ValueError(f"model_channel_name {name!r} is also a channel of fit(inputs=...)")
+            model = TrainingInput(self.options.model_uri, content_type="application/x-sagemaker-model",
+                                  input_mode="File")
+            channels.append(model.to_channel(name))
+        return channels
 
     @property
     def model_data(self) -> str | None:
@@ -274,7 +295,7 @@ class Estimator:
         return st.outputs.model_artifacts if st is not None and st.outputs is not None else None
 
     def fit(self, inputs: str | TrainingInput | Mapping[str, str | TrainingInput] | None = None,
-            wait: bool = True, logs: bool = True, job_name: str | None = None) -> MLJob:
+            wait: bool = True, logs: bool = True, job_name: str | None = None, experiment_config: Any = None) -> MLJob:
         """Start a training job.
 
         Args:
@@ -283,14 +304,17 @@ class Estimator:
             wait: Block until the job ends.
             logs: While waiting, print the head's log (instance 0, `algo-1`).
             job_name: Job name; default `<base_job_name or entry point stem>-<8 hex>`.
+            experiment_config: Refused when set (SageMaker Experiments).
 
         Returns:
             The job's handle (also `self.latest_training_job`).
 
         Raises:
             UnexpectedStatusException: `wait` is set and the job ended FAILED or CANCELLED.
-            ValueError: Invalid channels, or no pool for an instance type.
+            ValueError: Invalid channels, no pool for an instance type, or experiment_config set.
         """
+        if experiment_config:
+            raise ValueError(f"experiment_config={experiment_config!r} is not supported: {REFUSED_FIT['experiment_config']}")
         kube = connect(self.namespace, session=self.sagemaker_session)
         job_obj, files = self.build_job(kube, inputs, job_name)
         job = self.latest_training_job = submit(kube, job_obj, files)
