@@ -84,10 +84,14 @@ RESULT_FILENAME = "result.json"  # written by the head: {"success", "value"|"err
 # log line any process of the payload could print. The head keeps its return value or failure; another instance
 # only its failure (distributed_result() names the failing instance's exception). Annotations of one object share
 # 256 KiB: a larger head's value goes to the job's spec.output (result_object), its SHA-256 in the annotation;
-# without spec.output it is not kept, and the SDK says why.
+# without spec.output to the operator's results store (JobContract.results_store), else it is not kept, and the SDK
+# says why.
 RESULT_MAX_BYTES = 160 * 1024
 RESULT_WORKER_MAX_BYTES = 8 * 1024
 RESULT_ENCODING = "cloudpickle+base64"
+# The head takes the results store's credentialsSecret with this prefix (an optional envFrom: a namespace without
+# the Secret still runs its jobs), so it never replaces the payload's own AWS_* variables.
+RESULTS_STORE_ENV_PREFIX = "KUBEPOOL_RESULTS_"
 # The runtime's own log lines start with these; the payload's output sits between the two banners (Snowflake's).
 RUNTIME_LOG_PREFIXES = ("kubepool[", "kubepool:")
 LOG_START_MSG = "--------------------------------\nML job started\n--------------------------------"
@@ -257,6 +261,8 @@ class StoredResult(BaseModel):
                                "matches (this annotation only the job's own pod may write; the object store anyone "
                                "with rights there)")
     size: int | None = None
+    endpoint_url: str | None = Field(None, description="S3 endpoint of `location` when it is the operator's results "
+                                     "store (a job without spec.output)")
 
 
 class JobContract(BaseModel):
@@ -285,6 +291,10 @@ class JobContract(BaseModel):
     ray: RaySettings = Field(default_factory=RaySettings)
     output: OutputTarget | None = None
     checkpoint_s3: OutputTarget | None = Field(None, alias="checkpointS3", description="an S3 checkpoint prefix (a PVC is mounted instead)")
+    results_store: OutputTarget | None = Field(None, alias="resultsStore", description="the operator's S3 results "
+                                               "store, for a head's result too large for its MLJob: only without output")
+    results_store_secret: str | None = Field(None, alias="resultsStoreSecret", description="the store's credentials "
+                                             "Secret in the job's namespace (RESULTS_STORE_ENV_PREFIX)")
     pip_requirements: list[str] = Field(default_factory=list, alias="pipRequirements",
                                         description="installed by every instance into PIP_DIR before anything starts")
 

@@ -209,11 +209,11 @@ def endpoint() -> Any:
         yield url
 
 
-def _big_job(kubectl: Any, namespace: str, pool: str, output: dict[str, Any]) -> str:
+def _big_job(kubectl: Any, namespace: str, pool: str, output: dict[str, Any] | None) -> str:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"big.py": BIG}}
     job = {"apiVersion": naming.API_VERSION, "kind": naming.MLJOB_KIND, "metadata": {"name": "big"},
            "spec": {"computePool": pool, "entrypoint": {"file": "big.py", "function": "main"},
-                    "code": {"configMap": "big"}, "output": output}}
+                    "code": {"configMap": "big"}, **({"output": output} if output else {})}}
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all([cm, job]), check=True)
     return "big"
 
@@ -259,6 +259,38 @@ def test_a_multi_mb_result_comes_back_through_s3_and_a_changed_object_is_refused
     with pytest.raises(RuntimeError, match="not the result the job's head kept"):
         get_job(f"{namespace}/{name}").result()
     assert not marker.exists(), "a changed result object was unpickled"
+    _policy_was_in_force(kubectl, namespace, name)
+
+
+def test_without_an_output_a_multi_mb_result_comes_back_through_the_operators_results_store(
+        kubectl: Any, namespace: str, operator_kubeconfig: Path, small_pool: Any, endpoint: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, results_policy: str) -> None:
+    """An operator with a results store (operator.settings.resultsStore): a job with no spec.output returns 3 MiB
+    through it, written with the store's Secret of the job's namespace (not labelled as a job's credentials: the
+    platform names it, no job does)."""
+    from support.operator_cluster import Operator, wait_phase
+    from support.s3 import CREDENTIALS
+
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "results-keys"}, "stringData": CREDENTIALS}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(secret), check=True)
+    op = Operator(operator_kubeconfig, namespace, tmp_path / "operator.log",
+                  env={"KUBEPOOL_OPERATOR_RESULTS_STORE": "s3://results/store",
+                       "KUBEPOOL_OPERATOR_RESULTS_STORE_ENDPOINT_URL": endpoint,
+                       "KUBEPOOL_OPERATOR_RESULTS_STORE_CREDENTIALS_SECRET": "results-keys"})
+    op.start()
+    try:
+        name = _big_job(kubectl, namespace, small_pool(max_nodes=1), None)
+        st = wait_phase(kubectl, namespace, name, {"DONE", "FAILED"}, JOB_TIMEOUT_S, op)
+    finally:
+        op.stop()
+    assert st["phase"] == "DONE", json.dumps(st, indent=1)
+    kept = StoredResult.model_validate_json(kubectl.json("get", "mljob", name, "-n", namespace)["metadata"]["annotations"][
+        naming.result_annotation(0)])
+    pod = st["instances"][0]["pod"]
+    assert kept.location == f"s3://results/store/{namespace}/{name}/output/results/{pod}.pkl", kept
+    for key, value in CREDENTIALS.items():  # the client's own credentials for the bucket
+        monkeypatch.setenv(key, value)
+    _check_big(get_job(f"{namespace}/{name}").result())
     _policy_was_in_force(kubectl, namespace, name)
 
 

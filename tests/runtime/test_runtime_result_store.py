@@ -178,3 +178,61 @@ def test_a_write_refused_until_the_operator_lists_the_pod_is_retried(monkeypatch
     # Any other failure is not retried: the log says why the result was not kept.
     why = result_store.store(contract(), 0, ExecutionResult(True, 0, value=1), ENV, Recorder(fail=RuntimeError("no")))
     assert why is not None and "RuntimeError: no" in why
+
+
+def _with_store(secret: str | None = "results-keys", endpoint: str | None = None) -> JobContract:
+    from kubepool.contract import OutputTarget
+
+    store = OutputTarget(location="s3://results/team", s3_uri="s3://results/team", s3_endpoint_url=endpoint)
+    return contract().model_copy(update={"results_store": store, "results_store_secret": secret})
+
+
+def test_without_an_output_a_large_result_goes_to_the_operators_store_and_comes_back() -> None:
+    """The head writes to the operator's results store with the store's own (prefixed) credentials, never the
+    payload's AWS_* ones; the SDK reads it at the endpoint the result names, with the client's credentials."""
+    from kubepool.contract import RESULTS_STORE_ENV_PREFIX
+    from kubepool.jobs.results import output_reader
+    from support.s3 import CREDENTIALS, client, s3_server
+
+    with s3_server() as url:
+        client(url).create_bucket(Bucket="results")
+        env = {**ENV, **{RESULTS_STORE_ENV_PREFIX + k: v for k, v in CREDENTIALS.items()}}
+        value = {"weights": b"w" * (3 << 20)}
+        patch = Recorder()
+        assert result_store.store(_with_store(endpoint=url), 0, ExecutionResult(True, 0, value=value), env, patch) is None
+        doc = stored_result(patch.annotations(), 0, "j-0-0")
+        assert doc is not None and doc.data is None and doc.endpoint_url == url
+        assert doc.location == "s3://results/team/j/output/results/j-0-0.pkl"
+        with pytest.MonkeyPatch.context() as mp:  # the SDK's own credentials
+            for k, v in CREDENTIALS.items():
+                mp.setenv(k, v)
+            assert decode(doc, output_reader(None, store_endpoint=doc.endpoint_url)).unwrap() == value
+
+
+def test_a_namespace_without_the_stores_secret_keeps_the_limit_and_names_the_secret() -> None:
+    patch = Recorder()
+    c = _with_store()
+    assert result_store.output_upload(c, ENV) is None
+    result_store.store(c, 0, ExecutionResult(True, 0, value=b"x" * RESULT_MAX_BYTES), ENV, patch)
+    doc = stored_result(patch.annotations(), 0, "j-0-0")
+    assert doc is not None and doc.location is None
+    assert "spec.output" in (doc.dropped or "") and "Secret results-keys" in (doc.dropped or "")
+
+
+def test_the_jobs_own_output_wins_over_the_store() -> None:
+    from kubepool.contract import OutputTarget
+
+    c = _with_store().model_copy(update={"output": OutputTarget(location="s3://mine/out", s3_uri="s3://mine/out")})
+    uploads: list[str] = []
+    doc = result_store.kept(c, 0, ExecutionResult(True, 0, value=b"x" * RESULT_MAX_BYTES), "j-0-0",
+                            lambda uri, blob: uploads.append(uri))
+    assert uploads == ["s3://mine/out/j/output/results/j-0-0.pkl"] and doc.endpoint_url is None
+    assert result_store.store_missing(c, ENV) == ""
+
+
+def test_the_sdk_reads_s3_outside_spec_output_only_when_the_job_has_none() -> None:
+    from kubepool.api.mljob import OutputLocation, PvcSource
+    from kubepool.jobs.results import output_reader
+
+    with pytest.raises(ResultUnavailable, match="outside the job's spec.output"):
+        output_reader(OutputLocation(persistent_volume_claim=PvcSource(claim_name="out")))("s3://elsewhere/x.pkl")

@@ -7,10 +7,11 @@ import os
 from collections.abc import Mapping
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kubepool.api import Backend
 from kubepool.api.families import GPU_RESOURCE
+from kubepool.api.mljob import S3Source
 
 ENV_PREFIX = "KUBEPOOL_OPERATOR_"
 
@@ -83,6 +84,29 @@ class OperatorConfig(BaseModel):
     # Address the liveness and metrics endpoints listen on: all by default; the pod's IP where pods share the
     # host's network (the chart's `operator.listenOnPodIP`), so two operators on one host never collide.
     bind_address: str = "0.0.0.0"
+    # The operator's results store: where a head's result too large for its MLJob goes when the job has no
+    # spec.output, as spec.output's S3 form (`results_location`; S3 only: a claim would have to exist in every
+    # namespace before a head could start). Its credentials Secret is taken from each job's own namespace, where
+    # the platform creates it; a namespace without it keeps the annotation's limit.
+    results_store: str = Field("", description="s3://bucket/prefix; empty: no store")
+    results_store_endpoint_url: str = ""
+    results_store_credentials_secret: str = ""
+
+    @model_validator(mode="after")
+    def _store_is_s3(self) -> OperatorConfig:
+        if self.results_store and not self.results_store.startswith("s3://"):
+            raise ValueError(f"{ENV_PREFIX}RESULTS_STORE must be an s3://bucket/prefix URI, got {self.results_store!r}")
+        if not self.results_store and (self.results_store_endpoint_url or self.results_store_credentials_secret):
+            raise ValueError(f"{ENV_PREFIX}RESULTS_STORE_ENDPOINT_URL and _CREDENTIALS_SECRET need {ENV_PREFIX}RESULTS_STORE")
+        _ = self.results_location  # its URI, endpoint and Secret name checked as spec.output's
+        return self
+
+    @property
+    def results_location(self) -> S3Source | None:
+        if not self.results_store:
+            return None
+        return S3Source(uri=self.results_store, endpoint_url=self.results_store_endpoint_url or None,
+                        credentials_secret=self.results_store_credentials_secret or None)
 
     @property
     def url_host(self) -> str:

@@ -128,7 +128,8 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
     if job.spec.ray.auth_mode == "token":
         writes.append(_create_owned(op, ref, build_ray_token_secret(ref, secrets.token_urlsafe(32))))
     shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
-    doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift, admitted_at=st.admitted_at)
+    doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift, admitted_at=st.admitted_at,
+                             store=op.cfg.results_location)
     writes += [op.api.apply(build_contract_configmap(ref, doc)), _create_owned(op, ref, build_headless_service(ref)),
                _create_owned(op, ref, build_network_policy(ref))]
     await _all(writes)

@@ -207,7 +207,7 @@ class MLJob:
         doc = self._stored(0)
         if doc is not None:
             try:
-                outcome = decode(doc, self._result_fetch())
+                outcome = decode(doc, self._result_fetch(doc.endpoint_url))
             except ResultUnavailable as err:
                 raise RuntimeError(f"Job {self.id} ended {status}; its result is not readable: {err}") from None
             if not outcome.success or status == "DONE":
@@ -228,16 +228,16 @@ class MLJob:
     def _outcome(self, instance_id: int) -> ExecutionResult | None:
         doc = self._stored(instance_id)
         kept = doc is not None and (doc.data is not None or doc.location is not None)
-        return decode(doc, self._result_fetch()) if kept else None
+        return decode(doc, self._result_fetch(doc.endpoint_url)) if kept else None
 
-    def _result_fetch(self) -> Fetch:
-        """Reads a result kept in the job's spec.output: S3 with this client's credentials; a PVC through a pod
-        of the head's image (results.claim_reader)."""
+    def _result_fetch(self, store_endpoint: str | None = None) -> Fetch:
+        """Reads a result kept in the job's spec.output (else the operator's results store, at `store_endpoint`):
+        S3 with this client's credentials; a PVC through a pod of the head's image (results.claim_reader)."""
 
         def read_claim(claim: str, path: str) -> bytes:
             return claim_reader(self.kube.client, self._namespace, self._name, self._pod(0))(claim, path)
 
-        return output_reader(self.refresh().spec.output, read_claim)
+        return output_reader(self.refresh().spec.output, read_claim, store_endpoint)
 
     def distributed_result(self, timeout: float = -1) -> DistributedResult:
         """Wait for a job whose every instance ran the payload (parallel or sagemaker mode) and return its

@@ -191,18 +191,21 @@ def _fetched(doc: StoredResult, fetch: Fetch | None) -> bytes:
     return raw
 
 
-def output_reader(output: OutputLocation | None, read_claim: Callable[[str, str], bytes] | None = None) -> Fetch:
+def output_reader(output: OutputLocation | None, read_claim: Callable[[str, str], bytes] | None = None,
+                  store_endpoint: str | None = None) -> Fetch:
     """Reads an object under the job's spec.output: S3 with this client's own AWS credentials (environment or
-    profile) at the output's endpoint; a PVC through `read_claim(claim, path in the claim)`."""
+    profile) at the output's endpoint; a PVC through `read_claim(claim, path in the claim)`. A job without
+    spec.output keeps a large result in the operator's results store (S3, at `store_endpoint`, the result's own)."""
 
     def fetch(uri: str) -> bytes:
-        if output is not None and output.s3 is not None and uri.startswith("s3://"):
+        s3_output = output is not None and output.s3 is not None
+        if (s3_output or output is None) and uri.startswith("s3://"):
             try:
                 import boto3
             except ImportError:
                 raise ResultUnavailable(f"the result is kept at {uri}: install boto3 to read it") from None
             bucket, _, key = uri[len("s3://"):].partition("/")
-            s3 = boto3.client("s3", endpoint_url=output.s3.endpoint_url)
+            s3 = boto3.client("s3", endpoint_url=output.s3.endpoint_url if output and output.s3 else store_endpoint)
             return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         pvc = output.persistent_volume_claim if output is not None else None
         prefix = f"pvc://{pvc.claim_name}/" if pvc is not None else ""

@@ -1,7 +1,8 @@
 """Keeps an instance's outcome on its own MLJob (an annotation, `naming.result_annotation`), where the SDK reads
 it: written with the pod's ServiceAccount token; the chart's results policy refuses that annotation from anyone
 but the pod the job's status lists for the instance. A head's result too large for the annotation goes to the
-job's spec.output (S3 or the PVC) and the annotation keeps its SHA-256. The only part of the runtime's result
+job's spec.output (S3 or the PVC), else to the operator's results store (S3), and the annotation keeps its
+SHA-256. The only part of the runtime's result
 handling that talks to Kubernetes."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kubepool.contract import (
     ENV_POD_NAME,
     RESULT_MAX_BYTES,
     RESULT_WORKER_MAX_BYTES,
+    RESULTS_STORE_ENV_PREFIX,
     JobContract,
     RunMode,
     StoredResult,
@@ -44,18 +46,21 @@ def should_store(contract: JobContract, instance_id: int, res: ExecutionResult) 
 
 
 def kept(contract: JobContract, instance_id: int, res: ExecutionResult, pod: str,
-         upload: Upload | None = None) -> StoredResult:
-    """What the job keeps of `res`: inline when it fits; the head's larger one in spec.output through `upload`
-    (None: the job has no output location), named with its SHA-256."""
+         upload: Upload | None = None, missing: str = "") -> StoredResult:
+    """What the job keeps of `res`: inline when it fits; the head's larger one in spec.output (else the operator's
+    results store) through `upload` (None: no location it can write), named with its SHA-256. `missing` says why
+    the results store cannot be written (`store_missing`)."""
     limit = RESULT_MAX_BYTES if instance_id == 0 else RESULT_WORKER_MAX_BYTES
     doc = stored_result(res, instance_id, pod, limit)
-    if doc.data is not None or instance_id != 0 or contract.output is None or upload is None:
-        return doc
+    target = contract.output or contract.results_store
+    if doc.data is not None or instance_id != 0 or target is None or upload is None:
+        return doc.model_copy(update={"dropped": f"{doc.dropped}; {missing}"}) if doc.dropped and missing else doc
     blob = pickled_result(res)
-    uri = result_object(contract.output.location, contract.job_name, pod)
+    uri = result_object(target.location, contract.job_name, pod)
     upload(uri, blob)
     return StoredResult(pod=pod, instance=instance_id, success=res.success, location=uri,
-                        sha256=hashlib.sha256(blob).hexdigest(), size=len(blob))
+                        sha256=hashlib.sha256(blob).hexdigest(), size=len(blob),
+                        endpoint_url=None if contract.output is not None else target.s3_endpoint_url)
 
 
 def result_patch(doc: StoredResult) -> dict[str, Any]:
@@ -64,9 +69,38 @@ def result_patch(doc: StoredResult) -> dict[str, Any]:
     return {"metadata": {"annotations": {naming.result_annotation(doc.instance): value}}}
 
 
+def store_missing(contract: JobContract, env: Mapping[str, str]) -> str:
+    """Why the operator's results store cannot be written ("" when it can, or is not this job's): its credentials
+    Secret is not in the job's namespace (the head's optional envFrom gave no keys)."""
+    secret = contract.results_store_secret
+    if contract.output is not None or contract.results_store is None or not secret:
+        return ""
+    if env.get(RESULTS_STORE_ENV_PREFIX + "AWS_ACCESS_KEY_ID"):
+        return ""
+    return (f"the operator's results store {contract.results_store.location} takes its credentials from Secret "
+            f"{secret}, which namespace {contract.namespace} does not have (or it has no AWS_ACCESS_KEY_ID)")
+
+
+def _store_client(endpoint_url: str | None, env: Mapping[str, str]) -> Any:
+    """An S3 client with the results store's own credentials (prefixed), else the runtime's default ones."""
+    import boto3
+
+    keys = {k.lower(): env[RESULTS_STORE_ENV_PREFIX + k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                                  "AWS_SESSION_TOKEN") if env.get(RESULTS_STORE_ENV_PREFIX + k)}
+    return boto3.client("s3", endpoint_url=endpoint_url or None, **keys)
+
+
 def output_upload(contract: JobContract, env: Mapping[str, str]) -> Upload | None:
     """Writes under the job's spec.output as its outputs are written (runtime.outputs): S3 with the output's
-    credentials, or the PVC mounted at its local path (renamed into place: no reader sees half an object)."""
+    credentials, or the PVC mounted at its local path (renamed into place: no reader sees half an object). Without
+    spec.output, to the operator's results store with its own credentials; None when it cannot."""
+    store = contract.results_store if contract.output is None and not store_missing(contract, env) else None
+    if store is not None:
+        def to_store(uri: str, blob: bytes) -> None:
+            bucket, key = parse_s3_uri(uri)
+            _store_client(store.s3_endpoint_url, env).put_object(Bucket=bucket, Key=key, Body=blob)
+
+        return to_store
     target = contract.output
     if target is None:
         return None
@@ -126,7 +160,8 @@ def store(contract: JobContract, instance_id: int, res: ExecutionResult, env: Ma
         patch = _lightkube_patch
     pod = env.get(ENV_POD_NAME, "")
     try:
-        doc = kept(contract, instance_id, res, pod, upload if upload is not None else output_upload(contract, env))
+        doc = kept(contract, instance_id, res, pod, upload if upload is not None else output_upload(contract, env),
+                   store_missing(contract, env))
         _patch_once_listed(patch, env.get(ENV_NAMESPACE, contract.namespace), contract.job_name, result_patch(doc))
     except Exception as e:  # noqa: BLE001 - the job's outcome stands; only its value is lost, and the log says why
         return f"cannot keep the result on MLJob {contract.namespace}/{contract.job_name}: {type(e).__name__}: {e}"

@@ -8,7 +8,7 @@ from datetime import datetime
 from kubepool import contract, naming
 from kubepool.api import Channel as ApiChannel
 from kubepool.api import ComputePool, MLJob
-from kubepool.api.mljob import OutputLocation
+from kubepool.api.mljob import OutputLocation, S3Source
 from kubepool.controller.builders.common import JobRef, parse_quantity, placement_of, pool_named
 from kubepool.controller.builders.layout import instance_ids
 
@@ -44,6 +44,16 @@ def output_target(out: OutputLocation | None) -> contract.OutputTarget | None:
                                  local_path=contract.OUTPUT_MOUNT)
 
 
+def results_store(job: MLJob, store: S3Source | None) -> tuple[contract.OutputTarget | None, str | None]:
+    """Where the head keeps a result too large for its MLJob when the job has no spec.output: the operator's results
+    store, under a prefix of the job's namespace (jobs of one name in two namespaces never share an object), and the
+    name of its credentials Secret in the job's namespace; a job's own spec.output always wins."""
+    if store is None or job.spec.output is not None:
+        return None, None
+    uri = f"{store.uri.rstrip('/')}/{JobRef.of(job).namespace}"
+    return contract.OutputTarget(location=uri, s3_uri=uri, s3_endpoint_url=store.endpoint_url), store.credentials_secret
+
+
 def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
     counts: dict[str, tuple[str, int]] = {}
     for p in placement_of(job):
@@ -64,9 +74,11 @@ def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
 
 
 def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: int = 0,
-                       port_shift: int = 0, admitted_at: datetime | None = None) -> contract.JobContract:
+                       port_shift: int = 0, admitted_at: datetime | None = None,
+                       store: S3Source | None = None) -> contract.JobContract:
     """The contract of `attempt`: instance pods carry that attempt's names. `port_shift` moves the head's
-    Ray ports (local clusters, see `local_port_shift`); `admitted_at` starts the head's instances timeout.
+    Ray ports (local clusters, see `local_port_shift`); `admitted_at` starts the head's instances timeout;
+    `store` is the operator's results store (`results_store`).
 
     Raises:
         ValueError: a pool of the job is not in `pools`.
@@ -102,6 +114,9 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
     )
     if admitted_at is not None:
         doc = doc.model_copy(update={"admitted_at": admitted_at.timestamp()})
+    target, secret = results_store(job, store)
+    if target is not None:
+        doc = doc.model_copy(update={"results_store": target, "results_store_secret": secret})
     if not attempt:
         return doc
     instances = [i.model_copy(update={"pod": naming.pod_name(ref.name, i.group, i.rank_in_group, attempt)})

@@ -18,7 +18,7 @@ from kubepool.controller.builders.common import (
     pool_image,
     pool_named,
 )
-from kubepool.controller.builders.jobcontract import channel_mount_path
+from kubepool.controller.builders.jobcontract import channel_mount_path, results_store
 from kubepool.controller.builders.pip import pip_env, pip_volumes
 from kubepool.controller.builders.podsettings import PodSettingsOf, kueue_placement, pod_settings
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
@@ -152,13 +152,15 @@ def credentials_secrets(job: MLJob) -> list[str]:
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
-def secret_hints(env: list[Obj], credentials: list[str], volumes: list[Obj], mounts: list[Obj]) -> list[Obj]:
+def secret_hints(env: list[Obj], credentials: list[str], volumes: list[Obj], mounts: list[Obj],
+                 store: bool = False) -> list[Obj]:
     """Where the container's Secret values are, for the runtime to keep them out of its termination message (the
     job's status and Events are built from it): variables from a secretKeyRef or a credentialsSecret, and the
     mounts of secret volumes. A user's envFrom secretRef is not named here: its keys are the Secret's, which the
     operator never reads."""
     names = [e["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})]
     names += list(CREDENTIAL_KEYS) if credentials else []
+    names += [contract.RESULTS_STORE_ENV_PREFIX + k for k in CREDENTIAL_KEYS] if store else []
     secret = {v["name"] for v in volumes
               if "secret" in v or any("secret" in src for src in (v.get("projected") or {}).get("sources") or [])}
     dirs = [m["mountPath"] for m in mounts if m["name"] in secret]
@@ -166,8 +168,17 @@ def secret_hints(env: list[Obj], credentials: list[str], volumes: list[Obj], mou
     return hints + ([{"name": contract.ENV_SECRET_DIRS, "value": ":".join(dirs)}] if dirs else [])
 
 
-def _env_from(job: MLJob, mine: PodSettingsOf) -> list[Obj]:
-    return [{"secretRef": {"name": s}} for s in credentials_secrets(job)] + mine.env_from
+def store_secret(job: MLJob, inst: Placement, cfg: OperatorConfig) -> str | None:
+    """The results store's credentials Secret the head takes (prefixed, optional), when the job keeps a large
+    result there (no spec.output)."""
+    return results_store(job, cfg.results_location)[1] if inst.instance_id == 0 else None
+
+
+def _env_from(job: MLJob, mine: PodSettingsOf, store: str | None) -> list[Obj]:
+    # optional: a namespace without the store's Secret runs its jobs; the runtime then says what is missing.
+    prefixed = [{"prefix": contract.RESULTS_STORE_ENV_PREFIX, "secretRef": {"name": store, "optional": True}}]
+    return ([{"secretRef": {"name": s}} for s in credentials_secrets(job)] + (prefixed if store else [])
+            + mine.env_from)
 
 
 def _security(uid: int | None) -> tuple[Obj, Obj]:
@@ -212,10 +223,11 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
         "terminationMessagePath": contract.TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    env_from = _env_from(job, mine)
+    store = store_secret(job, inst, cfg)
+    env_from = _env_from(job, mine, store)
     if env_from:
         container["envFrom"] = env_from
-    container["env"] += secret_hints(container["env"], credentials_secrets(job), volumes, mounts)
+    container["env"] += secret_hints(container["env"], credentials_secrets(job), volumes, mounts, store is not None)
     joined = joined_check(job, inst.group)
     if joined is not None:
         container["readinessProbe"] = {"exec": {"command": joined}, "periodSeconds": JOINED_PROBE_PERIOD_SECONDS,
