@@ -84,6 +84,10 @@ def copy_tree(dest: Path) -> None:
         if src.is_file() and not src.is_symlink():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    # The package's metadata (ignored, from the editable install): kubepool's __version__ reads it, and tests
+    # that run a bare interpreter on the copy's src (tests/runtime/test_runtime_pip.py) find it there.
+    for info in (ROOT / "src").glob("*.egg-info"):
+        shutil.copytree(info, dest / "src" / info.name, dirs_exist_ok=True)
 
 
 def pytest(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:

@@ -14,13 +14,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from faultkit import job, pod_running, record, sleep_cmd, wait_terminal
 
 from kubepool import contract, naming
 from kubepool.controller.builders.pods import CREDENTIAL_KEYS, secret_hints
 from kubepool.local import controlplane
-from kubepool.runtime import redact
+from kubepool.runtime import redact, result
 from support.operator_cluster import ROOT, Operator, get_json, wait_phase
 
 
@@ -135,6 +136,16 @@ def test_the_runtime_keeps_secret_values_out_of_its_messages(tmp_path: Path) -> 
     out = redact.redact(text, values)
     assert SECRET not in out and "AAAAsecretline" not in out and out.count(redact.REDACTED) == 2, out
     assert "lr 0.1" in out and json.loads(out)["error"].startswith("RuntimeError: login with [redacted] failed")
+
+
+def test_the_termination_log_leaves_the_secret_values_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The termination message is what the operator quotes in the job's status and Events: written redacted."""
+    monkeypatch.setenv(contract.ENV_SECRET_ENV, "TOKEN")
+    monkeypatch.setenv("TOKEN", SECRET)
+    log = tmp_path / "termination-log"
+    result.write_termination_log(log, result.ExecutionResult(False, 1, error=f"RuntimeError: login with {SECRET} failed"), 0)
+    text = log.read_text()
+    assert SECRET not in text and "login with [redacted] failed" in text, text
 
 
 def test_a_secret_in_a_failing_payload_never_reaches_status_or_events(kubectl: Any, namespace: str, operator: Operator,
