@@ -29,6 +29,13 @@ def test_every_entry_applies_to_the_tree_as_it_is() -> None:
     assert not stale, stale
 
 
+def test_every_entry_has_its_row_in_docs_reliability() -> None:
+    """docs/reliability.md lists each protection with its test and its mutation: an entry without a row is not."""
+    doc = (ROOT / "docs" / "reliability.md").read_text()
+    missing = [m.name for m in _runner().load() if f"`{m.name}`" not in doc]
+    assert not missing, f"add a row to docs/reliability.md's Mutations table for {missing}"
+
+
 def test_no_unit_level_mutation_survives() -> None:
     proc = subprocess.run([sys.executable, str(RUNNER), "--level", "unit", "--timeout", "300"], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
