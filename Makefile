@@ -19,7 +19,7 @@ help:
 	@echo "make dashboard-picture  re-render docs/images/dashboard.png from a real run (Prometheus, private cluster; not part of make test)"
 	@echo "make images      build kubepool/operator:dev and kubepool/runtime:dev as OCI archives, no Docker (docs/images.md)"
 	@echo "make images-cuda the runtime image's CUDA variant; make images-test runs the built images under runc"
-	@echo "make test-realnode  the real-node tier alone (make test runs it after the rest; root)"
+	@echo "make test-realnode  the real-node tier alone (make test runs it beside the rest; root)"
 	@echo "make mutants     break each protection on purpose (hack/mutants/mutants.toml); fails if a test still passes"
 	@echo "make release REGISTRY=host[:port]/path  publish images, chart (oci://) and wheel of pyproject's version (docs/install.md)"
 
@@ -66,7 +66,7 @@ lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); typ
 test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray and not realnode" $(PYTEST_ARGS)
 
-test: venv lint k8s-bin k8s-bin-compat kuberay-bin  # the process-node suite, then the real-node tier (hack/test.sh; REALNODE=0 leaves it out)
+test: venv lint k8s-bin k8s-bin-compat kuberay-bin  # the process-node suite and, beside it, the real-node tier (hack/test.sh; REALNODE=0 leaves it out)
 	@hack/test.sh $(PYTEST_ARGS)
 
 demo: demo-plan venv k8s-bin

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# `make test`: the process-node suite, then the real-node tier (tests/realnode: kubelets on containerd, the
-# chart and jobs in containers of the images built here). The tier's preparation (hack/realnode/prepare.sh:
-# host packages, CoreDNS, the images; seconds when cached, tens of minutes cold) starts first, in the
-# background at the lowest CPU and I/O priority, so a cold machine builds it in the first suite's idle time.
-# Arguments go to both pytest runs. REALNODE=0 runs the process-node suite alone, saying so.
-# KUBEPOOL_PREPARE_WAIT_S (2700): how long to wait for the preparation once the suite is over.
+# `make test`: the process-node suite and, beside it, the real-node tier (tests/realnode: kubelets on containerd,
+# the chart and jobs in containers of the images built here). The tier's preparation (hack/realnode/prepare.sh:
+# host packages, CoreDNS, the images; seconds when cached, tens of minutes cold) starts first, in the background
+# at the lowest CPU and I/O priority, and the tier itself follows it there, at the same priority, while the
+# process-node suite runs in the foreground: most of that suite's time is spent waiting on jobs, so the two
+# share the machine's cores instead of running one after the other. The tier's output is shown once the suite
+# is over (its log: .kubepool-test-prepare/realnode-tier.log). Arguments go to both pytest runs. REALNODE=0 runs
+# the process-node suite alone, saying so. KUBEPOOL_PREPARE_WAIT_S (2700): how long to wait, once the suite is
+# over, for the tier.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -14,23 +17,33 @@ say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 # Beside the clusters' state dirs, not in them: `kubepool local down` removes those.
 mkdir -p .kubepool-test-prepare
 log=.kubepool-test-prepare/realnode.log
+tier_log=.kubepool-test-prepare/realnode-tier.log
+rcfile=.kubepool-test-prepare/realnode-tier.rc
 
 realnode=${REALNODE:-1}
 if [[ $realnode != 0 && $(id -u) != 0 ]]; then
     say "the real-node tier needs root (kubelet, containerd, buildah); REALNODE=0 make test runs the rest alone" >&2
     exit 2
 fi
-prep=
+tier=
 if [[ $realnode != 0 ]]; then
-    say "preparing the real-node tier in the background (host packages, CoreDNS, images; log: $log)"
-    setsid nice -n 19 ionice -c 3 hack/realnode/prepare.sh >"$log" 2>&1 &
-    prep=$!
-    # make interrupted or the suite stopped: the background build goes too.
-    trap '[[ -n $prep ]] && kill -- -"$prep" 2>/dev/null' EXIT
+    say "the real-node tier in the background: its preparation (host packages, CoreDNS, images; log: $log), then its tests (log: $tier_log)"
+    rm -f "$rcfile"
+    : >"$tier_log"
+    # The tier's own session: interrupted, the whole of it goes (kubelets and containerd included).
+    setsid nice -n 19 ionice -c 3 bash -c '
+        log=$1 tier_log=$2 rcfile=$3
+        shift 3
+        hack/realnode/prepare.sh >"$log" 2>&1 || { echo "prepare:$?" >"$rcfile"; exit 0; }
+        echo "[real-node tier $(date +%H:%M:%S)] $(tail -n 1 "$log")" >"$tier_log"
+        "$@" -m realnode tests/realnode >>"$tier_log" 2>&1
+        echo "tests:$?" >"$rcfile"' tier "$log" "$tier_log" "$rcfile" "${PYTEST[@]}" "$@" &
+    tier=$!
+    trap '[[ -n $tier ]] && kill -- -"$tier" 2>/dev/null' EXIT
 else
     say "REALNODE=0: the real-node tier (tests/realnode) is not run"
 fi
-# Ctrl-C reaches pytest, which exits normally: without this the script would go on to the real-node tier.
+# Ctrl-C reaches pytest, which exits normally: without this the script would go on waiting for the tier.
 trap 'say "interrupted"; exit 130' INT TERM
 
 say "pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
@@ -40,27 +53,27 @@ rc=$?
 
 waited=$SECONDS
 limit=${KUBEPOOL_PREPARE_WAIT_S:-2700}
-while kill -0 "$prep" 2>/dev/null; do
+while kill -0 "$tier" 2>/dev/null; do
     if ((SECONDS - waited >= limit)); then
-        say "FAILED: the real-node preparation still runs ${limit}s after the suite ended; last lines of $log:" >&2
-        tail -n 40 "$log" | sed 's/^/  | /' >&2
+        say "FAILED: the real-node tier still runs ${limit}s after the suite ended; last lines of $log and $tier_log:" >&2
+        tail -n 20 "$log" "$tier_log" | sed 's/^/  | /' >&2
         exit 1
     fi
-    (((SECONDS - waited) % 30 == 0)) && say "waiting for the real-node preparation ($((SECONDS - waited))s): $(tail -n 1 "$log")"
+    (((SECONDS - waited) % 30 == 0)) && say "waiting for the real-node tier ($((SECONDS - waited))s): $(tail -n 1 "$tier_log" 2>/dev/null || tail -n 1 "$log")"
     sleep 1
 done
-wait "$prep"
-prep_rc=$?
-prep=
-if [[ $prep_rc != 0 ]]; then
-    say "FAILED: the real-node preparation (hack/realnode/prepare.sh, exit $prep_rc); last lines of $log:" >&2
-    tail -n 40 "$log" | sed 's/^/  | /' >&2
-    exit 1
-fi
-say "$(tail -n 1 "$log")"
-say "pytest: the real-node tier (.kubepool-realnode/, slot 4)"
-"${PYTEST[@]}" -m realnode tests/realnode "$@"
-rc2=$?
+wait "$tier"
+tier=
+say "pytest: the real-node tier (.kubepool-realnode/, slot 4), run beside the suite:"
+cat "$tier_log"
+outcome=$(cat "$rcfile" 2>/dev/null || echo "tests:1")
+case $outcome in
+    prepare:*)
+        say "FAILED: the real-node preparation (hack/realnode/prepare.sh, exit ${outcome#prepare:}); last lines of $log:" >&2
+        tail -n 40 "$log" | sed 's/^/  | /' >&2
+        exit 1 ;;
+esac
+rc2=${outcome#tests:}
 [[ $rc2 == 5 ]] && rc2=0  # arguments that select no real-node test
 (( rc != 0 )) && exit $rc
 exit $rc2
