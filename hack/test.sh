@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# `make test`: the process-node suite and, beside it, the real-node tier (tests/realnode: kubelets on containerd,
-# the chart and jobs in containers of the images built here). The tier's preparation (hack/realnode/prepare.sh:
-# host packages, CoreDNS, the images; seconds when cached, tens of minutes cold) starts first, in the background
-# at the lowest CPU and I/O priority, and the tier itself follows it there, at the same priority, while the
-# process-node suite runs in the foreground: most of that suite's time is spent waiting on jobs, so the two
-# share the machine's cores instead of running one after the other. The tier's output is shown once the suite
-# is over (its log: .kubepool-test-prepare/realnode-tier.log). Arguments go to both pytest runs. REALNODE=0 runs
-# the process-node suite alone, saying so. KUBEPOOL_PREPARE_WAIT_S (2700): how long to wait, once the suite is
-# over, for the tier.
+# `make test`: the process-node suite in the foreground and, beside it, in the background, the tests that bring
+# clusters of their own: the real-node tier (tests/realnode: kubelets on containerd, the chart and jobs in
+# containers of the images built here), then the fresh-clone, wheel and lowest-Kubernetes runs (OWN_CLUSTER
+# below: their own local clusters on slots of their own). The background starts with the real-node preparation
+# (hack/realnode/prepare.sh: host packages, CoreDNS, the images; seconds when cached, tens of minutes cold), all
+# of it at the lowest CPU and I/O priority: most of the foreground suite's time is spent waiting on jobs, so the
+# two share the machine's cores instead of running one after the other. The background's output is shown once
+# the suite is over (its log: .kubepool-test-prepare/realnode-tier.log). Arguments go to every pytest run.
+# REALNODE=0 runs the process-node suite alone (the own-cluster tests included), saying so.
+# KUBEPOOL_PREPARE_WAIT_S (2700): how long to wait, once the suite is over, for the background.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -20,6 +21,10 @@ log=.kubepool-test-prepare/realnode.log
 tier_log=.kubepool-test-prepare/realnode-tier.log
 rcfile=.kubepool-test-prepare/realnode-tier.rc
 
+# Tests that start clusters of their own (never the suite's): run in the background beside the suite.
+OWN_CLUSTER=(tests/newcomer/test_fresh_clone.py tests/newcomer/test_pip_install.py
+             tests/release/test_compat.py::test_lowest_claimed_minor)
+
 realnode=${REALNODE:-1}
 if [[ $realnode != 0 && $(id -u) != 0 ]]; then
     say "the real-node tier needs root (kubelet, containerd, buildah); REALNODE=0 make test runs the rest alone" >&2
@@ -27,7 +32,7 @@ if [[ $realnode != 0 && $(id -u) != 0 ]]; then
 fi
 tier=
 if [[ $realnode != 0 ]]; then
-    say "the real-node tier in the background: its preparation (host packages, CoreDNS, images; log: $log), then its tests (log: $tier_log)"
+    say "in the background: the real-node preparation (host packages, CoreDNS, images; log: $log), then the real-node tier and the tests with clusters of their own (log: $tier_log)"
     rm -f "$rcfile"
     : >"$tier_log"
     # The tier's own session: interrupted, the whole of it goes (kubelets and containerd included).
@@ -36,8 +41,19 @@ if [[ $realnode != 0 ]]; then
         shift 3
         hack/realnode/prepare.sh >"$log" 2>&1 || { echo "prepare:$?" >"$rcfile"; exit 0; }
         echo "[real-node tier $(date +%H:%M:%S)] $(tail -n 1 "$log")" >"$tier_log"
+        n=$1
+        shift
+        own=("${@:1:n}")
+        shift "$n"
         "$@" -m realnode tests/realnode >>"$tier_log" 2>&1
-        echo "tests:$?" >"$rcfile"' tier "$log" "$tier_log" "$rcfile" "${PYTEST[@]}" "$@" &
+        rn=$?
+        ((rn == 5)) && rn=0  # arguments that select no real-node test
+        echo "[own clusters $(date +%H:%M:%S)] ${own[*]}" >>"$tier_log"
+        "$@" -m "not images and not realnode" "${own[@]}" >>"$tier_log" 2>&1
+        oc=$?
+        ((oc == 5)) && oc=0
+        echo "tests:$((rn != 0 ? rn : oc))" >"$rcfile"' tier "$log" "$tier_log" "$rcfile" \
+        "${#OWN_CLUSTER[@]}" "${OWN_CLUSTER[@]}" "${PYTEST[@]}" "$@" &
     tier=$!
     trap '[[ -n $tier ]] && kill -- -"$tier" 2>/dev/null' EXIT
 else
@@ -47,7 +63,11 @@ fi
 trap 'say "interrupted"; exit 130' INT TERM
 
 say "pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
-"${PYTEST[@]}" -m "not images and not realnode" "$@"
+deselect=()
+if [[ $realnode != 0 ]]; then
+    for t in "${OWN_CLUSTER[@]}"; do deselect+=(--deselect "$t"); done
+fi
+"${PYTEST[@]}" -m "not images and not realnode" "${deselect[@]}" "$@"
 rc=$?
 [[ $realnode != 0 ]] || exit $rc
 
@@ -55,16 +75,16 @@ waited=$SECONDS
 limit=${KUBEPOOL_PREPARE_WAIT_S:-2700}
 while kill -0 "$tier" 2>/dev/null; do
     if ((SECONDS - waited >= limit)); then
-        say "FAILED: the real-node tier still runs ${limit}s after the suite ended; last lines of $log and $tier_log:" >&2
+        say "FAILED: the background tests still run ${limit}s after the suite ended; last lines of $log and $tier_log:" >&2
         tail -n 20 "$log" "$tier_log" | sed 's/^/  | /' >&2
         exit 1
     fi
-    (((SECONDS - waited) % 30 == 0)) && say "waiting for the real-node tier ($((SECONDS - waited))s): $(tail -n 1 "$tier_log" 2>/dev/null || tail -n 1 "$log")"
+    (((SECONDS - waited) % 30 == 0)) && say "waiting for the background tests ($((SECONDS - waited))s): $(tail -n 1 "$tier_log" 2>/dev/null || tail -n 1 "$log")"
     sleep 1
 done
 wait "$tier"
 tier=
-say "pytest: the real-node tier (.kubepool-realnode/, slot 4), run beside the suite:"
+say "pytest, run beside the suite: the real-node tier (.kubepool-realnode/, slot 4), then the tests with clusters of their own:"
 cat "$tier_log"
 outcome=$(cat "$rcfile" 2>/dev/null || echo "tests:1")
 case $outcome in
@@ -74,6 +94,5 @@ case $outcome in
         exit 1 ;;
 esac
 rc2=${outcome#tests:}
-[[ $rc2 == 5 ]] && rc2=0  # arguments that select no real-node test
 (( rc != 0 )) && exit $rc
 exit $rc2
