@@ -22,6 +22,8 @@ from support.spare_cluster import spare_cluster
 JOB_TIMEOUT_S = 360.0  # a Ray cluster of 3 on a loaded, shared 2-core machine (load average > 10)
 PAYLOAD = {
     "ok.py": "import socket\nprint('hello from', socket.gethostname())\n__return__ = 42\n",
+    # Runs until the instances' joined probes (every 2 s, slower on a loaded machine) have shown RUNNING.
+    "ok-seen-running.py": "import socket, time\ntime.sleep(10)\nprint('hello from', socket.gethostname())\n__return__ = 42\n",
     "sleep.py": "import sys, time\ntime.sleep(float(sys.argv[1]))\nprint('slept')\n",
     "fail.py": "raise ValueError('boom-42 from the head')\n",
 }
@@ -77,7 +79,7 @@ def run_blockers(kubectl: Any, apply: Callable[[dict[str, Any]], None], namespac
 def test_three_instances_on_three_nodes_done(kubectl: Any, namespace: str, operator: Operator, compute_pool: Any,
                                              apply: Any, payload: str) -> None:
     pool = compute_pool("cpu", max_nodes=3)
-    apply(mljob("three", **spec(pool, targetInstances=3)))
+    apply(mljob("three", **spec(pool, "ok-seen-running.py", targetInstances=3)))
     st = wait_phase(kubectl, namespace, "three", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
     assert st["phase"] == "DONE", json.dumps(st, indent=1)
     pods = pods_of(kubectl, namespace, "three")
