@@ -156,9 +156,10 @@ def build_mljob(
             spec = MLJobSpec.model_validate({**spec.wire(), **spec_overrides})
     except ValidationError as err:
         raise ValueError(f"invalid job {name}: {_readable(err)}") from None
-    return MLJob(
-        metadata={"name": name, "namespace": namespace,
-                  "labels": {**(labels or {}), **({naming.LABEL_KUEUE_QUEUE: queue} if queue else {}),
-                             naming.LABEL_MANAGED_BY: naming.MANAGED_BY}},
-        spec=spec,
-    )
+    all_labels = {**(labels or {}), **({naming.LABEL_KUEUE_QUEUE: queue} if queue else {}),
+                  naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
+    if naming.LABEL_KUEUE_QUEUE in all_labels:
+        # Kueue's contract: a queued job is created suspended and Kueue's admission resumes it, so no pod can
+        # start before the admission's flavors are known (deploy/kueue's policy does the same for kubectl).
+        spec = spec.model_copy(update={"suspend": True})
+    return MLJob(metadata={"name": name, "namespace": namespace, "labels": all_labels}, spec=spec)

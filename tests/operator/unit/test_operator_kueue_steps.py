@@ -204,5 +204,6 @@ def test_the_sdks_queue_and_labels_name_the_localqueue_with_spec_overrides_too()
                        spec_overrides={"instancesTimeoutSeconds": 60})
     assert made.metadata["labels"][naming.LABEL_KUEUE_QUEUE] == "team-a" and made.metadata["labels"]["team"] == "a"
     assert made.spec.instances_timeout_seconds == 60 and kueue.queue_of(made) == "team-a"
+    assert made.spec.suspend is True  # created suspended, as Kueue's jobs are: its admission resumes it
     plain = build_mljob(name="train", namespace="ns", entrypoint=Entrypoint(file="main.py"), compute_pool="cpu")
     assert kueue.queue_of(plain) == ""
