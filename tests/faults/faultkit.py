@@ -80,7 +80,10 @@ class Recorder:
     def start(self) -> Recorder:
         jobs = "{range .items[*]}{.metadata.name}|{.status.phase}|{.status.reason}{\"\\n\"}{end}"
         one_job = "{.metadata.name}|{.status.phase}|{.status.reason}{\"\\n\"}"
-        pods = "{.metadata.name}|{.metadata.uid}{\"\\n\"}"
+        # A pod is named after its job and instance: keyed by its job's uid too, a job deleted and created again
+        # under the same name is a new job (its pods new ones), not a pod recreated.
+        pods = ("{.metadata.name}|{.metadata.uid}|{.metadata.labels." + naming.LABEL_JOB_UID.replace(".", "\\.")
+                + "}{\"\\n\"}")
         self._spawn(["get", "mljobs", "-w", "-o", f"jsonpath={one_job}"], self._on_job)
         self._spawn(["get", "pods", "-w", "-l", f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}", "-o",
                      f"jsonpath={pods}"], self._on_pod)
@@ -121,9 +124,9 @@ class Recorder:
                 seq.append((time.monotonic(), phase, reason))
 
     def _on_pod(self, line: str) -> None:
-        name, _, uid = line.partition("|")
+        name, uid, job_uid = (line.split("|") + ["", ""])[:3]
         with self._lock:
-            self.pod_uids.setdefault(name, set()).add(uid)
+            self.pod_uids.setdefault(f"{name} of job {job_uid}", set()).add(uid)
 
     def _on_pod_event(self, line: str) -> None:
         kind, name, job_uid, instance, deleting, phase, node = (line.split("|") + [""] * 7)[:7]

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from kubepool import naming
+from kubepool.runtime import ownership
 from kubepool.sagemaker import Estimator, InstanceGroup
 from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 from support.s3 import CREDENTIALS, client, s3_server
@@ -77,8 +78,9 @@ def test_estimator_outputs_are_kept_in_sagemakers_layout(kubectl: Any, namespace
     assert est.model_data == f"s3://models/{base}/model.tar.gz" == st["outputs"]["modelArtifacts"]
     s3 = client(endpoint)
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="models", Prefix=f"runs/{job.name}/")["Contents"])
-    assert keys == [f"{base}/algo-1/output.tar.gz", f"{base}/algo-2/model.tar.gz", f"{base}/algo-2/output.tar.gz",
-                    f"{base}/model.tar.gz", f"{base}/output.tar.gz"]
+    # SageMaker's layout under output/, and beside it kubepool's claim of the prefix for this job (runtime/ownership.py).
+    assert keys == [f"runs/{job.name}/{ownership.MARKER}", f"{base}/algo-1/output.tar.gz", f"{base}/algo-2/model.tar.gz",
+                    f"{base}/algo-2/output.tar.gz", f"{base}/model.tar.gz", f"{base}/output.tar.gz"]
     model = _members(s3.get_object(Bucket="models", Key=f"{base}/model.tar.gz")["Body"].read())
     assert json.loads(model["model.pt"]) == {"trained_by": "algo-2", "epochs": 3}
     assert _members(s3.get_object(Bucket="models", Key=f"{base}/output.tar.gz")["Body"].read()) == {
