@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kubepool.local import controlplane
+from kubepool.local import controlplane, registry
 from kubepool.local.controlplane import Layout
 from kubetest import Cluster, Kubectl
 
@@ -99,6 +99,17 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             _run_cli(["down", "--state-dir", str(state_dir)], say)
         elif c.started_here:
             say("another test session still uses the cluster: leaving it running")
+
+
+@pytest.fixture(scope="module")
+def local_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[registry.LocalRegistry]:
+    """The CNCF distribution registry on loopback with TLS from a CA of its own (kubepool.local.registry): what
+    `make release` pushes to and the chart is installed from (tests/release, tests/realnode)."""
+    reg = registry.start(tmp_path_factory.mktemp("registry"), say=lambda _: None)
+    try:
+        yield reg
+    finally:
+        reg.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,9 @@ image does not have; a requirement pip cannot satisfy FAILS the job with reason 
 from __future__ import annotations
 
 import base64
-import functools
-import http.server
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,15 @@ import pytest
 import yaml
 
 from support.operator_cluster import Operator, mljob, wait_phase
-from support.wheels import NUMPY_PIN, PROBE, PROBE_MODULE, PYARROW_PIN, build_probe_wheel, cached_wheel
+from support.wheels import (
+    NUMPY_PIN,
+    PROBE,
+    PROBE_MODULE,
+    PYARROW_PIN,
+    build_probe_wheel,
+    cached_wheel,
+    simple_index,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ray]
 JOB_TIMEOUT_S = 360.0
@@ -87,16 +92,8 @@ def package_index(tmp_path: Path) -> Iterator[str]:
     kubepool-wheel-probe 0.2, which exists nowhere else."""
     root = tmp_path / "index"
     wheel = build_probe_wheel(root / "wheels", version="0.2", answer="7")
-    page = root / "simple" / PROBE
-    page.mkdir(parents=True)
-    (page / "index.html").write_text(f'<a href="../../wheels/{wheel.name}">{wheel.name}</a>\n')
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    finally:
-        server.shutdown()
+    with simple_index(root, {PROBE: wheel}) as url:
+        yield url
 
 
 def test_requirements_come_from_the_jobs_own_index(kubectl: Any, namespace: str, operator: Operator,
@@ -139,21 +136,9 @@ print("PIN " + json.dumps(seen), flush=True)
 @pytest.fixture
 def numpy_index(tmp_path: Path) -> Iterator[str]:
     """A PEP 503 simple index on loopback holding numpy 1.26.4 and pyarrow 21.0.0 only."""
-    root = tmp_path / "index"
-    (root / "wheels").mkdir(parents=True)
-    for name, version in (("numpy", NUMPY_PIN), ("pyarrow", PYARROW_PIN)):
-        wheel = cached_wheel(name, version)
-        page = root / "simple" / name
-        page.mkdir(parents=True)
-        (root / "wheels" / wheel.name).symlink_to(wheel)
-        (page / "index.html").write_text(f'<a href="../../wheels/{wheel.name}">{wheel.name}</a>\n')
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    finally:
-        server.shutdown()
+    wheels = {name: cached_wheel(name, version) for name, version in (("numpy", NUMPY_PIN), ("pyarrow", PYARROW_PIN))}
+    with simple_index(tmp_path / "index", wheels) as url:
+        yield url
 
 
 def test_a_pin_of_an_image_package_wins_on_every_instance_and_leaves_the_image_alone(

@@ -11,7 +11,6 @@ import subprocess
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -28,15 +27,6 @@ VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["
 PATH = "kubepool"  # REGISTRY=<host>/kubepool, as ghcr.io/kubepool
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 JOB_TIMEOUT_S = 600
-
-
-@pytest.fixture(scope="module")
-def local_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[registry.LocalRegistry]:
-    reg = registry.start(tmp_path_factory.mktemp("registry"), say=lambda line: None)
-    try:
-        yield reg
-    finally:
-        reg.stop()
 
 
 @dataclass(frozen=True)

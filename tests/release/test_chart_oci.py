@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,6 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 @pytest.fixture(scope="module")
 def helm() -> str:
     return str(controlplane.ensure_binaries(say=lambda _: None) / "helm")
-
-
-@pytest.fixture(scope="module")
-def local_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[registry.LocalRegistry]:
-    reg = registry.start(tmp_path_factory.mktemp("registry"), say=lambda _: None)
-    try:
-        yield reg
-    finally:
-        reg.stop()
 
 
 def _helm(helm: str, *args: str) -> str:

@@ -5,10 +5,15 @@ from a wheelhouse is exactly what it exercises."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import hashlib
+import http.server
 import subprocess
 import sys
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 PROBE = "kubepool-wheel-probe"
@@ -58,3 +63,24 @@ def cached_wheel(name: str, version: str, tag: str = "cp311-*", why: str = "") -
 
 def numpy_wheel() -> Path:
     return cached_wheel("numpy", NUMPY_PIN)
+
+
+@contextlib.contextmanager
+def simple_index(root: Path, wheels: dict[str, Path]) -> Iterator[str]:
+    """A PEP 503 simple index on loopback (the local nodes' pods share the host's network) serving `wheels`
+    (project name -> wheel file) and nothing else; yields its URL."""
+    (root / "wheels").mkdir(parents=True, exist_ok=True)
+    for name, wheel in wheels.items():
+        served = root / "wheels" / wheel.name
+        if served != wheel:
+            served.symlink_to(wheel)
+        page = root / "simple" / name
+        page.mkdir(parents=True)
+        (page / "index.html").write_text(f'<a href="../../wheels/{wheel.name}">{wheel.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
