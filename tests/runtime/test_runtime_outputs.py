@@ -113,25 +113,28 @@ def test_hosts_writing_the_same_path_keep_both_and_the_first_host_wins_the_aggre
     assert members((mount / "train/output/algo-3/model.tar.gz").read_bytes())["model.pt"] == b"host 2"
 
 
-def test_instances_ending_together_leave_an_aggregate_with_both(tmp_path: Path) -> None:
-    """Two instances aggregating at once: whichever writes last has read the other's archive."""
-    import threading
-
+def test_instances_ending_together_leave_an_aggregate_with_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two instances aggregating at once, in the one order that loses data unless the aggregate is re-read:
+    instance 0 merges before instance 1's archive exists, instance 1 then ends entirely, and instance 0 writes
+    last. Driven step by step (not by threads) so the interleaving happens on every run."""
     mount = tmp_path / "pvc"
     c = contract(OutputTarget(location="pvc://results", local_path=str(mount)), count=2)
     layouts = [Layout(tmp_path / str(i)) for i in range(2)]
     for i, layout in enumerate(layouts):
         layout.create()
         (layout.model_dir / f"part-{i}.bin").write_bytes(bytes([i]) * 100_000)
-    for _ in range(5):
-        threads = [threading.Thread(target=outputs.keep, args=(c, c.identity(i), layouts[i], {})) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert set(members((mount / "train/output/model.tar.gz").read_bytes())) == {"part-0.bin", "part-1.bin"}
-        for p in mount.rglob("*.tar.gz"):
-            p.unlink()
+    real_merge, interleaved = outputs.merge, []
+
+    def merge_then_the_other_ends(parts: list[Path], dest: Path) -> None:
+        real_merge(parts, dest)
+        if not interleaved:
+            interleaved.append(len(parts))
+            outputs.keep(c, c.identity(1), layouts[1], {})
+
+    monkeypatch.setattr(outputs, "merge", merge_then_the_other_ends)
+    outputs.keep(c, c.identity(0), layouts[0], {})
+    assert interleaved == [1]  # instance 0's first merge had only its own archive
+    assert set(members((mount / "train/output/model.tar.gz").read_bytes())) == {"part-0.bin", "part-1.bin"}
 
 
 def test_no_output_location_keeps_nothing(tmp_path: Path) -> None:
