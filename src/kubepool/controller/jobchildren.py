@@ -1,7 +1,7 @@
 """A job's children made to match its plan: the shared children (runtime account, contract, Service, network
 policy, token), the instance pods or the RayCluster, the EndpointSlice, pods let go or deleted, and the job
-itself past its TTL. `ChildMemo` remembers what this process already wrote, so an unchanged pass writes
-nothing."""
+itself past its TTL. `memos.ChildMemo` holds what this process already wrote, so an unchanged pass
+writes nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kubepool import naming
@@ -39,34 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 EXPECT_POD_SECONDS = 30.0  # a created pod not yet in the watch is not created again for this long
 WRITE_CONCURRENCY = 8  # independent child writes of one job in flight at once
-
-
-@dataclass
-class ChildMemo:
-    """What this process wrote of each job's children (by job uid), and of each namespace's runtime account."""
-
-    # the (attempt, generation) pairs whose shared children are written (a resize changes the contract)
-    ready: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
-    rayclusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # the RayCluster last applied
-    endpoint_slices: dict[str, dict[str, Any]] = field(default_factory=dict)  # the EndpointSlice last applied
-    created_pods: dict[str, dict[str, float]] = field(default_factory=dict)  # pod → monotonic expiry
-    # namespace → the write of its shared runtime account (RuntimeAccountPolicy.PER_NAMESPACE), once per process
-    runtime_accounts: dict[str, asyncio.Future[None]] = field(default_factory=dict)
-    refused: dict[str, str] = field(default_factory=dict)  # the API server's refusal of the job's last writes
-
-    def forget(self, uid: str) -> None:
-        self.refused.pop(uid, None)
-        self.ready.pop(uid, None)
-        self.rayclusters.pop(uid, None)
-        self.endpoint_slices.pop(uid, None)
-        self.created_pods.pop(uid, None)
-
-    def pods_seen(self, uid: str, pods: list[PodView]) -> None:
-        """The watch caught up with these creates."""
-        expected = self.created_pods.get(uid)
-        if expected:
-            for p in pods:
-                expected.pop(p.name, None)
 
 
 async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus, plan: Plan,

@@ -1,15 +1,14 @@
 """A ComputePool's status pass, run by the work queue (coalesced, never polled: pool, job, node and placeholder
 events all ask for it): its status written when it changed, the warm capacity's placeholder pods made to match
-the pure builder, and the wake-up at the pool's auto-suspend deadline. `PoolMemo` remembers what this process
-wrote. Also the job-phase gauges, refreshed with the pools."""
+the pure builder, and the wake-up at the pool's auto-suspend deadline. `memos.PoolMemo` holds what this
+process wrote. Also the job-phase gauges, refreshed with the pools."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubepool import naming
 from kubepool.api import ComputePool, ComputePoolStatus, JobPhase
@@ -28,31 +27,6 @@ if TYPE_CHECKING:
     from kubepool.controller.state import OperatorState
 
 EXPECT_PLACEHOLDER_SECONDS = 30.0  # a created placeholder not yet in the watch is not created again this long
-
-
-@dataclass
-class PoolMemo:
-    """What this process wrote of each pool (by name) and the timers it holds for them."""
-
-    written: dict[str, dict[str, Any]] = field(default_factory=dict)  # the status last written (wire form)
-    written_uid: dict[str, str] = field(default_factory=dict)  # the uid of the pool `written` was written to
-    placeholders_created: dict[str, float] = field(default_factory=dict)  # pod name → monotonic expiry
-    priority_class_ready: bool = False
-    suspend_timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # the auto-suspend wake-up
-
-    def forget(self, name: str) -> None:
-        self.written.pop(name, None)
-        self.written_uid.pop(name, None)
-        self.cancel_auto_suspend(name)  # its placeholders go with it (owner reference)
-
-    def cancel_auto_suspend(self, name: str) -> None:
-        handle = self.suspend_timers.pop(name, None)
-        if handle is not None:
-            handle.cancel()
-
-    def close(self) -> None:
-        for handle in self.suspend_timers.values():
-            handle.cancel()
 
 
 def _now() -> datetime:

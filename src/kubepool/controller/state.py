@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubepool.controller.config import OperatorConfig
-from kubepool.controller.jobchildren import ChildMemo
-from kubepool.controller.poolreconcile import PoolMemo
+from kubepool.controller.memos import ChildMemo, PoolMemo
 from kubepool.controller.statuswriter import StatusWriter
 from kubepool.controller.view import ClusterView, JobKey
 from kubepool.controller.workqueue import WorkQueue
