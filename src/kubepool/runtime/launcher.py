@@ -38,7 +38,7 @@ from kubepool.contract import (
     RunMode,
     load_contract,
 )
-from kubepool.runtime import gate, result, result_store, snowflake
+from kubepool.runtime import gate, result, result_store, script_mode, snowflake
 from kubepool.runtime.sagemaker import Layout
 
 
@@ -134,9 +134,11 @@ def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionRe
     except Exception as e:  # noqa: BLE001 - this cluster cannot be reached: the job fails with the reason
         log(f"cannot wait for instances: {e}")
         return result.ExecutionResult(False, 1, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+    script = script_mode.of(contract)  # script mode runs sagemaker_program as the toolkit would
+    ep = script_mode.entrypoint(script, payload_dir, contract.entrypoint.args) if script else contract.entrypoint
     print(snowflake.LOG_START_MSG, flush=True)
     try:
-        code, value = run_entrypoint(contract.entrypoint, payload_dir, extra)
+        code, value = run_entrypoint(ep, payload_dir, extra)
     except Exception as e:  # noqa: BLE001 - the payload's failure is the job's result, not a crash
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)  # inside the banners: it is the payload's output

@@ -51,6 +51,7 @@ from kubepool.runtime import (
     ray_node,
     result,
     sagemaker,
+    script_mode,
     shutdown,
     snowflake,
 )
@@ -96,7 +97,33 @@ def unpack_payload(mounted: Path, env: Mapping[str, str]) -> Path:
     return code_dir
 
 
-def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], gpus: int) -> dict[str, str]:
+def prepare_script(contract: JobContract, env: dict[str, str], unpacked: bool) -> script_mode.ScriptMode | None:
+    """Script mode (sagemaker_program, sagemaker_submit_directory): the source dir extracted into the code dir,
+    its requirements installed, the payload dir pointed at it; None when the job is not in script mode."""
+    sm = script_mode.of(contract)
+    if sm is None:
+        return None
+    if sm.submit_dir is None:
+        code_dir = Path(env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR))
+    elif unpacked:  # the SDK's ConfigMap code was unpacked where the source dir would go: two sources, refused
+        raise script_mode.ScriptModeError(f"the job ships code and names {script_mode.SUBMIT_DIR_HP} "
+                                          f"{sm.submit_dir}: give one")
+    else:
+        code_dir = sagemaker.Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR))).code_dir
+        done = script_mode.fetch(sm, code_dir, env)
+        if script_mode.says(sm):
+            log(f"script mode: {done}")
+    new_env, pipped = script_mode.install(sm, code_dir, Path(PIP_DIR), env)
+    env.update(new_env)
+    if pipped and script_mode.says(sm):
+        log(f"script mode: {script_mode.REQUIREMENTS}: {pipped}")
+    env[ENV_PAYLOAD_DIR] = str(code_dir)
+    env.update(script_mode.environment(sm, env))
+    return sm
+
+
+def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str], gpus: int,
+            script: script_mode.ScriptMode | None = None) -> dict[str, str]:
     """Writes /opt/ml (config files, channel data) and returns the SM_* env for this instance."""
     problem = sagemaker.framework_problem(env)  # after pip: the job's requirements may bring the framework
     if problem:
@@ -109,6 +136,7 @@ def prepare(contract: JobContract, me: InstanceIdentity, env: Mapping[str, str],
         num_cpus=contract.group_of(me.group).whole_cpus,
         num_gpus=gpus,
         module_dir=env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR),
+        entry=script_mode.training_entry(script, Path(env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR))) if script else None,
     )
     sagemaker.write_config_files(layout, tenv, sagemaker.hyperparameters(contract))
     placed = channels.materialize(contract, me, layout.data_dir, env)
@@ -219,14 +247,16 @@ def run(env: dict[str, str]) -> int:
     # whole timeout. The head's gate, which fails the job, counts from its own start (launcher.gate_instances).
     deadline = time.monotonic() + contract.instances_timeout_seconds
     log(f"{contract.job_name}: instance {me.instance_id} ({me.host}, group {me.group}), mode {contract.mode.value}")
-    env[ENV_PAYLOAD_DIR] = str(unpack_payload(Path(env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR)), env))
+    mounted = Path(env.get(ENV_PAYLOAD_DIR, PAYLOAD_DIR))
+    env[ENV_PAYLOAD_DIR] = str(unpack_payload(mounted, env))
     if contract.pip_requirements:  # before Ray and the payload: both start with the packages in place
         log(f"pip: installing {len(contract.pip_requirements)} requirement(s) into {PIP_DIR}")
         pip_env, done = pip.install(contract.pip_requirements, Path(PIP_DIR), env)
         env.update(pip_env)
         log(f"pip: {done}")
+    script = prepare_script(contract, env, unpacked=env[ENV_PAYLOAD_DIR] != str(mounted))
     gpus = ray_node.detect_gpus()
-    sm_env = prepare(contract, me, env, gpus)
+    sm_env = prepare(contract, me, env, gpus, script)
     outputs.claim(contract, env)  # an earlier same-name job's outputs are never overwritten: refused here
     syncer = start_checkpoints(contract, env)
     try:

@@ -35,9 +35,11 @@ def _pip(*args: str) -> list[str]:
     return [sys.executable, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", *args]
 
 
-def resolve_command(requirements: Sequence[str], report: Path) -> list[str]:
-    """pip's resolution against the installed packages, written as an installation report; installs nothing."""
-    return _pip("--dry-run", "--quiet", "--report", str(report), "--", *requirements)  # never options
+def resolve_command(requirements: Sequence[str], report: Path, requirement_files: Sequence[Path] = ()) -> list[str]:
+    """pip's resolution against the installed packages, written as an installation report; installs nothing.
+    Requirement files (a SageMaker source dir's requirements.txt) are the one option; requirements never are."""
+    files = [arg for f in requirement_files for arg in ("--requirement", str(f))]
+    return _pip("--dry-run", "--quiet", "--report", str(report), *files, "--", *requirements)
 
 
 def install_command(pinned: Sequence[str], prefix: Path) -> list[str]:
@@ -64,15 +66,18 @@ def pinned(report: Mapping[str, Any]) -> list[str]:
 
 
 def env_with(prefix: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with the prefix's packages first on PYTHONPATH and its scripts first on PATH."""
-    path = [str(site_dir(prefix))] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    bins = [str(prefix / "bin")] + ([env["PATH"]] if env.get("PATH") else [])
-    return {**env, "PYTHONPATH": ":".join(path), "PATH": ":".join(bins)}
+    """`env` with the prefix's packages first on PYTHONPATH and its scripts first on PATH (once: a second install
+    into the same prefix, pipRequirements then a source dir's requirements.txt, adds nothing)."""
+    out = dict(env)
+    for var, first in (("PYTHONPATH", str(site_dir(prefix))), ("PATH", str(prefix / "bin"))):
+        rest = [p for p in env.get(var, "").split(":") if p and p != first]
+        out[var] = ":".join([first, *rest])
+    return out
 
 
-def _run(cmd: list[str], env: Mapping[str, str], what: str) -> list[str]:
+def _run(cmd: list[str], env: Mapping[str, str], what: str, cwd: Path | None = None) -> list[str]:
     proc = subprocess.run(cmd, env=dict(env), capture_output=True, text=True, timeout=PIP_TIMEOUT_SECONDS,
-                          check=False)
+                          check=False, cwd=cwd)
     output = (proc.stdout + proc.stderr).strip().splitlines()
     if proc.returncode != 0:
         tail = "\n".join(output[-PIP_TAIL_LINES:])
@@ -80,14 +85,17 @@ def _run(cmd: list[str], env: Mapping[str, str], what: str) -> list[str]:
     return output
 
 
-def install(requirements: Sequence[str], prefix: Path, env: Mapping[str, str]) -> tuple[dict[str, str], str]:
-    """Install `requirements`; returns the environment that sees them and what pip did. Raises PipInstallFailed."""
+def install(requirements: Sequence[str], prefix: Path, env: Mapping[str, str], requirement_files: Sequence[Path] = (),
+            cwd: Path | None = None) -> tuple[dict[str, str], str]:
+    """Install `requirements` (and those of `requirement_files`, whose relative entries pip reads from `cwd`);
+    returns the environment that sees them and what pip did. Raises PipInstallFailed."""
     prefix.mkdir(parents=True, exist_ok=True)
     # The resolution sees the prefix too: an instance run again in the same pod does not install twice.
     # pip writes its cache under HOME: the pod's HOME is a scratch volume, never shared with other jobs.
     seen = env_with(prefix, env)
     report = prefix / REPORT_NAME
-    _run(resolve_command(requirements, report), seen, " ".join(requirements))
+    what = " ".join([*(f"-r {f.name}" for f in requirement_files), *requirements])
+    _run(resolve_command(requirements, report, requirement_files), seen, what, cwd)
     todo = pinned(json.loads(report.read_text()))
     if not todo:
         return seen, "every requirement was already in the image"

@@ -21,7 +21,8 @@ from kubepool.contract import ENV_FRAMEWORK, Channel, InstanceIdentity, JobContr
 
 NETWORK_INTERFACE = "eth0"
 DEFAULT_LOG_LEVEL = 20
-# Toolkit's SAGEMAKER_HYPERPARAMETERS: removed from the user's hps and not framework params either.
+# Toolkit's SAGEMAKER_HYPERPARAMETERS (params.py): removed from the user's hps and not framework params either,
+# though three of them lack the sagemaker_ prefix.
 PLATFORM_HYPERPARAMETERS = frozenset(
     {
         "sagemaker_program",
@@ -30,6 +31,9 @@ PLATFORM_HYPERPARAMETERS = frozenset(
         "sagemaker_container_log_level",
         "sagemaker_job_name",
         "sagemaker_region",
+        "default_user_module_name",
+        "_tuning_objective_metric",
+        "sagemaker_s3_output",
     }
 )
 # Not platform-only: the toolkit reads it from the framework parameters (Environment.distribution_instance_groups).
@@ -150,8 +154,11 @@ def decode_hyperparameters(raw: Mapping[str, str]) -> dict[str, Any]:
 
 def split_hyperparameters(decoded: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(user hyperparameters, additional framework parameters)."""
-    user = {k: v for k, v in decoded.items() if not k.startswith("sagemaker_")}
-    framework = {k: v for k, v in decoded.items() if k.startswith("sagemaker_") and k not in PLATFORM_HYPERPARAMETERS}
+    def platform(k: str) -> bool:  # the toolkit's mapping.split_by_criteria(keys=..., prefix="sagemaker_")
+        return k.startswith("sagemaker_") or k in PLATFORM_HYPERPARAMETERS
+
+    user = {k: v for k, v in decoded.items() if not platform(k)}
+    framework = {k: v for k, v in decoded.items() if platform(k) and k not in PLATFORM_HYPERPARAMETERS}
     return user, framework
 
 
@@ -171,12 +178,15 @@ def distribution_hosts(rc: Mapping[str, Any], groups: Sequence[str]) -> list[str
 
 
 def to_cmd_args(mapping: Mapping[str, Any]) -> list[str]:
-    """The toolkit's to_cmd_args: sorted keys, `-k` for one-letter keys, dicts as k=v,k2=v2."""
+    """The toolkit's to_cmd_args: sorted keys, `-k` for one-letter keys, dicts as k=v,k2=v2, None as ""."""
     args: list[str] = []
     for key in sorted(mapping):
         value = mapping[key]
         args.append(f"--{key}" if len(key) > 1 else f"-{key}")
-        args.append(",".join(f"{k}={v}" for k, v in sorted(value.items())) if isinstance(value, dict) else str(value))
+        if isinstance(value, dict):
+            args.append(",".join(f"{k}={v}" for k, v in sorted(value.items())))
+        else:
+            args.append("" if value is None else str(value))
     return args
 
 
@@ -197,9 +207,11 @@ def entry_point_name(contract: JobContract) -> str:
 
 
 def training_env(
-    contract: JobContract, me: InstanceIdentity, layout: Layout, *, num_cpus: int, num_gpus: int, module_dir: str
+    contract: JobContract, me: InstanceIdentity, layout: Layout, *, num_cpus: int, num_gpus: int, module_dir: str,
+    entry: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Every property of the toolkit's Environment: SM_TRAINING_ENV, and the source of the SM_* variables."""
+    """Every property of the toolkit's Environment: SM_TRAINING_ENV, and the source of the SM_* variables.
+    `entry` (script mode: runtime.script_mode.training_entry) gives user_entry_point, module_name, module_dir."""
     rc = resource_config(contract, me)
     channels = contract.channels_for(me.group)
     decoded = decode_hyperparameters(hyperparameters(contract))
@@ -208,7 +220,7 @@ def training_env(
     dist_hosts = distribution_hosts(rc, dist_groups)
     master = dist_hosts[0] if dist_hosts else rc["hosts"][0]
     groups_dict = {g["instance_group_name"]: g for g in rc["instance_groups"]}
-    entry = entry_point_name(contract)
+    entry_name = entry_point_name(contract)
     return {
         "additional_framework_parameters": framework,
         "channel_input_dirs": {c.name: str(layout.channel_dir(c.name)) for c in channels},
@@ -236,7 +248,7 @@ def training_env(
         "master_hostname": master,
         "model_dir": str(layout.model_dir),
         "module_dir": module_dir,
-        "module_name": Path(entry).stem if contract.entrypoint.path else entry,
+        "module_name": Path(entry_name).stem if contract.entrypoint.path else entry_name,
         "network_interface_name": NETWORK_INTERFACE,
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
@@ -246,7 +258,8 @@ def training_env(
         "output_intermediate_dir": str(layout.output_intermediate_dir),
         "resource_config": rc,
         "topology": None,
-        "user_entry_point": entry,
+        "user_entry_point": entry_name,
+        **(entry or {}),
     }
 
 
