@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import yaml
 
-from kubepool.local import controlplane, kwok
-from kubepool.local.controlplane import Layout, Ports
+from kubepool.local import components, controlplane, kwok, layout, processes
+from kubepool.local.layout import Layout, Ports
 
 ROOT = Path(__file__).resolve().parents[1]
 # Not under /tmp: a local node mounts each pod's own emptyDir at /tmp, which would hide the node's state dir
@@ -218,8 +218,8 @@ class BenchCluster:
         todo = [doc for name, doc in stages.items() if f"name: {name}\n" not in text]
         if todo:
             path.write_text(text.rstrip("\n") + "".join("\n---\n" + doc for doc in todo))
-        controlplane.stop(self.lay, kwok.NAME)
-        controlplane.ensure(self.lay, [controlplane.kwok_component(self.lay)], say=lambda _: None)
+        processes.stop(self.lay, kwok.NAME)
+        processes.ensure(self.lay, [components.kwok_component(self.lay)], say=lambda _: None)
 
     def ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.lay.pki.ca_cert))
@@ -317,7 +317,7 @@ def describe_machine() -> dict[str, Any]:
     meminfo = Path("/proc/meminfo").read_text().splitlines()
     mem_kib = int(next(ln.split()[1] for ln in meminfo if ln.startswith("MemTotal")))
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem_kib // 2**20, "os": platform.platform(),
-            "python": platform.python_version(), "kubernetes": controlplane.kube_version(),
+            "python": platform.python_version(), "kubernetes": layout.kube_version(),
             "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 

@@ -29,8 +29,9 @@ import yaml
 
 from bench import latency, stats
 from bench.cluster import BenchCluster, describe_machine, machine_line
-from kubepool.local import controlplane
-from kubepool.local.controlplane import Component, Layout
+from kubepool.local import controlplane, layout, processes
+from kubepool.local.layout import Layout
+from kubepool.local.processes import Component
 from kubepool.local.realnode import configs, images
 
 RESULTS = Path(__file__).with_name("results")
@@ -71,13 +72,13 @@ def _delete_pods(lay: Layout, ns: str) -> float:
 def node_ready_after_kubelet_start(lay: Layout, node: str) -> float:
     """Stop the node's kubelet, delete its Node, start the kubelet again: seconds until the Node is Ready."""
     name = f"kubelet-{node}"
-    argv = controlplane.running_argv(lay, name)
+    argv = processes.running_argv(lay, name)
     assert argv, f"{name} is not running"
     health = next(c for c in _kubelets(lay) if c.name == name).health_url
-    controlplane.stop(lay, name)
+    processes.stop(lay, name)
     _kubectl(lay, "delete", "node", node, "--wait=true")
     t0 = time.monotonic()
-    controlplane.start(lay, Component(name, argv, health))
+    processes.start(lay, Component(name, argv, health))
     while not controlplane.node_readiness(lay).get(node):
         if time.monotonic() - t0 > 120:
             raise RuntimeError(f"{node} not Ready 120 s after its kubelet started; see {lay.log(name)}")
@@ -100,7 +101,7 @@ def _rss_mib(pid: int) -> float:
 def resources(lay: Layout) -> dict[str, Any]:
     rss = {}
     for name in ("kubelet-real-node-1", "containerd-real-node-1", "coredns"):
-        pid = controlplane.read_pid(lay, name)
+        pid = processes.read_pid(lay, name)
         rss[name.split("-real")[0]] = round(_rss_mib(pid), 1) if pid else None
     shim = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _is_shim(p, lay)]
     # -x: the running containers' overlay rootfs mounts (under containerd's state dir) are not the store.
@@ -123,7 +124,7 @@ def p3(lay: Layout, repeats: int) -> dict[str, Any]:
     """The chart's operator from its image; bench.latency's job (3 instances, one per node, a payload that prints
     the time) followed the same way, so the two P3s compare stage by stage: one warm-up, then `repeats` runs."""
     helm = [lay.bin("helm"), "--kubeconfig", str(lay.kubeconfig)]
-    chart = controlplane.REPO_ROOT / "charts" / "kubepool"
+    chart = layout.REPO_ROOT / "charts" / "kubepool"
     values = {"image": {"repository": "kubepool/operator", "tag": "dev", "pullPolicy": "Never"},
               "operator": {"runtimeImage": RUNTIME, "watchNamespaces": ["bench-jobs"], "warmCapacity": False,
                            "settings": {"imagePullPolicy": "Never"}},

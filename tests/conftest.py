@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from kubepool.local import controlplane, registry
-from kubepool.local.controlplane import Layout
+from kubepool.local import components, controlplane, processes, registry
+from kubepool.local.layout import REPO_ROOT, Layout
 from kubetest import Cluster, Kubectl
 
-TEST_STATE_DIR = Path(os.environ.get("KUBEPOOL_TEST_STATE_DIR") or controlplane.REPO_ROOT / ".kubepool-test").resolve()
+TEST_STATE_DIR = Path(os.environ.get("KUBEPOOL_TEST_STATE_DIR") or REPO_ROOT / ".kubepool-test").resolve()
 TEST_SLOT = int(os.environ.get("KUBEPOOL_TEST_SLOT") or 1)
 
 
@@ -69,7 +69,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     say = _reporter(request.config)
     state_dir = TEST_STATE_DIR
     before = Layout.load(state_dir)
-    was_running = before is not None and any(controlplane.alive(before, c) for c in controlplane.CONTROL_PLANE)
+    was_running = before is not None and any(processes.alive(before, c) for c in components.CONTROL_PLANE)
     # `up` is idempotent: on a healthy cluster it only checks health and starts what is missing (e.g. agents),
     # and it returns once the local nodes are Ready (or fails saying which are not, and why).
     _run_cli(["up", "--state-dir", str(state_dir), "--slot", str(TEST_SLOT)], say)

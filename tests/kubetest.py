@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubepool.local.controlplane import Layout
+from kubepool.local.layout import Layout
 
 
 @dataclass(frozen=True)

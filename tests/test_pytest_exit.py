@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kubepool.local.controlplane import REPO_ROOT
+from kubepool.local.layout import REPO_ROOT
 
 CASE = '''
 import atexit, pathlib, sys

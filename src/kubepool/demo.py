@@ -20,8 +20,8 @@ from pathlib import Path
 import yaml
 
 from kubepool.local import cli as local_cli
-from kubepool.local.controlplane import Layout, default_state_dir
 from kubepool.local.diagnose import pods_report
+from kubepool.local.layout import Layout, default_state_dir
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE, SYSTEM_NS, DEMO_NS, JOB = "kubepool", "kubepool-system", "kubepool-demo", "xgboost-train"

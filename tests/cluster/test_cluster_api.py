@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from kubepool.local import controlplane, kwok
+from kubepool.local import kwok, layout
 from kubetest import Cluster, Kubectl
 
 pytestmark = pytest.mark.cluster
@@ -26,7 +26,7 @@ def _eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 def test_apiserver_reports_the_pinned_version(kubectl: Kubectl) -> None:
     out = kubectl.json("version")
-    assert controlplane.kube_version() == "v1.36.3"
+    assert layout.kube_version() == "v1.36.3"
     assert out["serverVersion"]["gitVersion"] == "v1.36.3"
     assert out["clientVersion"]["gitVersion"] == "v1.36.3"
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 
-from kubepool.local import controlplane
+from kubepool.local import components, processes
 from kubepool.local.agent.config import KUBELET_PORT
 from kubetest import Cluster, Kubectl
 
@@ -47,7 +47,7 @@ def test_etcd_refuses_clients_without_a_cluster_cert(cluster: Cluster) -> None:
     kv = httpx.Client(verify=_tls(cluster, None), timeout=10)
     with pytest.raises((httpx.HTTPError, ssl.SSLError, OSError)):
         kv.post(f"https://127.0.0.1:{port}/v3/kv/range", json={"key": "L3JlZ2lzdHJ5"})  # "/registry"
-    assert controlplane.healthy(cluster.layout, controlplane.control_plane(cluster.layout)[0])  # `up`'s own check
+    assert processes.healthy(cluster.layout, components.control_plane(cluster.layout)[0])  # `up`'s own check
 
 
 def _hello_pod(kubectl: Kubectl, namespace: str) -> tuple[str, str]:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubepool.local import controlplane, kwok
-from kubepool.local.controlplane import Layout, Ports
+from kubepool.local import flags, kwok, layout, nodeconfig
+from kubepool.local.layout import Layout, Ports
 
 
 def _layout(tmp_path: Path, offset: int = 0) -> Layout:
@@ -24,7 +24,7 @@ def _flags(argv: list[str]) -> dict[str, str]:
 
 def test_apiserver_flags(tmp_path: Path) -> None:
     lay = _layout(tmp_path)
-    argv = controlplane.apiserver_args(lay)
+    argv = flags.apiserver_args(lay)
     f = _flags(argv)
     assert argv[0] == str(tmp_path / "cache" / "bin" / "kube-apiserver")
     assert f["authorization-mode"] == "Node,RBAC"
@@ -45,7 +45,7 @@ def test_apiserver_flags(tmp_path: Path) -> None:
 
 def test_etcd_serves_tls_to_clients_and_peers_with_certs_only(tmp_path: Path) -> None:
     lay = _layout(tmp_path)
-    f = _flags(controlplane.etcd_args(lay))
+    f = _flags(flags.etcd_args(lay))
     assert f["client-cert-auth"] == "true" and f["peer-client-cert-auth"] == "true"
     assert f["trusted-ca-file"] == f["peer-trusted-ca-file"] == str(lay.pki.ca_cert)
     assert all(f[k].startswith("https://") for k in ("listen-client-urls", "advertise-client-urls",
@@ -54,19 +54,19 @@ def test_etcd_serves_tls_to_clients_and_peers_with_certs_only(tmp_path: Path) ->
 
 def test_ports_shift_together(tmp_path: Path) -> None:
     lay = _layout(tmp_path, offset=1000)
-    assert _flags(controlplane.etcd_args(lay))["listen-client-urls"] == "https://127.0.0.1:13379"
-    assert _flags(controlplane.apiserver_args(lay))["secure-port"] == "17443"
-    assert _flags(controlplane.controller_manager_args(lay))["secure-port"] == "17257"
-    assert _flags(controlplane.scheduler_args(lay))["secure-port"] == "17259"
+    assert _flags(flags.etcd_args(lay))["listen-client-urls"] == "https://127.0.0.1:13379"
+    assert _flags(flags.apiserver_args(lay))["secure-port"] == "17443"
+    assert _flags(flags.controller_manager_args(lay))["secure-port"] == "17257"
+    assert _flags(flags.scheduler_args(lay))["secure-port"] == "17259"
     assert _flags(kwok.args(lay))["server-address"] == "127.0.0.1:17280"
 
 
 def test_controller_manager_and_scheduler_use_their_own_identities(tmp_path: Path) -> None:
     lay = _layout(tmp_path)
-    kcm = _flags(controlplane.controller_manager_args(lay))
+    kcm = _flags(flags.controller_manager_args(lay))
     assert kcm["kubeconfig"] == str(lay.component_kubeconfig("controller-manager"))
     assert kcm["use-service-account-credentials"] == "true"
-    cfg = controlplane.scheduler_config(lay)
+    cfg = flags.scheduler_config(lay)
     assert cfg["clientConnection"]["kubeconfig"] == str(lay.component_kubeconfig("scheduler"))
     assert cfg["leaderElection"] == {"leaderElect": False}
 
@@ -81,14 +81,14 @@ def test_cluster_json_round_trip(tmp_path: Path) -> None:
 
 
 def test_kubeconfig_embeds_credentials() -> None:
-    cfg = controlplane.kubeconfig("https://127.0.0.1:1", b"ca", b"crt", b"key", "admin")
+    cfg = flags.kubeconfig("https://127.0.0.1:1", b"ca", b"crt", b"key", "admin")
     assert cfg["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:1", "certificate-authority-data": "Y2E="}
     assert cfg["users"][0]["user"]["client-key-data"] == "a2V5"
     assert cfg["current-context"] == cfg["contexts"][0]["name"]
 
 
 def test_default_nodes_config() -> None:
-    nodes = yaml.safe_load(controlplane.DEFAULT_NODES_CONFIG.read_text())["nodes"]
+    nodes = yaml.safe_load(nodeconfig.DEFAULT_NODES_CONFIG.read_text())["nodes"]
     by_name = {n["name"]: n for n in nodes}
     assert sorted(by_name) == ["cpu-node-1", "cpu-node-2", "cpu-node-3", "gpu-node-1", "gpu-node-2"]
     assert by_name["cpu-node-2"]["ip"] == "127.0.1.2" and by_name["cpu-node-2"]["podCIDR"] == "127.102.0.0/16"
@@ -98,16 +98,16 @@ def test_default_nodes_config() -> None:
     assert gpu["labels"] == {"kubepool.dev/node-pool": "gpu", "node.kubernetes.io/instance-type": "GPU_NV_S"}
     assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     assert all(n["taints"] == [] for n in nodes if n["name"].startswith("cpu-"))
-    assert controlplane.load_node_names(controlplane.DEFAULT_NODES_CONFIG) == list(by_name)
+    assert nodeconfig.load_node_names(nodeconfig.DEFAULT_NODES_CONFIG) == list(by_name)
 
 
 def test_slots_move_the_nodes_apart_from_the_default_cluster() -> None:
     """Two clusters on one host share its loopback: slot N's nodes, pod ranges and ports never meet slot 0's."""
-    default = yaml.safe_load(controlplane.DEFAULT_NODES_CONFIG.read_text())["nodes"]
-    assert yaml.safe_load(controlplane.slot_nodes_config(0))["nodes"] == default
+    default = yaml.safe_load(nodeconfig.DEFAULT_NODES_CONFIG.read_text())["nodes"]
+    assert yaml.safe_load(nodeconfig.slot_nodes_config(0))["nodes"] == default
     seen_ips, seen_nets = set(), set()
-    for slot in range(controlplane.MAX_SLOT + 1):
-        nodes = yaml.safe_load(controlplane.slot_nodes_config(slot))["nodes"]
+    for slot in range(nodeconfig.MAX_SLOT + 1):
+        nodes = yaml.safe_load(nodeconfig.slot_nodes_config(slot))["nodes"]
         assert [n["name"] for n in nodes] == [n["name"] for n in default]  # examples and tests name them
         assert [n["labels"] for n in nodes] == [n["labels"] for n in default]
         ips = {n["ip"] for n in nodes}
@@ -117,10 +117,10 @@ def test_slots_move_the_nodes_apart_from_the_default_cluster() -> None:
         assert all(n.subnet_of(ipaddress.ip_network("127.0.0.0/8")) for n in nets)  # type: ignore[arg-type]
         seen_ips |= ips
         seen_nets |= nets
-    cpu1 = yaml.safe_load(controlplane.slot_nodes_config(1))["nodes"][0]
+    cpu1 = yaml.safe_load(nodeconfig.slot_nodes_config(1))["nodes"][0]
     assert (cpu1["ip"], cpu1["podCIDR"]) == ("127.0.11.1", "127.121.0.0/16")
-    with pytest.raises(controlplane.ClusterError, match="out of range"):
-        controlplane.slot_nodes_config(controlplane.MAX_SLOT + 1)
+    with pytest.raises(layout.ClusterError, match="out of range"):
+        nodeconfig.slot_nodes_config(nodeconfig.MAX_SLOT + 1)
 
 
 def test_slot_ports_never_meet_local_ray_ports() -> None:
@@ -133,8 +133,8 @@ def test_slot_ports_never_meet_local_ray_ports() -> None:
     job_shifts = {local_port_shift(f"uid-{i}", stride) for i in range(200)}
     assert job_shifts == {100, 200, 300, 400, 500, 600, 700}
     ray = {p for shift in job_shifts for k in range(8) for p in node_ports(shift + k * stride).values() if p}
-    for slot in range(controlplane.MAX_SLOT + 1):
-        ports = set(dataclasses.asdict(Ports().shifted(controlplane.SLOT_PORT_STRIDE * slot)).values())
+    for slot in range(nodeconfig.MAX_SLOT + 1):
+        ports = set(dataclasses.asdict(Ports().shifted(nodeconfig.SLOT_PORT_STRIDE * slot)).values())
         assert not ports & ray, (slot, sorted(ports & ray))
 
 

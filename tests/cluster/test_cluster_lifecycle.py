@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kubepool.local import controlplane
-from kubepool.local.controlplane import Layout
+from kubepool.local import components, processes
+from kubepool.local.layout import Layout
 from support.spare_cluster import local, spare_cluster
 
 pytestmark = pytest.mark.cluster
@@ -28,7 +28,7 @@ def spare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def _pids(state: Path) -> dict[str, int]:
     lay = Layout.load(state)
     assert lay is not None
-    return {n: pid for n in [*controlplane.CONTROL_PLANE, "kwok"] if (pid := controlplane.read_pid(lay, n))}
+    return {n: pid for n in [*components.CONTROL_PLANE, "kwok"] if (pid := processes.read_pid(lay, n))}
 
 
 def test_up_again_reuses_the_running_cluster(spare: Path) -> None:
@@ -46,7 +46,7 @@ def test_status_reports_a_crashed_component_and_up_repairs_it(spare: Path) -> No
     lay = Layout.load(spare)
     assert lay is not None
     deadline = time.monotonic() + 10
-    while controlplane.alive(lay, "kube-scheduler"):
+    while processes.alive(lay, "kube-scheduler"):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     st = local("status", "--state-dir", str(spare))

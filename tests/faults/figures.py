@@ -20,7 +20,7 @@ def table(lines: list[dict[str, object]]) -> str:
 
 
 def main() -> None:
-    from kubepool.local.controlplane import default_state_dir
+    from kubepool.local.layout import default_state_dir
 
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else default_state_dir() / "fault-figures.jsonl"
     print(table([json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]))

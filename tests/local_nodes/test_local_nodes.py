@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubepool.local import controlplane
+from kubepool.local import processes
 from kubepool.local.agent.config import load_nodes
 
 Kubectl = Any  # tests/conftest.py's Kubectl
@@ -378,7 +378,7 @@ RESTART_NODE = "cpu-node-3"
 
 
 def _stop_agent(cluster: Any, sig: signal.Signals) -> None:
-    pid = controlplane.read_pid(cluster.layout, f"agent-{RESTART_NODE}")
+    pid = processes.read_pid(cluster.layout, f"agent-{RESTART_NODE}")
     assert pid is not None
     os.kill(pid, sig)
     deadline = time.monotonic() + 30

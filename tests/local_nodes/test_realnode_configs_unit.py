@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubepool.local import controlplane
+from kubepool.local import nodeconfig
 from kubepool.local.realnode import configs, dns, host, images, netpol
 from kubepool.local.realnode.network import NetworkError, RealNet, cni_conflist, real_nodes_config
 from kubepool.local.realnode.nodes import RealNode, RealNodeError, load
@@ -38,7 +38,7 @@ def test_slots_get_disjoint_ranges_that_never_meet_loopback_or_the_host() -> Non
 def test_process_node_slots_stay_clear_of_real_node_ranges() -> None:
     real = [RealNet(s).pod_network for s in range(7)]
     for slot in range(7):
-        for node in yaml.safe_load(controlplane.slot_nodes_config(slot))["nodes"]:
+        for node in yaml.safe_load(nodeconfig.slot_nodes_config(slot))["nodes"]:
             cidr = ipaddress.ip_network(node["podCIDR"])
             assert not any(cidr.overlaps(r) for r in real)
 
@@ -60,10 +60,10 @@ def test_real_nodes_carry_the_cpu_pool_labels_of_the_process_nodes(tmp_path: Pat
     path = tmp_path / "nodes.yaml"
     path.write_text(real_nodes_config(2, 4))
     nodes = load(path)
-    default = yaml.safe_load(controlplane.DEFAULT_NODES_CONFIG.read_text())["nodes"][0]
+    default = yaml.safe_load(nodeconfig.DEFAULT_NODES_CONFIG.read_text())["nodes"][0]
     assert [n.name for n in nodes] == ["real-node-1", "real-node-2"]
     assert all(n.labels == default["labels"] and n.taints == [] for n in nodes)
-    assert controlplane.node_process(path) == {"real-node-1": "kubelet-real-node-1", "real-node-2": "kubelet-real-node-2"}
+    assert nodeconfig.node_process(path) == {"real-node-1": "kubelet-real-node-1", "real-node-2": "kubelet-real-node-2"}
     with pytest.raises(RealNodeError, match="capacity"):
         RealNode.from_dict({"name": "x", "kind": "kubelet", "ip": "198.19.4.1", "podCIDR": "198.18.129.0/24",
                             "capacity": {"cpu": "4"}})

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from readme import block
 
-from kubepool.local import controlplane
+from kubepool.local import layout
 
 pytestmark = [pytest.mark.clone, pytest.mark.cluster, pytest.mark.timeout(1200)]
-REPO = controlplane.REPO_ROOT
+REPO = layout.REPO_ROOT
 SLOTS = {"tmp": 2, "private-home": 3}
 OPERATOR_UID = 65532  # the chart's runAsUser
 

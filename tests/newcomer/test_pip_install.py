@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubepool.local import controlplane, registry
+from kubepool.local import layout, registry
 
 pytestmark = [pytest.mark.clone, pytest.mark.cluster, pytest.mark.timeout(900)]
 SLOT = 5
@@ -35,7 +35,7 @@ SLOT = 5
 
 def test_kubepool_local_up_from_the_wheel(tmp_path: Path) -> None:
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                            str(tmp_path / "dist"), str(controlplane.REPO_ROOT)], capture_output=True, text=True, timeout=600)
+                            str(tmp_path / "dist"), str(layout.REPO_ROOT)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     [wheel] = (tmp_path / "dist").glob("kubepool-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -51,9 +51,9 @@ def test_kubepool_local_up_from_the_wheel(tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "kubepool.local.cli"]
     where = subprocess.run([*cli, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert where.returncode == 0, where.stderr
-    probe = subprocess.run([sys.executable, "-c", "import kubepool.local.controlplane as c; print(c.__file__, c.IN_CHECKOUT, "
+    probe = subprocess.run([sys.executable, "-c", "import kubepool.local.layout as c; print(c.__file__, c.IN_CHECKOUT, "
                             "c.DEFAULT_STATE_DIR)"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
-    assert probe.stdout.split() == [str(site / "kubepool/local/controlplane.py"), "False",
+    assert probe.stdout.split() == [str(site / "kubepool/local/layout.py"), "False",
                                     str(home / "state" / "kubepool")], probe.stdout + probe.stderr
     try:
         up = subprocess.run([*cli, "up", "--slot", str(SLOT)], cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -84,7 +84,7 @@ def _fresh_venv(base: Path) -> Path:
 
 
 def test_wheel_in_a_fresh_venv_installs_the_oci_chart_and_runs_a_job() -> None:
-    version = tomllib.loads((controlplane.REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    version = tomllib.loads((layout.REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
     # Under /tmp as a newcomer's scratch dir, readable by the chart's non-root operator (uid 65532).
     base = Path(tempfile.mkdtemp(prefix="kubepool-pip-", dir="/tmp"))
     base.chmod(0o755)
@@ -95,7 +95,7 @@ def test_wheel_in_a_fresh_venv_installs_the_oci_chart_and_runs_a_job() -> None:
     kubepool = [str(venv / "bin" / "kubepool")]
     try:
         built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist"),
-                                str(controlplane.REPO_ROOT)], capture_output=True, text=True, timeout=600)
+                                str(layout.REPO_ROOT)], capture_output=True, text=True, timeout=600)
         assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
         [wheel] = (base / "dist").glob(f"kubepool-{version}-*.whl")
         pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)], env=env,
@@ -108,14 +108,14 @@ def test_wheel_in_a_fresh_venv_installs_the_oci_chart_and_runs_a_job() -> None:
         up = subprocess.run([*kubepool, "local", "up", "--slot", str(SLOT)], cwd=base, env=env, capture_output=True,
                             text=True, timeout=900)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        lay = controlplane.Layout.load(base / "state" / "kubepool")
+        lay = layout.Layout.load(base / "state" / "kubepool")
         assert lay is not None
         env["KUBECONFIG"] = str(lay.kubeconfig)
 
         # The release's chart, pushed as `make release` pushes it, installed from oci://.
         reg = registry.start(base / "registry", say=lambda _: None)
         helm, ca = lay.bin("helm"), ("--ca-file", str(reg.ca_file))
-        for args in (["package", str(controlplane.REPO_ROOT / "charts" / "kubepool"), "-d", str(base / "dist")],
+        for args in (["package", str(layout.REPO_ROOT / "charts" / "kubepool"), "-d", str(base / "dist")],
                      ["push", str(base / "dist" / f"kubepool-{version}.tgz"), f"oci://{reg.host}/kubepool/charts", *ca]):
             proc = subprocess.run([helm, *args], env=env, capture_output=True, text=True, timeout=120)
             assert proc.returncode == 0, proc.stderr

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from kubepool.local import controlplane
-from kubepool.local.controlplane import Layout
+from kubepool.local import processes
+from kubepool.local.layout import REPO_ROOT, Layout
 from kubepool.local.realnode import images
 from kubetest import Cluster, Kubectl
 
-STATE_DIR = Path(os.environ.get("KUBEPOOL_REALNODE_STATE_DIR") or controlplane.REPO_ROOT / ".kubepool-realnode").resolve()
+STATE_DIR = Path(os.environ.get("KUBEPOOL_REALNODE_STATE_DIR") or REPO_ROOT / ".kubepool-realnode").resolve()
 SLOT = int(os.environ.get("KUBEPOOL_REALNODE_SLOT") or 4)
 NODES = 2
 # runtime-marked: a second runtime image, for the pool-image test (test_pool_image_and_toolkit.py).
@@ -69,7 +69,7 @@ def real_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         pytest.skip(f"images not built: {', '.join(missing)} (hack/images/build.sh operator runtime-lean runtime-marked)")
     say = _say(request.config)
     before = Layout.load(STATE_DIR)
-    was_running = before is not None and controlplane.alive(before, "kube-apiserver")
+    was_running = before is not None and processes.alive(before, "kube-apiserver")
     try:
         _cli(["up", "--state-dir", str(STATE_DIR), "--slot", str(SLOT), "--real-nodes", str(NODES),
               "--real-node-images", ",".join(IMAGES)], say)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubepool.local.controlplane import REPO_ROOT
+from kubepool.local.layout import REPO_ROOT
 from kubetest import Cluster, Kubectl
 
 pytestmark = pytest.mark.realnode

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubepool.local.controlplane import REPO_ROOT, kube_version
+from kubepool.local.layout import REPO_ROOT, kube_version
 from kubepool.local.realnode.network import RealNet
 from kubetest import Cluster, Kubectl
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from kubepool.local import registry
-from kubepool.local.controlplane import REPO_ROOT
+from kubepool.local.layout import REPO_ROOT
 from kubepool.local.realnode import nodes
 from kubepool.local.realnode import registry as node_registry
 from kubetest import Cluster, Kubectl

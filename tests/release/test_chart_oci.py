@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubepool.local import controlplane, registry
+from kubepool.local import controlplane, layout, registry
 
-REPO = controlplane.REPO_ROOT
+REPO = layout.REPO_ROOT
 CHART = REPO / "charts" / "kubepool"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 

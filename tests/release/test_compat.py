@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubepool.local import controlplane
-from kubepool.local.controlplane import Layout
+from kubepool.local import layout
+from kubepool.local.layout import Layout
 from kubetest import Kubectl
 from support.operator_cluster import Operator, wait_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
-REPO = controlplane.REPO_ROOT
+REPO = layout.REPO_ROOT
 CHART = REPO / "charts" / "kubepool"
 K8SBIN = REPO / "src" / "kubepool" / "local" / "k8sbin"
 COMPAT_SLOT = 6
@@ -50,7 +50,7 @@ def claimed_lowest_minor() -> str:
 
 def built_version(minor: str) -> str:
     """The Kubernetes release built for `minor`: the pin, or the wrapper module kubernetes-<minor>/'s."""
-    pinned = controlplane.kube_version()
+    pinned = layout.kube_version()
     if pinned.startswith(f"v{minor}."):
         return pinned
     gomod = K8SBIN / f"kubernetes-{minor}" / "go.mod"
@@ -59,7 +59,7 @@ def built_version(minor: str) -> str:
 
 
 def test_the_docs_state_what_is_tested() -> None:
-    lowest, newest = built_version(claimed_lowest_minor()), controlplane.kube_version()
+    lowest, newest = built_version(claimed_lowest_minor()), layout.kube_version()
     docs = (REPO / "docs" / "install.md").read_text()
     for v in (lowest, newest):
         assert v.lstrip("v") in docs, f"docs/install.md does not name {v}, which the compatibility run tests"
@@ -133,4 +133,4 @@ def test_lowest_claimed_minor(lowest_cluster: tuple[Layout, str], tmp_path: Path
 
 def test_newest_claimed_minor(cluster: object, kubectl: Kubectl, tmp_path: Path) -> None:
     lay = cluster.layout  # type: ignore[attr-defined]
-    _compat_run(kubectl, lay.kubeconfig, lay.bin("helm"), controlplane.kube_version(), tmp_path)
+    _compat_run(kubectl, lay.kubeconfig, lay.bin("helm"), layout.kube_version(), tmp_path)

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from kubepool.local.controlplane import REPO_ROOT
+from kubepool.local.layout import REPO_ROOT
 
 RELEASE = REPO_ROOT / "hack" / "release" / "release.sh"
 

@@ -8,7 +8,7 @@ import subprocess
 import yaml
 
 from kubepool.local.buildscript import run_build_script
-from kubepool.local.controlplane import REPO_ROOT
+from kubepool.local.layout import REPO_ROOT
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from kubepool import naming
-from kubepool.local.controlplane import kubeconfig
+from kubepool.local.flags import kubeconfig
 from kubepool.local.pki import issue_cert
 
 ROOT = Path(__file__).resolve().parents[2]

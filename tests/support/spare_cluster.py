@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kubepool.local.controlplane import Ports
+from kubepool.local.layout import Ports
 
 
 def free_port_offset() -> int:

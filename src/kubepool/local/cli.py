@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 from kubepool.local import controlplane
+from kubepool.local.layout import ClusterError, default_state_dir
+from kubepool.local.nodeconfig import DEFAULT_NODES_CONFIG, MAX_SLOT, SLOT_PORT_STRIDE
 from kubepool.local.realnode.images import DEFAULT_IMAGES, KNOWN_IMAGES
 
 
@@ -21,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--state-dir", type=Path, default=controlplane.default_state_dir(),
+        "--state-dir", type=Path, default=default_state_dir(),
         help="where the cluster keeps its state (default: %(default)s)",
     )
     up = sub.add_parser("up", parents=[common], help="start the cluster, or reuse/repair a running one")
@@ -38,12 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--nodes-config", type=Path, default=os.environ.get("KUBEPOOL_NODES_CONFIG") or None, metavar="FILE",
-        help=f"local node config (default: the running cluster's, else {controlplane.DEFAULT_NODES_CONFIG})",
+        help=f"local node config (default: the running cluster's, else {DEFAULT_NODES_CONFIG})",
     )
     up.add_argument(
         "--slot", type=int, default=int(os.environ.get("KUBEPOOL_SLOT") or 0), metavar="N",
-        help=f"run as the N-th cluster (1..{controlplane.MAX_SLOT}) beside the default one (0): its own ports "
-        f"(+{controlplane.SLOT_PORT_STRIDE}·N) and node addresses; `make test` uses slot 1",
+        help=f"run as the N-th cluster (1..{MAX_SLOT}) beside the default one (0): its own ports "
+        f"(+{SLOT_PORT_STRIDE}·N) and node addresses; `make test` uses slot 1",
     )
     up.add_argument(
         "--port-offset", type=int, default=int(os.environ.get("KUBEPOOL_PORT_OFFSET") or 0), metavar="K",
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             images = tuple(i for i in ns.real_node_images.split(",") if i)
             unknown = [i for i in images if i not in KNOWN_IMAGES]
             if unknown:
-                raise controlplane.ClusterError(f"--real-node-images: unknown {', '.join(unknown)} "
+                raise ClusterError(f"--real-node-images: unknown {', '.join(unknown)} "
                                                 f"(known: {', '.join(KNOWN_IMAGES)})")
             controlplane.up(
                 ns.state_dir, nodes_config=ns.nodes_config, fake_nodes=ns.fake_nodes, real_nodes=ns.real_nodes,
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             controlplane.down(ns.state_dir, say=_say)
             return 0
         return controlplane.status(ns.state_dir, say=_say)
-    except controlplane.ClusterError as e:
+    except ClusterError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1
 

@@ -8,7 +8,8 @@ import json
 import subprocess
 from typing import Any
 
-from kubepool.local.controlplane import ClusterError, Layout, log_tail
+from kubepool.local.layout import ClusterError, Layout
+from kubepool.local.processes import log_tail
 
 Obj = dict[str, Any]
 LOG_LINES = 15

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from kubepool.local.controlplane import Layout
+from kubepool.local.layout import Layout
 
 NAME = "kwok"
 FAKE_ANNOTATION = "kwok.x-k8s.io/node"

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from kubepool.local.buildscript import run_build_script
-from kubepool.local.controlplane import REPO_ROOT
+from kubepool.local.layout import REPO_ROOT
 from kubepool.local.pki import create_ca, issue_cert
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "registry" / "build.sh"

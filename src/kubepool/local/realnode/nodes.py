@@ -18,18 +18,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from kubepool.local.components import control_plane
+from kubepool.local.flags import kubeconfig
+from kubepool.local.layout import ClusterError, Layout, Log, kube_version
+from kubepool.local.nodeconfig import KUBELET_KIND
 from kubepool.local.pki import issue_cert
+from kubepool.local.processes import Component, alive, ensure, healthy, log_tail, stop
 from kubepool.local.realnode import configs, dns, host, images
 from kubepool.local.realnode.network import RealNet, cni_conflist
 
-if TYPE_CHECKING:
-    from kubepool.local.controlplane import Layout, Log
-
-KIND = "kubelet"
 DEPS_SCRIPT = dns.COREDNS_SCRIPT.with_name("deps.sh")
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's ClusterIP (first of the service CIDR)
 CONTAINERD_START_TIMEOUT_S = 30.0
@@ -64,7 +65,7 @@ class RealNode:
 
 def load(nodes_yaml: Path) -> list[RealNode]:
     doc = yaml.safe_load(nodes_yaml.read_text()) or {}
-    return [RealNode.from_dict(n) for n in doc.get("nodes") or [] if n.get("kind") == KIND]
+    return [RealNode.from_dict(n) for n in doc.get("nodes") or [] if n.get("kind") == KUBELET_KIND]
 
 
 def rn_dir(lay: Layout) -> Path:
@@ -95,8 +96,6 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def _prepare_node(lay: Layout, net: RealNet, slot: int, node: RealNode) -> configs.NodePaths:
-    from kubepool.local.controlplane import kubeconfig
-
     p = paths(lay, node.name)
     pki = lay.pki
     if not (p.serving_cert.exists() and p.serving_key.exists()):
@@ -125,8 +124,6 @@ def _prepare_node(lay: Layout, net: RealNet, slot: int, node: RealNode) -> confi
 
 
 def _wait_containerd(lay: Layout, node: str, p: configs.NodePaths) -> None:
-    from kubepool.local.controlplane import alive, log_tail
-
     t0 = time.monotonic()
     while time.monotonic() - t0 < CONTAINERD_START_TIMEOUT_S:
         if not alive(lay, f"containerd-{node}"):
@@ -145,8 +142,6 @@ def _wait_containerd(lay: Layout, node: str, p: configs.NodePaths) -> None:
 
 def up(lay: Layout, slot: int, image_names: tuple[str, ...], say: Log) -> list[str]:
     """Start the real nodes of `lay.nodes_yaml` (reusing running ones); return their names."""
-    from kubepool.local.controlplane import Component, ensure, kube_version, stop
-
     nodes = load(lay.nodes_yaml)
     keep = {f"{p}-{n.name}" for n in nodes for p in ("kubelet", "containerd")}
     for pid_file in sorted((lay.state_dir / "pids").glob("*.pid")):  # nodes removed from the config
@@ -223,8 +218,6 @@ def _ref(image: str) -> str:
 def _drain(lay: Layout, nodes: list[RealNode], say: Log, timeout_s: float = 90.0) -> None:
     """Delete every pod bound to the nodes and wait until their kubelets have stopped them, so CNI, mounts and
     cgroups are undone by their owners. NoExecute taints keep controllers' replacements off the nodes."""
-    from kubepool.local.controlplane import ClusterError
-
     try:
         registered = set(lay.kubectl("get", "nodes", "-o", "name", timeout=20).split())
         names = [n.name for n in nodes if f"node/{n.name}" in registered]
@@ -252,8 +245,6 @@ def _drain(lay: Layout, nodes: list[RealNode], say: Log, timeout_s: float = 90.0
 
 def down(lay: Layout, say: Log) -> None:
     """Stop the real nodes and undo their host changes; a no-op without them."""
-    from kubepool.local.controlplane import control_plane, healthy, stop
-
     d = rn_dir(lay)
     if not d.exists():
         return
