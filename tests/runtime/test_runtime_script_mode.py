@@ -223,6 +223,23 @@ def test_requirements_txt_is_installed_into_the_job_prefix_not_the_image(tmp_pat
     assert out.startswith(str(tmp_path / "pip"))
 
 
+def test_the_source_dir_is_read_from_the_jobs_own_s3_endpoint() -> None:
+    """Where the job's output (or checkpoints, or channels) live, as the SageMaker API server's data settings
+    give them; the toolkit's S3_ENDPOINT_URL first, AWS_ENDPOINT_URL last."""
+    from kubepool.contract import Channel, ChannelSource, OutputTarget
+
+    plain = contract(sdk_hyperparameters())
+    assert script_mode.job_s3_endpoint(plain) is None
+    chan = Channel(name="train", source=ChannelSource(s3_uri="s3://b/d", s3_endpoint_url="http://data:9000"))
+    out = OutputTarget(location="s3://b/o", s3_uri="s3://b/o", s3_endpoint_url="http://out:9000")
+    assert script_mode.job_s3_endpoint(plain.model_copy(update={"channels": [chan]})) == "http://data:9000"
+    assert script_mode.job_s3_endpoint(plain.model_copy(update={"channels": [chan], "output": out})) == "http://out:9000"
+    env = {"AWS_ENDPOINT_URL": "http://env:9000"}
+    assert script_mode.s3_endpoint(env, None) == "http://env:9000"
+    assert script_mode.s3_endpoint(env, "http://out:9000") == "http://out:9000"
+    assert script_mode.s3_endpoint({**env, "S3_ENDPOINT_URL": "http://tk:9000"}, "http://out:9000") == "http://tk:9000"
+
+
 def test_bad_script_mode_hyperparameters_are_refused_by_name() -> None:
     with pytest.raises(script_mode.ScriptModeError, match="sagemaker_submit_directory is set without"):
         script_mode.parse({"sagemaker_submit_directory": json.dumps(SUBMIT)})

@@ -150,23 +150,30 @@ def extract(tarball: Path, dest: Path) -> None:
         t.extractall(dest, filter=member_filter(dest))
 
 
-def s3_endpoint(env: Mapping[str, str]) -> str | None:
-    """The toolkit's S3_ENDPOINT_URL, else the channels' AWS_ENDPOINT_URL (boto3 itself reads
-    AWS_ENDPOINT_URL_S3 when neither is set)."""
-    return env.get(ENV_TOOLKIT_S3_ENDPOINT) or env.get(channels.ENV_S3_ENDPOINT) or None
+def job_s3_endpoint(contract: JobContract) -> str | None:
+    """The S3 endpoint the job's own locations name (its output, checkpoints, channels: the platform team's data
+    settings): the SDK uploads the source dir beside them, so it is read from there too."""
+    targets = [contract.output, contract.checkpoint_s3, *(c.source for c in contract.channels)]
+    return next((t.s3_endpoint_url for t in targets if t is not None and t.s3_endpoint_url), None)
 
 
-def download(uri: str, dst: Path, region: str | None, env: Mapping[str, str]) -> None:
-    """The source tarball with the instance's S3 credentials and endpoint (as channels are fetched), in the job's
-    region (sagemaker_region) unless the instance names its own (AWS_REGION, as the toolkit's s3_download)."""
+def s3_endpoint(env: Mapping[str, str], job_endpoint: str | None) -> str | None:
+    """The toolkit's S3_ENDPOINT_URL, else the job's own endpoint, else the channels' AWS_ENDPOINT_URL (boto3
+    itself reads AWS_ENDPOINT_URL_S3 when none is set)."""
+    return env.get(ENV_TOOLKIT_S3_ENDPOINT) or job_endpoint or env.get(channels.ENV_S3_ENDPOINT) or None
+
+
+def download(uri: str, dst: Path, region: str | None, endpoint: str | None, env: Mapping[str, str]) -> None:
+    """The source tarball with the instance's S3 credentials (as channels are fetched), in the job's region
+    (sagemaker_region) unless the instance names its own (AWS_REGION, as the toolkit's s3_download)."""
     import boto3  # the runtime image has it; the operator never imports this module
 
     bucket, key = channels.parse_s3_uri(uri)
-    client = boto3.client("s3", endpoint_url=s3_endpoint(env), region_name=env.get("AWS_REGION") or region)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=env.get("AWS_REGION") or region)
     client.download_file(bucket, key, str(dst))
 
 
-def fetch(sm: ScriptMode, code_dir: Path, env: Mapping[str, str]) -> str:
+def fetch(sm: ScriptMode, code_dir: Path, env: Mapping[str, str], job_endpoint: str | None = None) -> str:
     """The toolkit's download_and_extract into the code dir: an s3:// tarball, a local tarball, directory or file.
     A code dir that already has files (the instance run again in its pod) is kept. Returns what was done."""
     code_dir.mkdir(parents=True, exist_ok=True)
@@ -177,7 +184,7 @@ def fetch(sm: ScriptMode, code_dir: Path, env: Mapping[str, str]) -> str:
     if sm.submit_dir.startswith("s3://"):
         with tempfile.TemporaryDirectory() as tmp:
             tarball = Path(tmp) / "sourcedir.tar.gz"
-            download(sm.submit_dir, tarball, sm.region, env)
+            download(sm.submit_dir, tarball, sm.region, s3_endpoint(env, job_endpoint), env)
             extract(tarball, code_dir)
     else:
         local = Path(sm.submit_dir)
