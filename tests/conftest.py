@@ -27,6 +27,10 @@ from kubepool.local import components, controlplane, processes, registry
 from kubepool.local.layout import REPO_ROOT, Layout
 from kubetest import Cluster, Kubectl
 
+# The fixtures shared across suites, registered once for every test (a conftest that defines one of the same name
+# overrides it for its folder).
+pytest_plugins = ["support.operator_fixtures", "support.kuberay_fixtures"]
+
 TEST_STATE_DIR = Path(os.environ.get("KUBEPOOL_TEST_STATE_DIR") or REPO_ROOT / ".kubepool-test").resolve()
 TEST_SLOT = int(os.environ.get("KUBEPOOL_TEST_SLOT") or 1)
 

@@ -21,7 +21,6 @@ from chartlib import CHART, by_kind
 
 from kubepool import naming
 from kubepool.api.k8stypes import CORE, SCHEMAS
-from support.operator_fixtures import crds  # noqa: F401 - the CRDs, registered here
 
 POLICY_READY_S = 60
 ALICE = "alice"
@@ -91,7 +90,7 @@ def _create(kubectl: Any, ns: str, job: dict[str, Any], who: str | None = ALICE,
 
 
 @pytest.fixture
-def policy(kubectl: Any, crds: None, namespace: str, render: Any) -> Iterator[str]:  # noqa: F811
+def policy(kubectl: Any, crds: None, namespace: str, render: Any) -> Iterator[str]:
     """The chart's policy (default values) bound to the test's namespace, and alice, who may only create and read
     MLJobs there (the chart's mljob-editor ClusterRole, renamed per test)."""
     ns = namespace

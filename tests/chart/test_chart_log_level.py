@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from support.operator_cluster import Operator, mljob, wait_phase
-from support.operator_fixtures import compute_pool, crds  # noqa: F401 - registered here
 
 pytestmark = pytest.mark.cluster
 LEVEL = re.compile(r"\[(DEBUG|INFO|WARNING|ERROR) *\]")
@@ -25,8 +24,8 @@ def _operator_args(render: Any, level: str) -> tuple[str, ...]:
 
 
 @pytest.mark.parametrize("level", ["warning", "debug"])
-def test_log_level_reaches_the_operators_log(level: str, render: Any, cluster: Any, kubectl: Any, crds: None,  # noqa: F811
-                                             namespace: str, compute_pool: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_log_level_reaches_the_operators_log(level: str, render: Any, cluster: Any, kubectl: Any, crds: None,
+                                             namespace: str, compute_pool: Any, tmp_path: Path) -> None:
     args = _operator_args(render, level)
     assert f"--log-level={level}" in args
     op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log", standalone=False, verbose=False, args=args)

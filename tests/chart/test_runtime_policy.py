@@ -17,7 +17,6 @@ from chartlib import by_kind
 
 from kubepool import naming
 from kubepool.controller.builders.children import build_namespace_runtime_rbac
-from support.operator_fixtures import crds  # noqa: F401 - the CRDs, registered here
 
 POLICY_READY_S = 60
 MESSAGE = "only the MLJob of its own pod"
@@ -37,7 +36,7 @@ def _job(name: str) -> dict[str, Any]:
             "spec": {"computePool": "no-such-pool", "entrypoint": {"command": ["true"]}}}
 
 
-def test_a_pods_token_patches_only_the_job_that_lists_its_uid(kubectl: Any, cluster: Any, crds: None,  # noqa: F811
+def test_a_pods_token_patches_only_the_job_that_lists_its_uid(kubectl: Any, cluster: Any, crds: None,
                                                               namespace: str, render: Any) -> None:
     ns = namespace
     objs = render("--show-only", "templates/runtime-policy.yaml")

@@ -13,15 +13,7 @@ import pytest
 
 from kubepool import naming
 from support.examplekit import BACKENDS, EXAMPLES, Env
-from support.kuberay_fixtures import (  # noqa: F401 - shared fixtures, registered here
-    kubepool_operator,
-    kuberay_crds,
-    kuberay_dir,
-    kuberay_namespace,
-    ray_operator,
-)
 from support.operator_cluster import Operator, get_json, wait_for
-from support.operator_fixtures import crds  # noqa: F401
 
 
 @pytest.fixture(scope="module")

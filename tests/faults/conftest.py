@@ -18,11 +18,10 @@ from faultkit import Recorder
 
 from support.chart_account import chart_account_kubeconfig
 from support.operator_cluster import Operator
-from support.operator_fixtures import apply, crds  # noqa: F401 - shared fixtures, registered here
 
 
 @pytest.fixture(scope="session")
-def operator_kubeconfig(cluster: Any, kubectl: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def operator_kubeconfig(cluster: Any, kubectl: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kubeconfig of the chart's operator ServiceAccount (kopf peering and the leader-election Lease granted:
     tests run two replicas)."""
     return chart_account_kubeconfig(cluster, kubectl, tmp_path_factory.mktemp("account") / "kubeconfig",

@@ -10,14 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from support.kuberay_fixtures import (  # noqa: F401 - shared fixtures, registered here
-    kubepool_operator,
-    kuberay_crds,
-    kuberay_dir,
-    kuberay_namespace,
-    ray_operator,
-)
-
 
 @pytest.fixture(scope="module")
 def cpu_pool(kubectl: Any, kuberay_crds: None) -> Iterator[str]:

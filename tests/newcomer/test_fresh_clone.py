@@ -120,7 +120,7 @@ def test_demo_job_from_fresh_clones_side_by_side(clones: dict[str, tuple[Path, i
         assert "ended DONE" in text and "result: score:" in text, f"{where}:\n{text[-3000:]}"
         assert f"state in {dest / '.kubepool'}" in text  # the clone's own cluster, not another one
         # The head's log is its payload's output, without Ray's start-up banner; a worker's log has no launcher
-        # banners, so it comes back whole, as Snowflake's log extraction returns it (tests/sdk/test_logs_unit.py).
+        # banners, so it comes back whole, as Snowflake's log extraction returns it (tests/sdk/unit/test_logs.py).
         head = text.split("===== instance 0", 1)[1].split("===== instance 1", 1)[0]
         assert "score:" in head and "Ray runtime started" not in head, head
         # The operator really runs as the chart's non-root user, from a checkout it could not reach unaided.

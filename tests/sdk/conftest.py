@@ -1,14 +1,15 @@
-"""SDK test fixtures: `fake_kube` (every SDK entry point talks to an in-memory cluster) and, for the
-end-to-end tests, the operator and ComputePools (support.operator_fixtures)."""
+"""SDK test fixtures: `fake_kube` (every SDK entry point talks to an in-memory cluster), Snowflake's `wheel` and,
+for the end-to-end tests, the operator and ComputePools (support.operator_fixtures, registered by tests/conftest.py)."""
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Iterator
 
 import pytest
 from fakes import FakeKube
 
-from support.operator_fixtures import apply, compute_pool, crds, operator  # noqa: F401 - shared, registered here
+from support import snowflake_wheel
 
 
 @pytest.fixture
@@ -26,3 +27,10 @@ def fake_kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKube]:
                    "kubepool.sagemaker.estimator"):
         monkeypatch.setattr(f"{module}.connect", connect)
     yield kube
+
+
+@pytest.fixture(scope="module")
+def wheel() -> zipfile.ZipFile:
+    """snowflake-ml-python 2.6.0's wheel (downloaded once into ~/.cache/kubepool/wheels): the published code the
+    SDK's names and results are checked against."""
+    return zipfile.ZipFile(snowflake_wheel.wheel_path())

@@ -17,7 +17,6 @@ import pytest
 
 from kubepool import jobs
 from kubepool.jobs import options
-from support import snowflake_wheel
 
 # Public names of snowflake.ml.jobs that kubepool does not offer yet (issue #17 item 4): each needs a Kubernetes
 # meaning (a stage is an S3 prefix or a PVC path; a code bundle a stored payload many jobs reuse), never a stub.
@@ -25,11 +24,6 @@ GAPS: set[str] = set()
 SHARED_FUNCTIONS = ("submit_file", "submit_directory", "submit_from_stage", "list_jobs", "get_job", "delete_job", "remote")
 BUNDLE_FUNCTIONS = ("register_code_bundle", "register_job_from_code_bundle", "delete_code_bundle")
 MLJOB_METHODS = ("get_logs", "show_logs", "wait", "result", "distributed_result", "cancel", "get_ray_dashboard_url")
-
-
-@pytest.fixture(scope="module")
-def wheel() -> zipfile.ZipFile:
-    return zipfile.ZipFile(snowflake_wheel.wheel_path())
 
 
 def _module(wheel: zipfile.ZipFile, name: str) -> ast.Module:
@@ -189,7 +183,7 @@ def _call(fn_name: str, tmp_path: Path, **kw: Any) -> Any:
 def test_every_keyword_option_is_honoured_or_refused(wheel: zipfile.ZipFile, fake_kube: Any, tmp_path: Path,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     """Every option Snowflake's functions take through **kwargs: a clear ValueError naming it, or taken with no
-    'ignoring' warning (its effect: test_options_unit.py)."""
+    'ignoring' warning (its effect: tests/sdk/unit/test_options.py)."""
     dropped = []
     for name, keys in snowflake_keyword_options(wheel).items():
         for key in sorted(keys):

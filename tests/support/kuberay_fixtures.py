@@ -2,7 +2,7 @@
 per module (a Ray cluster costs minutes on this machine): KubeRay's CRDs applied server-side, a namespace
 (`kuberay_namespace`; a suite may override it), the real ray-operator (built by hack/kuberay/build.sh) running
 as a local process for that namespace, and kubepool's operator. Skips with the reason when the build fails.
-Conftests import them by name, which registers them."""
+tests/conftest.py registers them (`pytest_plugins`)."""
 
 from __future__ import annotations
 

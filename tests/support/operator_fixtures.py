@@ -1,7 +1,7 @@
 """Fixtures every suite that runs the operator shares (operator, faults, SDK): the CRDs applied once, the
 operator subprocess for the test's namespace (see operator_cluster), `apply` for manifests and
-`compute_pool`, cluster-scoped ComputePools made and removed per test. Conftests import them by name, which
-registers them."""
+`compute_pool`, cluster-scoped ComputePools made and removed per test. tests/conftest.py registers them
+(`pytest_plugins`)."""
 
 from __future__ import annotations
 

@@ -389,5 +389,5 @@ def test_dashboard_server_forwards_every_request_to_the_head_pods_dashboard() ->
 def test_docs_cli_md_is_generated_from_the_parser() -> None:
     from kubepool.cli import docgen
 
-    doc = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+    doc = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
     assert doc.read_text() == docgen.markdown(), "docs/cli.md is stale: python -m kubepool.cli.docgen > docs/cli.md"

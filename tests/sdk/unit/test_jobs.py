@@ -141,7 +141,7 @@ START, END = contract.LOG_START_MSG.splitlines(), contract.LOG_END_MSG.splitline
 
 def test_default_logs_are_the_payloads_output(fake_kube: FakeKube, script: Path) -> None:
     """Snowflake's `get_logs(verbose=False)`: the payload's output (a traceback included) between the banners;
-    a log without banners whole; `verbose=True` is the log (test_logs_unit.py: against the wheel's extraction)."""
+    a log without banners whole; `verbose=True` is the log (tests/sdk/unit/test_logs.py: against the wheel's extraction)."""
     job = jobs.submit_file(script, "cpu", name="v", target_instances=2)
     head = [*RAY_BANNER, "kubepool[0]: 2/2 instances", *START, "epoch 1", "(raylet) task log", "Traceback (most recent call last):",
             '  File "train.py"', *END, "2026-12-01 INFO ray shutdown"]  # fmt: skip

@@ -71,7 +71,7 @@ def test_every_sdk_estimator_argument_is_taken_or_refused_with_one_listed_except
     assert by_options == set(REFUSED_ESTIMATOR) | TAKEN_ESTIMATOR | set(NO_EFFECT)
     assert not set(REFUSED_ESTIMATOR) & (TAKEN_ESTIMATOR | set(NO_EFFECT)) and not TAKEN_ESTIMATOR & set(NO_EFFECT)
     assert set(NO_EFFECT) == {"disable_profiler"}  # the one argument accepted without an effect (see its reason)
-    assert "role" in named  # the ServiceAccount (test_sagemaker_unit::test_role_is_the_service_account...)
+    assert "role" in named  # the ServiceAccount (tests/sdk/unit/test_sagemaker.py::test_role_is_the_service_account...)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED_ESTIMATOR))
@@ -174,7 +174,7 @@ def test_every_sdk_training_input_argument_is_taken_or_refused() -> None:
     sdk = sagemaker_sdk.params("inputs", "TrainingInput")
     ours = _named(TrainingInput)
     assert set(sdk) <= ours and set(REFUSED_INPUT) <= set(sdk)
-    taken = set(sdk) - set(REFUSED_INPUT)  # each with its effect in test_sagemaker_unit (channels)
+    taken = set(sdk) - set(REFUSED_INPUT)  # each with its effect in tests/sdk/unit/test_sagemaker.py (channels)
     assert taken == {"s3_data", "distribution", "content_type", "s3_data_type", "instance_groups", "input_mode"}
     for name in REFUSED_INPUT:
         with pytest.raises(ValueError, match=rf"^{name}=7 is not supported: "):

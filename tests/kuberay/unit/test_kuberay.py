@@ -23,7 +23,7 @@ from kubepool.controller.observed import PodView, instance_id_of
 from kubepool.controller.plan import plan_job
 from kubepool.naming import LABEL_INSTANCE_BASE, POD_FINALIZER
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CFG = OperatorConfig(default_image="img:1")
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 GROUPS = [{"name": "instance_group_1", "computePool": "cpu", "instanceCount": 2},

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import yaml
-from test_snowflake_api import wheel  # noqa: F401 - the wheel, downloaded once into ~/.cache/kubepool/wheels
 
 from kubepool.jobs.results import REMOTE_ERROR_ATTR, RemoteError, decode
 from kubepool.runtime.result import ExecutionResult, exception_fields, stored_result
@@ -35,7 +34,7 @@ def _module(whl: zipfile.ZipFile, name: str, source: str | None = None) -> types
 
 
 @pytest.fixture(scope="module")
-def snowflake(wheel: zipfile.ZipFile) -> types.SimpleNamespace:  # noqa: F811
+def snowflake(wheel: zipfile.ZipFile) -> types.SimpleNamespace:
     exception_utils, results, dto = (_module(wheel, n) for n in ("exception_utils", "results", "dto_schema"))
     # _get_metadata alone from utils.py (the module imports snowpark): its source, with what it uses.
     tree = ast.parse(wheel.read(f"{INTEROP}/utils.py").decode())
