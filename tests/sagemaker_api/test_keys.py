@@ -15,7 +15,8 @@ def test_new_key_shape_and_round_trip():
 
 def test_without_service_account_the_default_one():
     key_id, secret = keys.new_key()
-    assert keys.parse_key_secret(keys.key_secret("ns", "k", key_id, secret)).service_account == "default"
+    parsed = keys.parse_key_secret(keys.key_secret("ns", "k", key_id, secret))
+    assert parsed is not None and parsed.service_account == "default"
 
 
 def test_malformed_secrets_grant_nothing():

@@ -1,0 +1,153 @@
+"""The server's calls to the Kubernetes API. Its own identity only reads access-key Secrets (by label) and
+ComputePools; everything a request does (jobs, pods, logs) goes out impersonating the key's ServiceAccount, so
+the cluster's RBAC decides what a key may do, and a key never reaches past its namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import ssl
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from lightkube.config.client_adapter import verify_cluster
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.models import User
+
+from kubepool import naming
+from kubepool.kube.errors import KubeError, NotFound, Unreachable, status_error
+from kubepool.kube.transport import TRANSPORT_ERRORS, AiohttpHttp, Endpoint
+from kubepool.sagemaker_api.keys import KEY_LABEL, AccessKey, parse_key_secret
+
+Obj = dict[str, Any]
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+KEYS_TTL_SECONDS = 5.0  # a deleted key stops working within this
+MIN_REFRESH_SECONDS = 0.2
+_JOBS = f"/apis/{naming.GROUP}/{naming.VERSION}"
+
+
+def impersonation(key: AccessKey) -> dict[str, str]:
+    """Headers that make the API server act as the key's ServiceAccount (its user and its groups)."""
+    return {"Impersonate-User": f"system:serviceaccount:{key.namespace}:{key.service_account}",
+            "Impersonate-Group": "system:serviceaccounts"}
+
+
+def connect() -> Endpoint:
+    """The server's own login: KUBECONFIG if set, else the pod's ServiceAccount (as client-go finds it)."""
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if not os.environ.get("KUBECONFIG") and host and port and (SA_DIR / "token").is_file():
+        server_host = f"[{host}]" if ":" in host else host
+        tls = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
+        token = (SA_DIR / "token").read_text().strip()
+        return Endpoint(f"https://{server_host}:{port}", ssl=tls, headers={"Authorization": f"Bearer {token}"})
+    cfg = KubeConfig.from_env().get()
+    if cfg is None:
+        raise Unreachable("no kubeconfig context: set KUBECONFIG, or run in a pod with a service account")
+    user = cfg.user or User()
+    headers = {"Authorization": f"Bearer {user.token}"} if user.token else {}
+    if not cfg.cluster.server.startswith("https:"):
+        return Endpoint(cfg.cluster.server, ssl=False, headers=headers)
+    return Endpoint(cfg.cluster.server, ssl=verify_cluster(cfg.cluster, user, cfg.abs_file), headers=headers)
+
+
+class KubeAccess:
+    def __init__(self, http: AiohttpHttp, namespaces: Sequence[str]) -> None:
+        self.http = http
+        self.namespaces = tuple(namespaces)  # empty: every namespace
+        self._keys: dict[str, AccessKey] = {}
+        self._keys_read = -1e9  # when the last list of keys started
+        self._refreshing = asyncio.Lock()
+
+    async def _call(self, method: str, path: str, what: str, *, body: Any = None,
+                    headers: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None,
+                    content_type: str = "application/json", raw: bool = False) -> Any:
+        hdrs = {**(headers or {}), "Content-Type": content_type} if body is not None else dict(headers or {})
+        try:
+            r = await self.http.request(method, path, content=None if body is None else json.dumps(body).encode(),
+                                        params=params, headers=hdrs)
+        except TRANSPORT_ERRORS as err:
+            raise Unreachable(f"{what}: cannot reach the Kubernetes API ({err})") from None
+        if r.status_code >= 400:
+            try:
+                st = json.loads(r.content)
+            except ValueError:
+                st = {}
+            raise status_error(r.status_code, st.get("message") or r.text[:300], st.get("reason") or "", what)
+        return r.content if raw else json.loads(r.content)
+
+    # -- the server's own identity --------------------------------------------------------------------------
+    async def key(self, key_id: str) -> AccessKey | None:
+        """The access key with this id, from the labelled Secrets of the watched namespaces. The list is read
+        again when it is older than KEYS_TTL_SECONDS (a deleted key stops working then) and for an id it does not
+        hold, with a list that started after the request came (a key made just before it counts), at most one
+        every MIN_REFRESH_SECONDS (an unknown id cannot make the server flood the API server)."""
+        arrived = time.monotonic()
+        if key_id in self._keys and arrived - self._keys_read < KEYS_TTL_SECONDS:
+            return self._keys[key_id]
+        async with self._refreshing:
+            if self._keys_read < arrived:
+                wait = self._keys_read + MIN_REFRESH_SECONDS - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                await self.refresh_keys()
+        return self._keys.get(key_id)
+
+    async def refresh_keys(self) -> None:
+        started = time.monotonic()
+        found: dict[str, AccessKey] = {}
+        params = {"labelSelector": f"{KEY_LABEL}=true"}
+        for ns in self.namespaces or (None,):
+            path = f"/api/v1/namespaces/{ns}/secrets" if ns else "/api/v1/secrets"
+            items = (await self._call("GET", path, "access keys", params=params)).get("items") or []
+            for item in items:
+                k = parse_key_secret(item)
+                # Two Secrets claiming one id grant nothing: neither can be told from the other.
+                if k is not None:
+                    found[k.key_id] = k if k.key_id not in found else _ambiguous(k)
+        self._keys = {i: k for i, k in found.items() if k.namespace}
+        self._keys_read = started
+
+    async def pools(self) -> list[Obj]:
+        return list((await self._call("GET", f"{_JOBS}/{naming.POOL_PLURAL}", "ComputePools")).get("items") or [])
+
+    # -- as the key's ServiceAccount ------------------------------------------------------------------------
+    async def create_job(self, key: AccessKey, body: Obj) -> Obj:
+        return dict(await self._call("POST", f"{_JOBS}/namespaces/{key.namespace}/{naming.MLJOB_PLURAL}",
+                                     f"MLJob {body['metadata']['name']}", body=body, headers=impersonation(key)))
+
+    async def get_job(self, key: AccessKey, name: str) -> Obj:
+        return dict(await self._call("GET", f"{_JOBS}/namespaces/{key.namespace}/{naming.MLJOB_PLURAL}/{quote(name)}",
+                                     f"MLJob {name}", headers=impersonation(key)))
+
+    async def list_jobs(self, key: AccessKey, label: str) -> list[Obj]:
+        out = await self._call("GET", f"{_JOBS}/namespaces/{key.namespace}/{naming.MLJOB_PLURAL}", "MLJobs",
+                               headers=impersonation(key), params={"labelSelector": label})
+        return list(out.get("items") or [])
+
+    async def patch_job(self, key: AccessKey, name: str, patch: Obj) -> Obj:
+        return dict(await self._call("PATCH", f"{_JOBS}/namespaces/{key.namespace}/{naming.MLJOB_PLURAL}/{quote(name)}",
+                                     f"MLJob {name}", body=patch, headers=impersonation(key),
+                                     content_type="application/merge-patch+json"))
+
+    async def pod_log(self, key: AccessKey, pod: str, since_seconds: int | None = None) -> str:
+        params = {"timestamps": "true"}
+        if since_seconds:
+            params["sinceSeconds"] = str(since_seconds)
+        try:
+            content = await self._call("GET", f"/api/v1/namespaces/{key.namespace}/pods/{quote(pod)}/log",
+                                       f"log of {pod}", headers=impersonation(key), params=params, raw=True)
+        except NotFound:
+            return ""
+        except KubeError as err:
+            if err.args and "ContainerCreating" in str(err) or "waiting to start" in str(err):
+                return ""  # no log yet: the pod's container has not started
+            raise
+        return bytes(content).decode(errors="replace")
+
+
+def _ambiguous(k: AccessKey) -> AccessKey:
+    return AccessKey(k.key_id, k.secret, "", k.service_account)

@@ -1,0 +1,100 @@
+"""Hostile and bad input against the real server and the local cluster's API server: each gets the AWS error
+botocore raises as ClientError with the right code, nothing is created and nothing of another namespace leaks."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
+
+from kubepool.sagemaker_api.server import MAX_BODY
+
+pytestmark = [pytest.mark.cluster]
+ROLE = "arn:aws:iam::111122223333:role/default"
+
+
+def _request(name: str, pool: str, **over: Any) -> dict[str, Any]:
+    req = {"TrainingJobName": name, "RoleArn": ROLE,
+           "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File",
+                                      "ContainerEntrypoint": ["python3", "-c", "print(1)"]},
+           "ResourceConfig": {"InstanceType": pool, "InstanceCount": 1, "VolumeSizeInGB": 30},
+           "OutputDataConfig": {"S3OutputPath": "s3://models/runs"},
+           "StoppingCondition": {"MaxRuntimeInSeconds": 60}}
+    return {**req, **over}
+
+
+def _code(call: Any) -> str:
+    with pytest.raises(ClientError) as e:
+        call()
+    return str(e.value.response["Error"]["Code"])
+
+
+def _jobs(kubectl: Any, namespace: str) -> list[str]:
+    return [j["metadata"]["name"] for j in kubectl.json("get", "mljobs", "-n", namespace)["items"]]
+
+
+def _raw(endpoint: str, key: Any, body: bytes, target: str = "SageMaker.CreateTrainingJob") -> tuple[int, dict[str, Any]]:
+    """A request botocore signs but does not serialize (a body no client would send)."""
+    req = AWSRequest("POST", endpoint + "/", data=body, headers={
+        "X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.1"})
+    SigV4Auth(Credentials(key.key_id, key.secret), "sagemaker", "us-west-2").add_auth(req)
+    prepared = req.prepare()
+    http = urllib.request.Request(prepared.url, data=body, headers=dict(prepared.headers.items()), method="POST")
+    try:
+        with urllib.request.urlopen(http, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_hostile_input_gets_the_aws_error_and_creates_nothing(sagemaker_api: Any, sagemaker_key: Any, kubectl: Any,
+                                                              namespace: str, compute_pool: Any) -> None:
+    pool = compute_pool("cpu")
+    key = sagemaker_key(namespace)
+    sm = sagemaker_api.client("sagemaker", key)
+    assert _code(lambda: sm.describe_training_job(TrainingJobName="nope")) == "ResourceNotFound"
+    assert _code(lambda: sm.create_training_job(**_request("a", "ml.inf1.xlarge"))) == "ValidationException"
+    assert _code(lambda: sm.create_training_job(**_request("b", pool, OutputDataConfig={
+        "S3OutputPath": "s3://models/../escape"}))) == "ValidationException"
+    assert _code(lambda: sm.create_training_job(**_request("c", pool, RoleArn=ROLE.replace("default", "admin")))) \
+        == "AccessDeniedException"
+    status, body = _raw(sagemaker_api.endpoint, key, b'{"TrainingJobName": "d", ')
+    assert (status, body["__type"]) == (400, "SerializationException")
+    big = json.dumps(_request("e", pool, Environment={"X": "y" * (10 * 1024 * 1024)})).encode()
+    status, body = _raw(sagemaker_api.endpoint, key, big)
+    assert (status, body["__type"]) == (413, "ValidationException") and len(big) > MAX_BODY
+    forged = sagemaker_api.client("sagemaker", type(key)(key.key_id, "x" * 40, namespace))
+    assert _code(lambda: forged.create_training_job(**_request("f", pool))) == "InvalidSignatureException"
+    unknown = sagemaker_api.client("sagemaker", type(key)("KP" + "Z" * 18, key.secret, namespace))
+    assert _code(lambda: unknown.list_training_jobs()) == "UnrecognizedClientException"
+    assert _jobs(kubectl, namespace) == []
+
+
+def test_another_namespaces_key_sees_nothing(sagemaker_api: Any, sagemaker_key: Any, kubectl: Any, namespace: str,
+                                             compute_pool: Any) -> None:
+    pool = compute_pool("cpu")
+    mine = sagemaker_api.client("sagemaker", sagemaker_key(namespace))
+    mine.create_training_job(**_request("kept", pool))
+    # No operator runs here: the job exists only as the MLJob.
+    assert _jobs(kubectl, namespace) == ["kept"]
+    assert mine.describe_training_job(TrainingJobName="kept")["TrainingJobStatus"] == "InProgress"
+    assert _code(lambda: mine.create_training_job(**_request("kept", pool))) == "ResourceInUse"
+    with kubectl.fresh_namespace(f"{namespace[:50]}-other") as other:
+        theirs = sagemaker_api.client("sagemaker", sagemaker_key(other))
+        assert _code(lambda: theirs.describe_training_job(TrainingJobName="kept")) == "ResourceNotFound"
+        assert _code(lambda: theirs.stop_training_job(TrainingJobName="kept")) == "ResourceNotFound"
+        arn = mine.describe_training_job(TrainingJobName="kept")["TrainingJobArn"]
+        assert _code(lambda: theirs.list_tags(ResourceArn=arn)) == "ResourceNotFound"
+        assert theirs.list_training_jobs()["TrainingJobSummaries"] == []
+        # A key whose ServiceAccount has no rights: RBAC (through impersonation) refuses, nothing is made.
+        bare = sagemaker_api.client("sagemaker", sagemaker_key(other, "nobody", rights=False))
+        assert _code(lambda: bare.create_training_job(**_request("x", pool, RoleArn=ROLE.replace("default", "nobody")))) \
+            == "AccessDeniedException"
+        assert _jobs(kubectl, other) == []
+    assert mine.list_training_jobs()["TrainingJobSummaries"][0]["TrainingJobName"] == "kept"
