@@ -11,6 +11,7 @@
     kubepool dashboard JOB [--port P]
     kubepool pools  [-o FORMAT]
     kubepool version [--client] [-o text|json|yaml]
+    kubepool sagemaker create-key|env [--service-account SA] [--release R] [--release-namespace NS]
     kubepool completion bash|zsh|fish
     kubepool local  {up,down,status} ...
 

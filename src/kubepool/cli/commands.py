@@ -465,6 +465,10 @@ def run(args: argparse.Namespace, script_args: list[str]) -> int:
               "version": cmd_version, "completion": cmd_completion, "dashboard": cmd_dashboard}
     if args.command == "submit":
         return cmd_submit(args, script_args)
+    if args.command == "sagemaker":
+        from kubepool.cli.sagemaker import cmd_sagemaker
+
+        return cmd_sagemaker(args, session(args))
     if args.command in simple:
         return simple[args.command](args)
     job = _job(args)

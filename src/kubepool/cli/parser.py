@@ -106,6 +106,23 @@ def build() -> argparse.ArgumentParser:
                    help="local port (default %(default)s; 0: any free one, printed)")
     d.add_argument("--address", default="127.0.0.1", help="local address to listen on (default %(default)s)")
 
+    sm = sub.add_parser("sagemaker", parents=[common], help="point SageMaker's own clients (boto3, the SageMaker "
+                        "SDK, the aws CLI) at the chart's SageMaker API: create-key makes an access key for the "
+                        "namespace and prints it with the endpoint variables; env prints the variables only",
+                        description="Prints shell lines: eval \"$(kubepool -n NS sagemaker create-key)\". The "
+                                    "endpoints are the release's <release>-sagemaker-api Service's (docs/sagemaker-api.md).")
+    sm.add_argument("action", choices=("create-key", "env"), metavar="create-key|env")
+    sm.add_argument("--service-account", metavar="SA", help="create-key: the ServiceAccount (in the namespace) whose "
+                    "rights the key's requests have (default: the namespace's default)")
+    sm.add_argument("--name", help="create-key: the key Secret's name (default sagemaker-key-<key id>)")
+    sm.add_argument("--release", default="kubepool", help="the chart's release name (default %(default)s)")
+    sm.add_argument("--release-namespace", default="kubepool-system",
+                    help="the release's namespace (default %(default)s)")
+    sm.add_argument("--endpoint", metavar="URL", help="the API's URL as the clients reach it (an Ingress, a "
+                    "port-forward) instead of the Service's")
+    sm.add_argument("--s3-endpoint", metavar="URL", help="the S3 endpoint the clients use (default: the Service's "
+                    "kubepool.dev/s3-endpoint-url annotation)")
+
     sub.add_parser("pools", parents=[conn, out], help="compute pools: capacity and use")
     v = sub.add_parser("version", parents=[conn], help="kubepool's version, and the API versions the cluster serves")
     v.add_argument("--client", action="store_true", help="only the client's version (no cluster needed)")

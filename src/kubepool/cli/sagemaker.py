@@ -1,0 +1,119 @@
+"""`kubepool sagemaker create-key|env`: what points SageMaker's own clients (boto3, the SageMaker Python SDK, the
+`aws` CLI) at the chart's SageMaker-compatible API server: the AWS SDKs' endpoint variables for its Service, and
+an access key (the documented Secret, kubepool.sagemaker_api.keys) bound to a namespace."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from kubepool.sagemaker_api import keys
+
+SERVICE_SUFFIX = "-sagemaker-api"  # the chart's Service: <release>-sagemaker-api
+# On the Service: the S3-compatible endpoint the platform team gave the jobs, for the clients' AWS_ENDPOINT_URL_S3.
+S3_ENDPOINT_ANNOTATION = "kubepool.dev/s3-endpoint-url"
+API_VARIABLES = ("AWS_ENDPOINT_URL_SAGEMAKER", "AWS_ENDPOINT_URL_LOGS")
+S3_VARIABLE = "AWS_ENDPOINT_URL_S3"
+DEFAULT_RELEASE, DEFAULT_RELEASE_NAMESPACE = "kubepool", "kubepool-system"
+
+
+def service_url(svc: Mapping[str, Any]) -> str:
+    """Where the Service answers: a LoadBalancer's address when it has one, else its cluster DNS name (reachable
+    from pods, or through a port-forward or an Ingress: --endpoint); https when its port is named so or is 443."""
+    meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
+    ports = spec.get("ports") or []
+    if not ports:
+        raise ValueError(f"Service {meta.get('namespace')}/{meta.get('name')} has no port")
+    port = next((p for p in ports if p.get("name") in ("http", "https")), ports[0])
+    scheme = "https" if port.get("name") == "https" or port.get("port") == 443 else "http"
+    ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    lb = (ingress[0].get("ip") or ingress[0].get("hostname")) if ingress and spec.get("type") == "LoadBalancer" else None
+    host = lb or f"{meta['name']}.{meta['namespace']}.svc"
+    return f"{scheme}://{host}:{port['port']}"
+
+
+def exports(api_url: str, s3_url: str | None, key: tuple[str, str] | None = None) -> list[str]:
+    """The shell lines: the two API variables, S3's (or a comment saying what it is when unknown), the key."""
+    lines = [f"export {var}={shlex.quote(api_url)}" for var in API_VARIABLES]
+    if s3_url:
+        lines.append(f"export {S3_VARIABLE}={shlex.quote(s3_url)}")
+    else:
+        lines.append(f"# {S3_VARIABLE}: the S3-compatible endpoint the jobs' data lives on (the Service names none: "
+                     "--s3-endpoint)")
+    if key:
+        lines += [f"export AWS_ACCESS_KEY_ID={key[0]}", f"export AWS_SECRET_ACCESS_KEY={shlex.quote(key[1])}"]
+    return lines
+
+
+def release_service(kube: Any, release: str, namespace: str) -> dict[str, Any]:
+    """The release's SageMaker API Service as a dict. Raises NotFound naming it (the chart's sagemakerApi off, or
+    another release name or namespace: --release, --release-namespace)."""
+    from lightkube.resources.core_v1 import Service
+
+    from kubepool.kube.errors import NotFound
+    from kubepool.kube.sync import translate
+
+    name = f"{release}{SERVICE_SUFFIX}"
+    try:
+        svc = kube.client.get(Service, name, namespace=namespace)
+    except Exception as err:  # noqa: BLE001 - lightkube's and httpx's errors, translated to the CLI's
+        found = translate(err, f"Service {namespace}/{name}")
+        if isinstance(found, NotFound):
+            raise NotFound(f"Service {namespace}/{name} not found: is the chart's SageMaker API on in release "
+                           f"{release!r} of namespace {namespace!r}? (--release, --release-namespace)", 404) from None
+        raise found from None
+    doc: dict[str, Any] = svc.to_dict()
+    return doc
+
+
+def endpoints(args: argparse.Namespace, kube: Any) -> tuple[str, str | None]:
+    """(the API's URL, S3's URL or None): the flags first, else the release's Service."""
+    if args.endpoint and args.s3_endpoint:
+        return args.endpoint, args.s3_endpoint
+    svc = release_service(kube, args.release, args.release_namespace)
+    s3 = args.s3_endpoint or ((svc.get("metadata") or {}).get("annotations") or {}).get(S3_ENDPOINT_ANNOTATION)
+    return args.endpoint or service_url(svc), s3
+
+
+def create_key(kube: Any, namespace: str, service_account: str | None, name: str | None) -> tuple[str, str, str]:
+    """A new key Secret in `namespace` (bound to `service_account`, which must exist there); (name, id, secret)."""
+    from lightkube.resources.core_v1 import Secret, ServiceAccount
+
+    from kubepool.kube.errors import NotFound
+    from kubepool.kube.sync import translate
+
+    if service_account:
+        try:
+            kube.client.get(ServiceAccount, service_account, namespace=namespace)
+        except Exception as err:  # noqa: BLE001 - translated below
+            found = translate(err, f"ServiceAccount {namespace}/{service_account}")
+            if isinstance(found, NotFound):
+                raise NotFound(f"ServiceAccount {namespace}/{service_account} not found: the key would act as "
+                               "nobody (create it and give it the rights the key's users need)", 404) from None
+            raise found from None
+    key_id, secret = keys.new_key()
+    name = name or f"sagemaker-key-{key_id.lower()}"
+    body = keys.key_secret(namespace, name, key_id, secret, service_account)
+    try:
+        kube.client.create(Secret.from_dict(body), namespace=namespace)
+    except Exception as err:  # noqa: BLE001 - an existing name, no rights: the API's words
+        raise translate(err, f"Secret {namespace}/{name}") from None
+    return name, key_id, secret
+
+
+def cmd_sagemaker(args: argparse.Namespace, kube: Any) -> int:
+    if args.action == "env":
+        if args.service_account or args.name:
+            raise ValueError("sagemaker env: --service-account and --name are create-key's")
+        api_url, s3_url = endpoints(args, kube)
+        print("\n".join(exports(api_url, s3_url)))
+        return 0
+    api_url, s3_url = endpoints(args, kube)  # before the key: a missing Service creates nothing
+    namespace = kube.namespace
+    name, key_id, secret = create_key(kube, namespace, args.service_account, args.name)
+    print(f"# access key {key_id}: Secret {namespace}/{name}, acting as ServiceAccount "
+          f"{args.service_account or keys.DEFAULT_SERVICE_ACCOUNT}")
+    print("\n".join(exports(api_url, s3_url, (key_id, secret))))
+    return 0
