@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from kubepool.api import crdgen
+from kubepool.api.common import Model
 
 ROOT = Path(__file__).resolve().parents[2]
 RENDERED = crdgen.render_all()
@@ -74,3 +75,37 @@ def test_cel_rules_attached() -> None:
     assert entry["x-kubernetes-validations"][0]["message"] == "set exactly one of file, module or command"
     conditions = _schema("kubepool.dev_mljobs.yaml")["properties"]["status"]["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map"
+
+
+def _rules_model(rule: str) -> type[Model]:
+    class Inner(Model):
+        x: int = 0
+        cel_rules = [{"rule": rule, "message": "m"}]
+
+    return Inner
+
+
+def test_a_models_rules_are_written_where_its_schema_is() -> None:
+    inner = _rules_model("self.x > 0")
+
+    class Outer(Model):
+        a: inner  # type: ignore[valid-type]
+        b: list[inner] = []  # type: ignore[valid-type]
+
+    schema = crdgen.structural_schema(Outer)
+    assert schema["properties"]["a"]["x-kubernetes-validations"] == inner.cel_rules
+    assert schema["properties"]["b"]["items"]["x-kubernetes-validations"] == inner.cel_rules
+    assert "x-kubernetes-validations" not in schema  # Outer declares none: a base's or a field's never climb up
+
+
+def test_two_models_of_one_name_are_refused() -> None:
+    # pydantic would write one definition for both, and the rules of one onto the other's fields.
+    a, b = _rules_model("self.x > 0"), _rules_model("self.x < 9")
+
+    class Outer(Model):
+        a: a  # type: ignore[valid-type]
+        b: b  # type: ignore[valid-type]
+
+    with pytest.raises(ValueError, match="two models named Inner"):
+        crdgen.structural_schema(Outer)
+

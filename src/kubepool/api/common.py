@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -14,6 +14,7 @@ from pydantic.alias_generators import to_camel
 NAME_MAX = 63
 SHORT_STR = 256
 LONG_STR = 4096
+MAX_INSTANCES = 1000
 
 # No n (nano) or u (micro) suffix: no instance is sized in them, and the operator's quantity arithmetic
 # (builders.common.parse_quantity) would fail on every pass of the pool's jobs. An exponent has at most two
@@ -28,11 +29,23 @@ QUALIFIED_NAME_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
 
 
+CelRule = dict[str, str]
+
+
 class Model(BaseModel):
     """Base of every API model: camelCase on the wire, snake_case in Python, unknown fields ignored
     (the API server prunes them anyway, so the operator never chokes on a newer CRD)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    # Cross-field rules of this model (not of its subclasses), as CEL `x-kubernetes-validations`: the API server
+    # evaluates them on every write, so `kubectl apply` refuses what they refuse. crdgen writes them (`make crds`).
+    cel_rules: ClassVar[list[CelRule]] = []
+
+    @classmethod
+    def own_cel_rules(cls) -> list[CelRule]:
+        """The rules this class declares itself: a subclass validates its own fields, not its base's rules."""
+        rules: list[CelRule] = cls.__dict__.get("cel_rules", [])
+        return rules
 
     def wire(self) -> dict:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -73,14 +86,13 @@ class Toleration(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="Taint effect; empty matches all.")
     toleration_seconds: int | None = Field(None, description="For NoExecute: how long the pod stays bound after the taint appears.")
 
-
-# What the API server refuses in a pod's tolerations, refused at the ComputePool already (else every instance pod
-# of the pool would be refused at creation, long after the pool was accepted).
-TOLERATION_RULES = [
-    {"rule": "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')", "message": "a toleration without key needs operator Exists",
-     "fieldPath": ".key"},
-    {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
-     "message": "a toleration with operator Exists takes no value", "fieldPath": ".value"},
-    {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
-     "message": "tolerationSeconds needs effect NoExecute", "fieldPath": ".tolerationSeconds"},
-]
+    # What the API server refuses in a pod's tolerations, refused at the ComputePool already (else every instance
+    # pod of the pool would be refused at creation, long after the pool was accepted).
+    cel_rules = [
+        {"rule": "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')", "message": "a toleration without key needs operator Exists",
+         "fieldPath": ".key"},
+        {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+         "message": "a toleration with operator Exists takes no value", "fieldPath": ".value"},
+        {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+         "message": "tolerationSeconds needs effect NoExecute", "fieldPath": ".tolerationSeconds"},
+    ]

@@ -71,6 +71,14 @@ class ComputePoolSpec(Model):
     )
     suspend: bool = Field(False, description="Suspended pools admit no new jobs; running jobs finish.")
 
+    cel_rules = [
+        {"rule": "self.minNodes <= self.maxNodes", "message": "minNodes must not exceed maxNodes"},
+        # `resources: {}` is set, but sizes nothing: without a family, an instance would silently get 1 CPU and 1Gi.
+        {"rule": "has(self.instanceFamily) || (has(self.resources) && has(self.resources.cpu) && has(self.resources.memory))",
+         "message": "set instanceFamily or resources (without instanceFamily, resources must set cpu and memory)",
+         "fieldPath": ".resources"},
+    ]
+
     def instance_size(self) -> FamilySize:
         """One instance's resources: the family's, overridden by `resources`."""
         base = FAMILIES[self.instance_family] if self.instance_family else FamilySize("1", "1Gi")
@@ -116,11 +124,3 @@ class ComputePool(Model):
     spec: ComputePoolSpec
     status: ComputePoolStatus | None = None
 
-
-POOL_RULES = [
-    {"rule": "self.minNodes <= self.maxNodes", "message": "minNodes must not exceed maxNodes"},
-    # `resources: {}` is set, but sizes nothing: without a family, an instance would silently get 1 CPU and 1Gi.
-    {"rule": "has(self.instanceFamily) || (has(self.resources) && has(self.resources.cpu) && has(self.resources.memory))",
-     "message": "set instanceFamily or resources (without instanceFamily, resources must set cpu and memory)",
-     "fieldPath": ".resources"},
-]

@@ -1,39 +1,27 @@
 """Generates the CRDs in `crds/` from the pydantic models: the models are the single source of truth.
 
 pydantic's JSON Schema is not a Kubernetes structural schema, so this module inlines `$ref`s, collapses
-`anyOf: [X, null]` to X, drops `title`, `additionalProperties: false`, null and empty defaults, and
-attaches the CEL rules. Run `python -m kubepool.api.crdgen crds/` (`make crds`).
+`anyOf: [X, null]` to X, drops `title`, `additionalProperties: false`, null and empty defaults. The CEL rules
+come with the schema: each model declares its own (`Model.cel_rules`). Run `python -m kubepool.api.crdgen crds/`
+(`make crds`).
 """
 
 from __future__ import annotations
 
 import sys
+import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kubepool import naming
-from kubepool.api import common, k8stypes
 from kubepool.api import computepool as cp
+from kubepool.api import k8stypes
 from kubepool.api import mljob as mj
-from kubepool.api import mljob_rules as mr
-from kubepool.api import podsettings as ps
-from kubepool.api.common import Model
+from kubepool.api.common import CelRule, Model
 
-# CEL rules by model (schema definition) name; the API server evaluates them on every write.
-RULES: dict[str, list[dict[str, str]]] = {
-    "MLJobSpec": mr.MLJOB_SPEC_RULES,
-    "Entrypoint": mr.ENTRYPOINT_RULES,
-    "ChannelSource": mr.CHANNEL_SOURCE_RULES,
-    "CodeSource": mr.CODE_RULES,
-    "Wheelhouse": mr.WHEELHOUSE_RULES,
-    "OutputLocation": mr.OUTPUT_RULES,
-    "CheckpointLocation": mr.CHECKPOINT_RULES,
-    "ComputePoolSpec": cp.POOL_RULES,
-    "Toleration": common.TOLERATION_RULES,
-    "EnvVar": ps.ENV_VAR_RULES,
-}
 _DROP = {"title", "$defs"}
 
 
@@ -58,8 +46,6 @@ def _clean(node: Any, defs: dict[str, Any]) -> Any:
     if "$ref" in node:  # inline, keeping sibling keys (description, extras) over the target's
         name = node.pop("$ref").rsplit("/", 1)[-1]
         target = dict(defs[name])
-        if name in RULES:
-            target["x-kubernetes-validations"] = RULES[name]
         node = {**target, **{k: v for k, v in node.items() if k != "default" or v is not None}}
     if "anyOf" in node:
         options = [o for o in node["anyOf"] if o != {"type": "null"}]
@@ -91,12 +77,42 @@ def _clean(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def structural_schema(model: type[Model], rules: list[dict[str, str]] | None = None) -> dict[str, Any]:
+def _models(model: type[Model]) -> Iterator[type[Model]]:
+    """`model` and every model its fields hold, at any depth (each once)."""
+    seen: set[type[Model]] = set()
+    todo = [model]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        yield cls
+        types = [f.annotation for f in cls.model_fields.values()]
+        while types:
+            t = types.pop()
+            types += typing.get_args(t)
+            if isinstance(t, type) and issubclass(t, Model):
+                todo.append(t)
+
+
+def _declared_rules(model: type[Model]) -> dict[str, list[CelRule]]:
+    """The CEL rules the models of `model`'s schema declare, by their schema definition's name."""
+    by_name: dict[str, type[Model]] = {}
+    for cls in _models(model):
+        other = by_name.setdefault(cls.__name__, cls)
+        if other is not cls:  # pydantic would give both one definition, and one's rules to the other
+            raise ValueError(f"two models named {cls.__name__} ({other.__module__}, {cls.__module__}): rename one")
+    return {name: cls.own_cel_rules() for name, cls in by_name.items() if cls is not model and cls.own_cel_rules()}
+
+
+def structural_schema(model: type[Model]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
     defs = raw.get("$defs", {})
+    for name, rules in _declared_rules(model).items():
+        defs[name] = {**defs[name], "x-kubernetes-validations": rules}
     schema = _clean(raw, defs)
-    if rules or model.__name__ in RULES:
-        schema["x-kubernetes-validations"] = rules or RULES[model.__name__]
+    if model.own_cel_rules():
+        schema["x-kubernetes-validations"] = model.own_cel_rules()
     return schema
 
 
@@ -106,10 +122,10 @@ def _conditions_as_map(schema: dict[str, Any]) -> None:
     cond["x-kubernetes-list-map-keys"] = ["type"]
 
 
-def _root(spec_model: type[Model], status_model: type[Model], description: str, root_rules: list | None = None) -> dict[str, Any]:
+def _root(kind_model: type[Model], spec_model: type[Model], status_model: type[Model]) -> dict[str, Any]:
     root: dict[str, Any] = {
         "type": "object",
-        "description": description,
+        "description": kind_model.__doc__ or "",
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string", "description": "APIVersion of this object (kubepool.dev/v1alpha1)."},
@@ -119,8 +135,8 @@ def _root(spec_model: type[Model], status_model: type[Model], description: str, 
             "status": structural_schema(status_model),
         },
     }
-    if root_rules:
-        root["x-kubernetes-validations"] = root_rules
+    if kind_model.own_cel_rules():
+        root["x-kubernetes-validations"] = kind_model.own_cel_rules()
     _conditions_as_map(root)
     return root
 
@@ -151,7 +167,7 @@ def _crd(kind: str, plural: str, short: str, scope: str, schema: dict[str, Any],
 
 
 def mljob_crd() -> dict[str, Any]:
-    schema = _root(mj.MLJobSpec, mj.MLJobStatus, mj.MLJob.__doc__ or "", mr.MLJOB_ROOT_RULES)
+    schema = _root(mj.MLJob, mj.MLJobSpec, mj.MLJobStatus)
     return _crd(naming.MLJOB_KIND, naming.MLJOB_PLURAL, naming.MLJOB_SHORT, "Namespaced", schema, [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
@@ -164,7 +180,7 @@ def mljob_crd() -> dict[str, Any]:
 
 
 def computepool_crd() -> dict[str, Any]:
-    schema = _root(cp.ComputePoolSpec, cp.ComputePoolStatus, cp.ComputePool.__doc__ or "")
+    schema = _root(cp.ComputePool, cp.ComputePoolSpec, cp.ComputePoolStatus)
     return _crd(naming.POOL_KIND, naming.POOL_PLURAL, naming.POOL_SHORT, "Cluster", schema, [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Family", "type": "string", "jsonPath": ".spec.instanceFamily"},

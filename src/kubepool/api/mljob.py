@@ -1,6 +1,7 @@
 """MLJob: one logical job of N instances (instance 0 is the head), on one compute pool or on several
-SageMaker-style instance groups with input channels. Pure pydantic: the CRD is generated from it, and the
-cross-field rules of mljob_rules.py become CEL `x-kubernetes-validations` so `kubectl apply` refuses bad specs."""
+SageMaker-style instance groups with input channels. Pure pydantic: the CRD is generated from it, and each model's
+cross-field rules (`cel_rules`; the spec's in mljob_rules.py) become CEL `x-kubernetes-validations` so `kubectl apply`
+refuses bad specs."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pydantic import Field
 from pydantic.json_schema import JsonDict
 
 from kubepool import naming
+from kubepool.api import mljob_rules
 from kubepool.api.common import (
     DNS_LABEL_PATTERN,
     LONG_STR,
+    MAX_INSTANCES,
     NAME_MAX,
     SHORT_STR,
     Condition,
@@ -23,7 +26,6 @@ from kubepool.api.common import (
 from kubepool.api.podsettings import PodSettings
 from kubepool.contract import Distribution, InputMode, RunMode
 
-MAX_INSTANCES = 1000
 MAX_GROUPS = 5
 # SageMaker names such as instance_group_1. Separators only between letters or digits: a group's pods and labels use
 # its name lowercased with '_' as '-' (naming.dns_label), and `a_` or `a__b` would collide there with `a` or `a-b`.
@@ -78,6 +80,11 @@ class ChannelSource(Model):
     persistent_volume_claim: PvcSource | None = None
     config_map: ConfigMapSource | None = None
 
+    cel_rules = [
+        {"rule": "(has(self.s3) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.configMap) ? 1 : 0) == 1",
+         "message": "set exactly one of s3, persistentVolumeClaim or configMap"},
+    ]
+
 
 class OutputLocation(Model):
     """Where a job's outputs are kept after it ends, in SageMaker's layout: <location>/<job name>/output/
@@ -86,6 +93,10 @@ class OutputLocation(Model):
     s3: S3Source | None = None
     persistent_volume_claim: PvcSource | None = None
 
+    cel_rules = [
+        {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},
+    ]
+
 
 class CheckpointLocation(Model):
     """Where /opt/ml/checkpoints lives beyond one attempt (SageMaker's checkpoint_s3_uri): an S3 prefix it is synced
@@ -93,6 +104,10 @@ class CheckpointLocation(Model):
 
     s3: S3Source | None = None
     persistent_volume_claim: PvcSource | None = None
+
+    cel_rules = [
+        {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},
+    ]
 
 
 class JobOutputs(Model):
@@ -107,6 +122,10 @@ class Wheelhouse(Model):
 
     persistent_volume_claim: PvcSource | None = None
     config_map: ConfigMapSource | None = None
+
+    cel_rules = [
+        {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
+    ]
 
 
 class PipOptions(Model):
@@ -142,12 +161,21 @@ class Entrypoint(Model):
     command: list[str] | None = Field(None, min_length=1, max_length=64, json_schema_extra={"items": {"type": "string", "maxLength": LONG_STR}}, description="Any command.")
     function: str | None = Field(None, max_length=SHORT_STR, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Function in `file` to call (@remote); its return value is the job's result.")
 
+    cel_rules = [
+        {"rule": "(has(self.file) ? 1 : 0) + (has(self.module) ? 1 : 0) + (has(self.command) ? 1 : 0) == 1", "message": "set exactly one of file, module or command"},
+        {"rule": "!has(self.function) || has(self.file)", "message": "function needs file"},
+    ]
+
 
 class CodeSource(Model):
     """Where the payload's code comes from; without it the code is already in the image."""
 
     config_map: str | None = Field(None, pattern=DNS_LABEL_PATTERN, max_length=NAME_MAX, description="ConfigMap written by the SDK (owned by the job).")
     persistent_volume_claim: PvcSource | None = Field(None, description="A claim holding the code (for payloads too large for a ConfigMap).")
+
+    cel_rules = [
+        {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
+    ]
 
 
 class Backend(StrEnum):
@@ -202,6 +230,8 @@ class MLJobSpec(PodSettings):
     cancel: bool = Field(False, description=(
         "Cancel the job for good: its pods are deleted and it becomes CANCELLED (reason Cancelled). "
         "It cannot be set back to false (to pause a job instead, use suspend)."))
+
+    cel_rules = mljob_rules.MLJOB_SPEC_RULES  # long, and the transitions generated: their own module
 
     def resolved_target(self) -> int:
         if self.instance_groups:
@@ -293,3 +323,11 @@ class MLJob(Model):
     metadata: dict = Field(default_factory=dict)
     spec: MLJobSpec
     status: MLJobStatus | None = None
+
+    cel_rules = [
+        # A letter first: the job's Service is `<name>-svc` (naming.service_name, KubeRay's `<name>-head-svc`), and
+        # Kubernetes before 1.34 refuses a Service whose name is not a DNS-1035 label (one starting with a digit).
+        {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",
+         "message": "MLJob names must be DNS labels of at most 40 characters starting with a letter (they prefix pod "
+                    "and Service names; a Service name starting with a digit is refused before Kubernetes 1.34)"},
+    ]

@@ -1,9 +1,9 @@
-"""The MLJob CRD's cross-field rules, as CEL `x-kubernetes-validations` (crdgen attaches them to the models of
-mljob.py by name): what `kubectl apply` refuses, naming the field, and what may change after creation."""
+"""The MLJob spec's cross-field rules, as CEL `x-kubernetes-validations` (MLJobSpec declares them, crdgen writes
+them): what `kubectl apply` refuses, naming the field, and what may change after creation."""
 
 from __future__ import annotations
 
-from kubepool.api.mljob import MAX_INSTANCES
+from kubepool.api.common import MAX_INSTANCES
 from kubepool.api.podsettings import POD_FIELDS
 
 _GROUP_KEY = "{v}.lowerAscii().replace('_', '-')"
@@ -89,30 +89,3 @@ MLJOB_SPEC_RULES += [{
                          + _cel_string("the spec changed in a way a created job cannot follow"),
     "reason": "FieldValueForbidden",
 }]
-ENTRYPOINT_RULES = [
-    {"rule": "(has(self.file) ? 1 : 0) + (has(self.module) ? 1 : 0) + (has(self.command) ? 1 : 0) == 1", "message": "set exactly one of file, module or command"},
-    {"rule": "!has(self.function) || has(self.file)", "message": "function needs file"},
-]
-CHANNEL_SOURCE_RULES = [
-    {"rule": "(has(self.s3) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.configMap) ? 1 : 0) == 1",
-     "message": "set exactly one of s3, persistentVolumeClaim or configMap"},
-]
-CHECKPOINT_RULES = [
-    {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},
-]
-OUTPUT_RULES = [
-    {"rule": "has(self.s3) != has(self.persistentVolumeClaim)", "message": "set exactly one of s3 or persistentVolumeClaim"},
-]
-WHEELHOUSE_RULES = [
-    {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
-]
-CODE_RULES = [
-    {"rule": "has(self.configMap) != has(self.persistentVolumeClaim)", "message": "set exactly one of configMap or persistentVolumeClaim"},
-]
-MLJOB_ROOT_RULES = [
-    # A letter first: the job's Service is `<name>-svc` (naming.service_name, KubeRay's `<name>-head-svc`), and
-    # Kubernetes before 1.34 refuses a Service whose name is not a DNS-1035 label (one starting with a digit).
-    {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",
-     "message": "MLJob names must be DNS labels of at most 40 characters starting with a letter (they prefix pod "
-                "and Service names; a Service name starting with a digit is refused before Kubernetes 1.34)"},
-]

@@ -62,10 +62,6 @@ ENV_RULES: list[JsonValue] = [
      "message": "env must not set a variable the operator sets (" + ", ".join(OPERATOR_ENV) + ")"},
     {"rule": "self.all(e, self.exists_one(f, f.name == e.name))", "message": "env names must be unique"},
 ]
-ENV_VAR_RULES: list[dict[str, str]] = [
-    {"rule": "!has(self.valueFrom) || !has(self.value) || self.value == ''", "message": "set value or valueFrom, not both",
-     "fieldPath": ".valueFrom"},
-]
 
 
 class EnvVar(Model):
@@ -76,6 +72,11 @@ class EnvVar(Model):
     value_from: dict[str, Any] | None = k8s("EnvVarSource", description="The value from a Secret's or ConfigMap's key "
                                             "(secretKeyRef, configMapKeyRef), a field of the pod (fieldRef) or its "
                                             "resources (resourceFieldRef), as in a pod; excludes value.")
+
+    cel_rules = [
+        {"rule": "!has(self.valueFrom) || !has(self.value) || self.value == ''", "message": "set value or valueFrom, not both",
+         "fieldPath": ".valueFrom"},
+    ]
 
 
 class PodSettings(Model):

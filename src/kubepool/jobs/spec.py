@@ -18,7 +18,7 @@ from kubepool.contract import RunMode
 # MLJob names prefix pod and Service names, so the CRD caps them below the 63 of a DNS label.
 MAX_JOB_NAME = 40
 _SUFFIX_LEN = 8
-_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # a letter first: the CRD's rule (api/mljob_rules.py)
+_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # a letter first: the CRD's rule (MLJob.cel_rules, api/mljob.py)
 
 
 def generate_name(stem: str) -> str:
