@@ -4,7 +4,7 @@ log lines, and position tokens as the SageMaker SDK's tailer and `aws logs tail`
 
 from __future__ import annotations
 
-import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -135,25 +135,30 @@ def get_events(events: list[dict[str, Any]], req: dict[str, Any]) -> dict[str, A
             "nextBackwardToken": encode_token("b", start)}
 
 
-def _matches(message: str, pattern: str | None) -> bool:
+def pattern_terms(pattern: str | None) -> list[str]:
+    """CloudWatch's plain filter pattern: terms and quoted phrases, every one of which must appear. Its other
+    forms (JSON `{...}`, space-delimited `[...]`, `?` alternatives, `-` exclusions) are refused."""
     if not pattern:
-        return True
-    terms = json.loads(f"[{pattern}]") if pattern.startswith('"') else pattern.split()
-    return all(str(t) in message for t in terms)
+        return []
+    try:
+        terms = shlex.split(pattern)
+    except ValueError:
+        raise invalid_parameter(f"filterPattern {pattern!r}: unbalanced quotes") from None
+    if pattern.strip()[:1] in ("{", "[") or any(t[:1] in ("?", "-") for t in terms):
+        raise invalid_parameter("filterPattern: only terms and quoted phrases are supported here")
+    return terms
 
 
 def filter_events(per_stream: dict[str, list[dict[str, Any]]], req: dict[str, Any]) -> dict[str, Any]:
     """FilterLogEvents over the given streams' events, interleaved by time; `filterPattern` as CloudWatch's
     plain terms (every term, or every quoted phrase, must appear); JSON and space-delimited patterns refused."""
-    pattern = req.get("filterPattern")
-    if pattern and pattern.strip()[:1] in ("{", "["):
-        raise invalid_parameter("filterPattern: only terms and quoted phrases are supported here")
+    terms = pattern_terms(req.get("filterPattern"))
     merged = sorted(((e["timestamp"], name, i, e) for name, evs in per_stream.items()
                      for i, e in enumerate(_in_window(evs, req.get("startTime"), req.get("endTime")))),
                     key=lambda t: (t[0], t[1], t[2]))
     hits = [{"logStreamName": name, "timestamp": e["timestamp"], "message": e["message"],
              "ingestionTime": e["ingestionTime"], "eventId": f"{name}:{i}"}
-            for _, name, i, e in merged if _matches(e["message"], pattern)]
+            for _, name, i, e in merged if all(t in e["message"] for t in terms)]
     start = decode_token(req["nextToken"], "p") if req.get("nextToken") else 0
     size = _limit(req.get("limit"), MAX_EVENTS)
     out: dict[str, Any] = {"events": hits[start:start + size],

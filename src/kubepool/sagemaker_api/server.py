@@ -84,6 +84,11 @@ async def api(request: web.Request) -> web.Response:
                                                 content_type=errors.JSON_CONTENT_TYPE)
         if err.status >= 500:
             log.warning("%s: %s", operation, err.message)
+    except Exception as err:  # an answer, not aiohttp's HTML page: the SDKs read only AWS-shaped errors
+        log.exception("%s failed", operation)
+        failure = AwsError("InternalFailure", f"internal error ({type(err).__name__})", status=500)
+        code, response = failure.code, web.Response(body=failure.body_bytes(), status=500,
+                                                    content_type=errors.JSON_CONTENT_TYPE)
     op_label = operation if operation in handlers.SAGEMAKER or operation in handlers.LOGS else "unknown"
     REQUESTS.labels(op_label, code).inc()
     SECONDS.labels(op_label).observe(time.monotonic() - started)
