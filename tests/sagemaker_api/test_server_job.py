@@ -12,16 +12,15 @@ import tarfile
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import REGION, Key, SageMakerApi, make_key, start_sagemaker_api
 
 from kubepool import naming
 from support.operator_cluster import Operator, wait_for
 from support.s3 import CREDENTIALS, client, s3_server
+from support.sagemaker_api import REGION, Key, SageMakerApi, make_key, start_sagemaker_api
 
 pytestmark = [pytest.mark.cluster]
 JOB_TIMEOUT_S = 240.0

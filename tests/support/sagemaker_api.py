@@ -1,0 +1,117 @@
+"""The SageMaker-API server for tests: `python -m kubepool.sagemaker_api` as a subprocess on loopback against the
+local cluster (start_sagemaker_api), access keys (the documented Secret) whose ServiceAccount has the rights a
+SageMaker user's needs in its namespace (make_key), and boto3 clients signed with them (SageMakerApi.client).
+tests/sagemaker_api/conftest.py makes fixtures of them."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import yaml
+
+from kubepool.sagemaker_api.keys import key_secret, new_key
+from support.operator_cluster import ROOT
+
+STARTUP_TIMEOUT_S = 30.0
+REGION = "us-west-2"
+
+
+@dataclass(frozen=True)
+class Key:
+    key_id: str
+    secret: str
+    namespace: str
+
+
+@dataclass
+class SageMakerApi:
+    """A running server: its endpoint and its log."""
+
+    endpoint: str
+    log_path: Path
+
+    def client(self, service: str, key: Key, **kwargs: Any) -> Any:
+        """A boto3 client of `service` (sagemaker, logs) signed with `key`, talking to this server."""
+        return boto3.client(service, endpoint_url=self.endpoint, region_name=REGION, aws_access_key_id=key.key_id,
+                            aws_secret_access_key=key.secret, **kwargs)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def start_sagemaker_api(kubeconfig: Path, log_path: Path, *args: str, host: str = "127.0.0.1") -> Iterator[SageMakerApi]:
+    """The server in a subprocess (every namespace's keys count); stopped on exit."""
+    port = _free_port(host)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "kubepool.sagemaker_api", "--host", host, "--port", str(port),
+                                 *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    api = SageMakerApi(f"http://{host}:{port}", log_path)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, f"the SageMaker API server exited:\n{api.logs()[-3000:]}"
+            try:
+                with urllib.request.urlopen(f"{api.endpoint}/healthz", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"the SageMaker API server did not start:\n{api.logs()[-3000:]}"
+            time.sleep(0.2)
+        yield api
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# What a SageMaker user's ServiceAccount may do in its namespace (docs: the key's ServiceAccount needs these).
+USER_RULES = [
+    {"apiGroups": ["kubepool.dev"], "resources": ["mljobs"], "verbs": ["create", "get", "list", "watch", "patch"]},
+    {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+]
+
+
+def grant_user_rights(kubectl: Any, namespace: str, service_account: str) -> None:
+    """A Role with USER_RULES bound to the ServiceAccount (made if missing)."""
+    docs = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": service_account}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "sagemaker-user"},
+             "rules": USER_RULES},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": f"sagemaker-user-{service_account}"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sagemaker-user"},
+             "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]}]
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs), check=True)
+
+
+def make_key(kubectl: Any, namespace: str, service_account: str | None = None, rights: bool = True) -> Key:
+    """A new access key bound to `namespace` (and `service_account`, else `default`), its account given the
+    user's rights unless `rights` is False."""
+    key_id, secret = new_key()
+    body = key_secret(namespace, f"sagemaker-key-{key_id.lower()[2:10]}", key_id, secret, service_account)
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body), check=True)
+    if rights:
+        grant_user_rights(kubectl, namespace, service_account or "default")
+    return Key(key_id, secret, namespace)
