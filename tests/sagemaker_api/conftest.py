@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from support.operator_fixtures import apply, compute_pool, crds, operator  # noqa: F401 - shared, registered here
-from support.sagemaker_api import Key, SageMakerApi, make_key, start_sagemaker_api
+from support.sagemaker_api import (  # noqa: F401 - REGION, USER_RULES, grant_user_rights: also importable from here
+    REGION,
+    USER_RULES,
+    Key,
+    SageMakerApi,
+    grant_user_rights,
+    make_key,
+    start_sagemaker_api,
+)
 
 
 @pytest.fixture(scope="session")
