@@ -8,11 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-# Reasons a job is not admitted (status.reason while PENDING).
-POOL_NOT_FOUND = "PoolNotFound"
-POOL_SUSPENDED = "PoolSuspended"
-POOL_TOO_SMALL = "PoolTooSmall"
-QUEUED = "Queued"
+from kubepool.controller import vocabulary
 
 
 @dataclass(frozen=True)
@@ -78,25 +74,25 @@ def decide(claim: Claim, claims: Iterable[Claim], capacity: Mapping[str, int], s
     needed = list(dict.fromkeys(claim.pools))
     missing = [p for p in needed if p not in capacity]
     if missing:
-        return Decision(False, reason=POOL_NOT_FOUND, message=f"ComputePool {', '.join(missing)} does not exist")
+        return Decision(False, reason=vocabulary.POOL_NOT_FOUND, message=f"ComputePool {', '.join(missing)} does not exist")
     paused = sorted(set(needed) & set(suspended))
     if paused:
-        return Decision(False, reason=POOL_SUSPENDED, message=f"ComputePool {', '.join(paused)} is suspended")
+        return Decision(False, reason=vocabulary.POOL_SUSPENDED, message=f"ComputePool {', '.join(paused)} is suspended")
     if _never_fits(claim, capacity):
         caps = ", ".join(f"{p} maxNodes={capacity[p]}" for p in needed)
-        return Decision(False, reason=POOL_TOO_SMALL,
+        return Decision(False, reason=vocabulary.POOL_TOO_SMALL,
                         message=f"minInstances={claim.min_instances} can never fit ({caps}); raise maxNodes")
     ahead = [c for c in others if c.waiting and c.order < claim.order and set(c.pools) & set(needed)
              and all(p in capacity and p not in set(suspended) for p in c.pools) and not _never_fits(c, capacity)]
     used = usage(others)
     free = {p: max(capacity[p] - used[p], 0) for p in capacity}
     if ahead:
-        return Decision(False, reason=QUEUED, message=f"queued behind {len(ahead)} job(s) for pool {', '.join(needed)}")
+        return Decision(False, reason=vocabulary.QUEUED, message=f"queued behind {len(ahead)} job(s) for pool {', '.join(needed)}")
     granted = _prefix_fits(claim.pools, free)
     if granted >= claim.min_instances:
         return Decision(True, granted=granted)
     state = ", ".join(f"{p}: {free[p]} of {capacity[p]} free" for p in needed)
-    return Decision(False, reason=QUEUED, message=f"waiting for capacity: needs {claim.min_instances} instance(s) ({state})")
+    return Decision(False, reason=vocabulary.QUEUED, message=f"waiting for capacity: needs {claim.min_instances} instance(s) ({state})")
 
 
 def waiting_in_order(claims: Iterable[Claim], pools: Iterable[str]) -> list[Claim]:

@@ -10,30 +10,10 @@ from datetime import datetime
 
 from kubepool import naming
 from kubepool.api import Backend, ConditionStatus, InstanceStatus, JobPhase, MLJob, MLJobSpec, MLJobStatus
-from kubepool.contract import INSTANCES_UNAVAILABLE as _INSTANCES_UNAVAILABLE
+from kubepool.controller import vocabulary
 from kubepool.controller.admission import Decision
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.observed import PodView
-
-MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enough for `kubectl get -o yaml`
-
-# Reasons (status.reason and Event reasons).
-WAITING_FOR_INSTANCES = "WaitingForInstances"
-INSTANCES_READY = "InstancesReady"
-INSTANCES_UNAVAILABLE = _INSTANCES_UNAVAILABLE  # the runtime's gate gives it too (contract)
-INSTANCES_LOST = "InstancesLost"
-COMPLETED = "Completed"
-HEAD_FAILED = "HeadFailed"
-INSTANCE_FAILED = "InstanceFailed"
-RETRYING = "Retrying"
-DEADLINE_EXCEEDED = "DeadlineExceeded"
-SUSPENDED = "Suspended"
-RESUMED = "Resumed"  # a suspended job set to run again: back in its pools' queue
-CANCELLED = "Cancelled"
-KUBERAY_NOT_INSTALLED = "KubeRayNotInstalled"
-CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
-VOLUME_NOT_SHARED = "VolumeNotShared"  # an output/checkpoint claim that several nodes cannot all mount
-API_REFUSED = "ApiRefused"  # the API server refused a write of the job's children (quota, policy, RBAC)
 
 
 @dataclass(frozen=True)
@@ -55,11 +35,7 @@ class Observed:
     worker_grace_seconds: int = 30
 
 
-def cut(text: str | None) -> str | None:
-    return text if text is None or len(text) <= MESSAGE_MAX else "…" + text[-(MESSAGE_MAX - 1):]
 
-
-TERMINATING = "Terminating"  # an instance entry's phase while its pod is being deleted and still runs (as kubectl says)
 
 
 def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) -> list[InstanceStatus]:
@@ -75,8 +51,8 @@ def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int
             pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
             pod_uid=(pod.uid or None) if pod else None,
             node=pod.node if pod else None, ready=bool(pod and pod.ready),
-            phase=(TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,
-            exit_code=pod.exit_code if pod else None, message=cut(pod.message) if pod else None,
+            phase=(vocabulary.TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,
+            exit_code=pod.exit_code if pod else None, message=vocabulary.cut(pod.message) if pod else None,
         ))
     return out
 
@@ -84,12 +60,12 @@ def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int
 def first_admitted(st: MLJobStatus) -> datetime | None:
     """When the job was first admitted: activeDeadlineSeconds counts from here, across retries (the Admitted
     condition keeps its transition time while it stays True; admittedAt restarts with each attempt)."""
-    cond = next((c for c in st.conditions if c.type == "Admitted" and c.status == ConditionStatus.TRUE), None)
+    cond = next((c for c in st.conditions if c.type == vocabulary.ADMITTED_TYPE and c.status == ConditionStatus.TRUE), None)
     return cond.last_transition_time if cond is not None and cond.last_transition_time else st.admitted_at
 
 
 def finish_status(st: MLJobStatus, phase: JobPhase, reason: str, message: str, now: datetime) -> None:
-    st.phase, st.reason, st.message = phase, reason, cut(message)
+    st.phase, st.reason, st.message = phase, reason, vocabulary.cut(message)
     st.completion_time = st.completion_time or now
 
 

@@ -12,18 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import RAYCLUSTER_CRD
-from kubepool.controller import admission, metrics
+from kubepool.controller import admission, metrics, vocabulary
 from kubepool.controller.builders.common import placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets, shared_claims
 from kubepool.controller.jobchildren import apply_plan, release_pods
-from kubepool.controller.jobstatus import (
-    API_REFUSED,
-    SUSPENDED,
-    WORKERS_CUT_OFF,
-    Observed,
-    compute_job_status,
-    ends,
-)
+from kubepool.controller.jobstatus import Observed, compute_job_status, ends
 from kubepool.controller.kueue import instances_ready_changed
 from kubepool.controller.kueuereconcile import kueue_step
 from kubepool.controller.leader import LeadershipLost
@@ -37,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _WARNING_PHASES = {JobPhase.FAILED, JobPhase.CANCELLED}
-_WARNING_REASONS = {admission.POOL_NOT_FOUND, admission.POOL_TOO_SMALL, API_REFUSED, WORKERS_CUT_OFF}
+_WARNING_REASONS = {vocabulary.POOL_NOT_FOUND, vocabulary.POOL_TOO_SMALL, vocabulary.API_REFUSED, vocabulary.WORKERS_CUT_OFF}
 
 
 def _now() -> datetime:
@@ -99,7 +92,7 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
 
     # A suspended job takes no decision (it holds and asks nothing); nor does one just resumed: that pass only
     # records its new place at the end of the queue (queuedAt), and the next one decides from there.
-    paused = job.spec.suspend or job.spec.cancel or (prev is not None and prev.reason == SUSPENDED)
+    paused = job.spec.suspend or job.spec.cancel or (prev is not None and prev.reason == vocabulary.SUSPENDED)
     admitting = (prev is None or prev.admitted_at is None and not finished) and not paused
     # Before anything is created: the channels' credential Secrets must opt in (metadata only, never the data).
     credentials = {s: await op.api.labels_of("v1", "Secret", key[0], s) for s in credentials_secrets(job)} if admitting else {}
@@ -156,7 +149,7 @@ def _holds_capacity(st: MLJobStatus | None) -> bool:
 
 def _waiting(st: MLJobStatus | None) -> bool:
     return st is None or (st.admitted_at is None and not (st.phase is not None and st.phase.finished)
-                          and st.reason != SUSPENDED)
+                          and st.reason != vocabulary.SUSPENDED)
 
 
 def _queue_moved(prev: MLJobStatus | None, new: MLJobStatus) -> bool:

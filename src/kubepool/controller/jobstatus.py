@@ -1,80 +1,24 @@
 """PURE: an MLJob's status from its spec, previous status, observed pods, admission decision and the time,
-decided by the named, ordered steps of `jobsteps`; and what of a change must be written at once (`decisive`). No I/O,
+decided by the named, ordered steps of `jobsteps`, its conditions by `jobconditions`; and what of a change must be written at once (`decisive`). No I/O,
 no clock. The ComputePool's status is in `poolstatus`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from kubepool import naming
-from kubepool.api import Condition, ConditionStatus, JobPhase, MLJob, MLJobStatus
+from kubepool.api import JobPhase, MLJob, MLJobStatus
 from kubepool.api.mljob import JobOutputs
 from kubepool.contract import RunMode, output_artifacts
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.builders.jobcontract import output_target
 from kubepool.controller.builders.layout import layout_record
-from kubepool.controller.jobpass import (
-    API_REFUSED,
-    CANCELLED,
-    COMPLETED,
-    CREDENTIALS_NOT_ALLOWED,
-    DEADLINE_EXCEEDED,
-    HEAD_FAILED,
-    INSTANCE_FAILED,
-    INSTANCES_LOST,
-    INSTANCES_READY,
-    INSTANCES_UNAVAILABLE,
-    KUBERAY_NOT_INSTALLED,
-    MESSAGE_MAX,
-    RESUMED,
-    RETRYING,
-    SUSPENDED,
-    TERMINATING,
-    VOLUME_NOT_SHARED,
-    WAITING_FOR_INSTANCES,
-    Observed,
-    first_admitted,
-    instances_of,
-)
-from kubepool.controller.jobsteps import WAITING_FOR_WORKERS, WORKERS_CUT_OFF, advance
+from kubepool.controller.jobconditions import job_conditions
+from kubepool.controller.jobpass import Observed, first_admitted, instances_of
+from kubepool.controller.jobsteps import advance
 
-# The reasons (status.reason and Event reasons) and Observed are part of this module's face.
-__all__ = [
-    "API_REFUSED", "CANCELLED", "COMPLETED", "CREDENTIALS_NOT_ALLOWED", "DEADLINE_EXCEEDED", "HEAD_FAILED", "INSTANCES_LOST", "INSTANCES_READY", "INSTANCES_UNAVAILABLE",
-    "INSTANCE_FAILED", "KUBERAY_NOT_INSTALLED", "RESUMED", "RETRYING", "SUSPENDED", "TERMINATING", "VOLUME_NOT_SHARED", "WAITING_FOR_INSTANCES",
-    "WAITING_FOR_WORKERS", "WORKERS_CUT_OFF",
-    "Observed", "compute_job_status", "decisive", "ends", "first_admitted", "status_changed",
-]
-
-
-def _conditions(prev: Sequence[Condition], st: MLJobStatus, ready_ok: bool, now: datetime,
-                generation: int | None) -> list[Condition]:
-    """Admitted, InstancesReady, Complete, Failed, Suspended; a condition keeps its transition time while
-    unchanged. Suspended as in Job: True while paused, False once resumed (reason Resumed)."""
-    phase = st.phase
-    old = {c.type: c for c in prev}
-    suspended = st.reason == SUSPENDED and phase is JobPhase.PENDING
-    was = old.get("Suspended")
-    resumed = was is not None and (was.status == ConditionStatus.TRUE or was.reason == RESUMED)
-    want = [
-        ("Admitted", st.admitted_at is not None, "Admitted" if st.admitted_at else (st.reason or "Pending")),
-        ("InstancesReady", ready_ok, INSTANCES_READY if ready_ok else WAITING_FOR_INSTANCES),
-        ("Complete", phase is JobPhase.DONE, COMPLETED if phase is JobPhase.DONE else "NotComplete"),
-        ("Failed", phase in (JobPhase.FAILED, JobPhase.CANCELLED),
-         (st.reason or "Failed") if phase in (JobPhase.FAILED, JobPhase.CANCELLED) else "NotFailed"),
-        ("Suspended", suspended, SUSPENDED if suspended else RESUMED if resumed else "NotSuspended"),
-    ]
-    out = []
-    for ctype, true, reason in want:
-        status = ConditionStatus.TRUE if true else ConditionStatus.FALSE
-        before = old.get(ctype)
-        since = before.last_transition_time if before is not None and before.status == status else now
-        message = (st.message or "") if true or ctype == "Admitted" else ""
-        out.append(Condition(type=ctype, status=status, reason=reason, message=message[:MESSAGE_MAX],
-                             last_transition_time=since, observed_generation=generation))
-    return out
+# Observed is part of this module's face (the job state machine's words are in `vocabulary`).
+__all__ = ["Observed", "compute_job_status", "decisive", "ends", "first_admitted", "status_changed"]
 
 
 def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
@@ -108,7 +52,7 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
     st.ready_instances = sum(1 for i in st.instances if i.ready)
     st.ready = f"{st.ready_instances}/{st.target_instances}"
     st.selector = f"{naming.LABEL_JOB}={job.metadata['name']}"
-    st.conditions = _conditions(prev.conditions, st, st.ready_instances >= st.min_instances, obs.now, generation)
+    st.conditions = job_conditions(prev.conditions, st, st.ready_instances >= st.min_instances, obs.now, generation)
     return st
 
 

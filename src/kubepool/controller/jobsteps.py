@@ -9,45 +9,18 @@ from datetime import datetime, timedelta
 from kubepool import naming
 from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
 from kubepool.contract import RunMode, runtime_failure_error, runtime_failure_reason
+from kubepool.controller import vocabulary
 from kubepool.controller.admission import Decision
 from kubepool.controller.builders.common import placement_of
 from kubepool.controller.builders.pods import shared_claims
-from kubepool.controller.jobpass import (
-    API_REFUSED,
-    CANCELLED,
-    COMPLETED,
-    CREDENTIALS_NOT_ALLOWED,
-    DEADLINE_EXCEEDED,
-    HEAD_FAILED,
-    INSTANCE_FAILED,
-    INSTANCES_LOST,
-    INSTANCES_READY,
-    INSTANCES_UNAVAILABLE,
-    KUBERAY_NOT_INSTALLED,
-    RESUMED,
-    RETRYING,
-    SUSPENDED,
-    TERMINATING,
-    VOLUME_NOT_SHARED,
-    WAITING_FOR_INSTANCES,
-    Observed,
-    Pass,
-    cut,
-    first_admitted,
-    instances_of,
-)
+from kubepool.controller.jobpass import Observed, Pass, first_admitted, instances_of
 from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED, PodView
-
-# A head-mode job whose head succeeded while workers still keep their outputs (RUNNING), and the DONE of one whose
-# workers were still running workerGraceSeconds after the head ended (their outputs may be incomplete).
-WAITING_FOR_WORKERS = "WaitingForWorkers"
-WORKERS_CUT_OFF = "WorkersCutOff"
 
 
 # Each step reads the pass and either decides the job's status for this pass (returns True: the later steps do
 # not run) or leaves it to the next one. The order is the order of precedence.
 def _cancelled(p: Pass) -> bool:
-    return p.spec.cancel and p.finish(JobPhase.CANCELLED, CANCELLED, "the job was cancelled; its pods are removed")
+    return p.spec.cancel and p.finish(JobPhase.CANCELLED, vocabulary.CANCELLED, "the job was cancelled; its pods are removed")
 
 
 def _suspended(p: Pass) -> bool:
@@ -62,7 +35,7 @@ def _suspended(p: Pass) -> bool:
     st.admitted_at, st.start_time, st.ray_dashboard, st.instances = None, None, None, []
     st.instance_layout = None  # the resumed job starts from scratch: consecutive ids again
     queue = (p.job.metadata.get("labels") or {}).get(naming.LABEL_KUEUE_QUEUE)
-    st.phase, st.reason = JobPhase.PENDING, SUSPENDED
+    st.phase, st.reason = JobPhase.PENDING, vocabulary.SUSPENDED
     st.message = (f"suspended until Kueue admits it from LocalQueue {queue} (it sets spec.suspend to false)" if queue
                   else "suspended (spec.suspend): its pods are removed and its capacity released; it runs from "
                        "scratch when resumed")
@@ -72,16 +45,16 @@ def _suspended(p: Pass) -> bool:
 def _resumed(p: Pass) -> bool:
     """A suspended job set to run again joins the end of its pools' queue (queuedAt) before it takes a decision."""
     st = p.st
-    if st.reason != SUSPENDED:
+    if st.reason != vocabulary.SUSPENDED:
         return False
     st.queued_at = p.now
-    st.phase, st.reason, st.message = JobPhase.PENDING, RESUMED, "resumed: waiting for its turn in its pools' queue"
+    st.phase, st.reason, st.message = JobPhase.PENDING, vocabulary.RESUMED, "resumed: waiting for its turn in its pools' queue"
     return True
 
 
 def _kuberay_missing(p: Pass) -> bool:
     return p.obs.backend is Backend.KUBERAY and not p.obs.kuberay_installed and p.finish(
-        JobPhase.FAILED, KUBERAY_NOT_INSTALLED,
+        JobPhase.FAILED, vocabulary.KUBERAY_NOT_INSTALLED,
         "backend kuberay needs the ray.io RayCluster CRD, which is not installed")
 
 
@@ -97,7 +70,7 @@ def refused_credentials(credentials: Mapping[str, Mapping[str, str] | None]) -> 
 
 def _credentials_refused(p: Pass) -> bool:
     message = refused_credentials(p.obs.credentials)
-    return bool(message) and p.finish(JobPhase.FAILED, CREDENTIALS_NOT_ALLOWED, message)
+    return bool(message) and p.finish(JobPhase.FAILED, vocabulary.CREDENTIALS_NOT_ALLOWED, message)
 
 
 def refused_volumes(job: MLJob, instances: int, modes: Mapping[str, Sequence[str] | None]) -> str:
@@ -115,7 +88,7 @@ def refused_volumes(job: MLJob, instances: int, modes: Mapping[str, Sequence[str
 
 def _volumes_refused(p: Pass) -> bool:
     message = refused_volumes(p.job, len(placement_of(p.job)), p.obs.claim_modes)
-    return bool(message) and p.finish(JobPhase.FAILED, VOLUME_NOT_SHARED, message)
+    return bool(message) and p.finish(JobPhase.FAILED, vocabulary.VOLUME_NOT_SHARED, message)
 
 
 def _admission(p: Pass) -> bool:
@@ -137,7 +110,7 @@ def _admission(p: Pass) -> bool:
 def _deadline(p: Pass) -> bool:
     limit, since = p.spec.active_deadline_seconds, first_admitted(p.st)
     return bool(limit and since and p.now >= since + timedelta(seconds=limit)) and p.finish(
-        JobPhase.FAILED, DEADLINE_EXCEEDED, f"the job ran longer than activeDeadlineSeconds={limit}")
+        JobPhase.FAILED, vocabulary.DEADLINE_EXCEEDED, f"the job ran longer than activeDeadlineSeconds={limit}")
 
 
 def _observe(p: Pass) -> bool:
@@ -156,7 +129,7 @@ def _succeeded(p: Pass) -> bool:
     granted = len(p.st.instances)
     if _every(p) and granted and sum(1 for pod in p.current if pod.phase == SUCCEEDED) >= granted:
         p.observe_instances()
-        return p.finish(JobPhase.DONE, COMPLETED, f"all {granted} instances finished successfully")
+        return p.finish(JobPhase.DONE, vocabulary.COMPLETED, f"all {granted} instances finished successfully")
     if not _every(p) and p.head is not None and p.head.phase == SUCCEEDED:
         return _head_succeeded(p, p.head)
     return False
@@ -184,7 +157,7 @@ def _head_succeeded(p: Pass, head: PodView) -> bool:
     running = [pod for pod in workers if not pod.terminated]
     until = workers_deadline(head, p.obs.worker_grace_seconds)
     if running and p.obs.backend is Backend.PODS and until is not None and p.now < until:
-        st.phase, st.reason = JobPhase.RUNNING, WAITING_FOR_WORKERS
+        st.phase, st.reason = JobPhase.RUNNING, vocabulary.WAITING_FOR_WORKERS
         st.start_time = st.start_time or p.now
         st.message = (f"the head finished successfully; waiting up to workerGraceSeconds={p.obs.worker_grace_seconds} "
                       f"for {_named(running)} to keep its outputs and exit")
@@ -194,8 +167,8 @@ def _head_succeeded(p: Pass, head: PodView) -> bool:
     if running and p.obs.backend is Backend.PODS:
         said.insert(0, f"{_named(running)} still running workerGraceSeconds={p.obs.worker_grace_seconds} after the "
                        "head ended: stopped, what it had not yet kept of its outputs is lost")
-        return p.finish(JobPhase.DONE, WORKERS_CUT_OFF, "; ".join(["the head finished successfully", *said]))
-    return p.finish(JobPhase.DONE, COMPLETED, "; ".join(["the head finished successfully", *said]))
+        return p.finish(JobPhase.DONE, vocabulary.WORKERS_CUT_OFF, "; ".join(["the head finished successfully", *said]))
+    return p.finish(JobPhase.DONE, vocabulary.COMPLETED, "; ".join(["the head finished successfully", *said]))
 
 
 def _named(pods: Sequence[PodView]) -> str:
@@ -222,8 +195,8 @@ def _failed(p: Pass) -> bool:
         st.attempt += 1
         st.admitted_at = p.now  # the new attempt gets the whole instances timeout again
         p.observe_instances()
-        st.phase, st.reason = JobPhase.PENDING, RETRYING
-        st.message = cut(f"attempt {st.attempt - st.suspended_attempts} of {spec.backoff_limit} after the head failed: {why}")
+        st.phase, st.reason = JobPhase.PENDING, vocabulary.RETRYING
+        st.message = vocabulary.cut(f"attempt {st.attempt - st.suspended_attempts} of {spec.backoff_limit} after the head failed: {why}")
         return True
     p.observe_instances()
     head_failed = head is None or head_deleted or head.phase == FAILED
@@ -231,8 +204,8 @@ def _failed(p: Pass) -> bool:
     said_message = said.message if said is not None else None
     named = runtime_failure_reason(said_message)
     if named is not None:  # the runtime said what failed (e.g. PipInstallFailed): that is the job's reason
-        return p.finish(JobPhase.FAILED, named, cut(runtime_failure_error(said_message) or why) or why)
-    return p.finish(JobPhase.FAILED, HEAD_FAILED if head_failed else INSTANCE_FAILED, why)
+        return p.finish(JobPhase.FAILED, named, vocabulary.cut(runtime_failure_error(said_message) or why) or why)
+    return p.finish(JobPhase.FAILED, vocabulary.HEAD_FAILED if head_failed else vocabulary.INSTANCE_FAILED, why)
 
 
 def _said(message: str | None) -> str | None:
@@ -263,9 +236,9 @@ def _running(p: Pass) -> bool:
         seen = {pod.instance_id for pod in current}
         lost = [pod.name for pod in current if pod.phase == FAILED or pod.deleting]
         lost += [i.pod for i in st.instances if i.instance_id not in seen]
-        return p.finish(JobPhase.FAILED, INSTANCES_LOST,
+        return p.finish(JobPhase.FAILED, vocabulary.INSTANCES_LOST,
                         f"only {alive} of {required} required instances remain (lost: {', '.join(lost) or 'none'})")
-    st.reason, st.message = INSTANCES_READY, f"{_ready_count(st)} of {p.spec.resolved_target()} instances ready"
+    st.reason, st.message = vocabulary.INSTANCES_READY, f"{_ready_count(st)} of {p.spec.resolved_target()} instances ready"
     return True
 
 
@@ -277,7 +250,7 @@ def _started(p: Pass) -> bool:
     st, ready = p.st, _ready_count(p.st)
     if ready < p.spec.resolved_min() or not _head_ready(st):
         return False
-    st.phase, st.reason, st.message = JobPhase.RUNNING, INSTANCES_READY, f"{ready} of {p.spec.resolved_target()} instances ready"
+    st.phase, st.reason, st.message = JobPhase.RUNNING, vocabulary.INSTANCES_READY, f"{ready} of {p.spec.resolved_target()} instances ready"
     st.start_time = st.start_time or p.now
     return True
 
@@ -292,7 +265,7 @@ def _instances_timeout(p: Pass) -> bool:
         return False
     if spec.mode is RunMode.HEAD and p.head is not None and p.head.phase == RUNNING and not p.head.deleting:
         return False
-    return p.finish(JobPhase.FAILED, INSTANCES_UNAVAILABLE,
+    return p.finish(JobPhase.FAILED, vocabulary.INSTANCES_UNAVAILABLE,
                     f"{_ready_count(st)} of {spec.resolved_min()} required instances ready after "
                     f"instancesTimeoutSeconds={spec.instances_timeout_seconds}"
                     + (f"; the API server refused: {p.obs.refused}" if p.obs.refused else ""))
@@ -301,10 +274,10 @@ def _instances_timeout(p: Pass) -> bool:
 def _waiting(p: Pass) -> bool:
     st, spec = p.st, p.spec
     if p.obs.refused:
-        st.phase, st.reason = JobPhase.PENDING, API_REFUSED
+        st.phase, st.reason = JobPhase.PENDING, vocabulary.API_REFUSED
         st.message = f"the API server refused: {p.obs.refused}; retrying with backoff until instancesTimeoutSeconds"
         return True
-    st.phase, st.reason = JobPhase.PENDING, WAITING_FOR_INSTANCES
+    st.phase, st.reason = JobPhase.PENDING, vocabulary.WAITING_FOR_INSTANCES
     st.message = (f"{_ready_count(st)} of {spec.resolved_min()} instances ready (target {spec.resolved_target()})"
                   + ("" if _head_ready(st) else "; the head is not ready"))
     return True
@@ -326,7 +299,7 @@ def advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
     """Move an unfinished job along PENDING → RUNNING → DONE/FAILED: the first of STEPS that decides wins."""
     # A pod that was already Terminating when its entry was written is the leftover of a shrink (scale_cluster
     # down, then up again), not a member that can be lost.
-    p = Pass(job, st, obs, placed_before={i.instance_id for i in st.instances if i.node and i.phase != TERMINATING})
+    p = Pass(job, st, obs, placed_before={i.instance_id for i in st.instances if i.node and i.phase != vocabulary.TERMINATING})
     for step in STEPS:
         if step(p):
             return

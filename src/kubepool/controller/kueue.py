@@ -24,7 +24,7 @@ from typing import Any
 from kubepool import naming
 from kubepool.api import JobPhase, MLJob, MLJobStatus
 from kubepool.api.podsettings import SUBDOMAIN_PATTERN
-from kubepool.controller.jobstatus import SUSPENDED
+from kubepool.controller import vocabulary
 
 Obj = dict[str, Any]
 ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED = "Admitted", "QuotaReserved", "Evicted", "Finished"
@@ -106,14 +106,14 @@ def decide(job: MLJob, workloads: list[Obj], wanted: Obj | None, now: datetime) 
                      workload=wl if ready else {})
     if not job.spec.suspend:
         return Steps(delete=delete, suspend=True)
-    stopped = st is not None and st.reason == SUSPENDED
+    stopped = st is not None and st.reason == vocabulary.SUSPENDED
     if condition(wl, EVICTED) and stopped and (condition(wl, QUOTA_RESERVED) or (wl.get("status") or {}).get("admission")):
         return Steps(delete=delete, release=wl["metadata"]["name"], workload=wl)
     return Steps(delete=delete)
 
 
 def _ready(st: MLJobStatus | None) -> bool:
-    return st is not None and any(c.type == "InstancesReady" and c.status == "True" for c in st.conditions or [])
+    return st is not None and any(c.type == vocabulary.INSTANCES_READY_TYPE and c.status == "True" for c in st.conditions or [])
 
 
 def _instances_ready(job: MLJob) -> bool:

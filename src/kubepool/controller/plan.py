@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from kubepool import naming
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.controller import jobstatus as job_status
+from kubepool.controller import vocabulary
 from kubepool.controller.builders import JobRef, Obj, build_endpoint_slice, build_instance_pods
 from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
@@ -23,8 +24,8 @@ from kubepool.controller.observed import PodView
 SLICE_WAIT = timedelta(seconds=10)
 # Failures whose pods hold capacity for nothing: removed at once. Other endings (DONE, HeadFailed) give
 # workers `worker_grace_seconds` to leave on their own first.
-_REMOVE_AT_ONCE = {job_status.CANCELLED, job_status.INSTANCES_UNAVAILABLE, job_status.INSTANCES_LOST,
-                   job_status.DEADLINE_EXCEEDED, job_status.WORKERS_CUT_OFF}
+_REMOVE_AT_ONCE = {vocabulary.CANCELLED, vocabulary.INSTANCES_UNAVAILABLE, vocabulary.INSTANCES_LOST,
+                   vocabulary.DEADLINE_EXCEEDED, vocabulary.WORKERS_CUT_OFF}
 
 
 @dataclass
@@ -51,7 +52,7 @@ def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[s
     plan = Plan()
     ctx = _Context(job, st, pods, pools, cfg, now, backend is Backend.KUBERAY)
     _release_held_pods(ctx, plan)
-    if st.reason == job_status.SUSPENDED and st.phase is JobPhase.PENDING:
+    if st.reason == vocabulary.SUSPENDED and st.phase is JobPhase.PENDING:
         _suspended(ctx, plan)
         return plan
     if st.admitted_at is None or st.phase is None:
@@ -193,7 +194,7 @@ def _deadlines(c: _Context, plan: Plan) -> None:
     since = job_status.first_admitted(st)
     if spec.active_deadline_seconds and since:
         plan.wake(since + timedelta(seconds=spec.active_deadline_seconds))
-    if st.reason == job_status.WAITING_FOR_WORKERS:  # a worker stuck past the grace must not hold the job RUNNING
+    if st.reason == vocabulary.WAITING_FOR_WORKERS:  # a worker stuck past the grace must not hold the job RUNNING
         head = next((p for p in c.pods if p.is_head and p.attempt == st.attempt), None)
         until = workers_deadline(head, c.cfg.worker_grace_seconds) if head is not None else None
         if until is not None:

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from kubepool.api import ComputePool, ComputePoolStatus, Condition, ConditionStatus, PoolPhase
+from kubepool.controller import vocabulary
 from kubepool.controller.admission import Claim, usage
 from kubepool.controller.builders.placeholders import desired_placeholders
-from kubepool.controller.jobpass import SUSPENDED
 from kubepool.controller.observed import NodeView, PlaceholderView
 
 
@@ -81,7 +81,7 @@ def compute_pool_status(pool: ComputePool, nodes: Iterable[NodeView], claims: It
     generation = pool.metadata.get("generation")
     prev = {c.type: c for c in before.conditions}
     if pool.spec.suspend:
-        suspended = (True, SUSPENDED, "spec.suspend is set: no new jobs are admitted; running jobs finish")
+        suspended = (True, vocabulary.SUSPENDED, "spec.suspend is set: no new jobs are admitted; running jobs finish")
     elif auto_suspended:
         assert idle_since is not None
         suspended = (True, AUTO_SUSPENDED,

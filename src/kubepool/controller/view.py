@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from kubepool import naming
 from kubepool.api import ComputePool, JobPhase, MLJob, MLJobStatus
+from kubepool.controller import vocabulary
 from kubepool.controller.admission import Claim
 from kubepool.controller.builders.common import placement_of
-from kubepool.controller.jobpass import SUSPENDED
 from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 
 log = logging.getLogger(__name__)
@@ -276,7 +276,7 @@ class ClusterView:
             self.finished.add(uid)
             self.claim_cache.pop(key, None)
             return None
-        if parsed.spec.suspend or parsed.spec.cancel or (st is not None and st.reason == SUSPENDED):
+        if parsed.spec.suspend or parsed.spec.cancel or (st is not None and st.reason == vocabulary.SUSPENDED):
             return None
         # A claim depends only on the parsed job and its status: reuse it while both are the same objects
         # (no copy of the model per job per decision, as job() makes).

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kubepool.api import JobPhase, MLJob
-from kubepool.controller import jobstatus as S
+from kubepool.controller import vocabulary
 from kubepool.controller.admission import Decision
 from kubepool.controller.jobstatus import Observed, compute_job_status
 from kubepool.controller.observed import PodView
@@ -30,13 +30,13 @@ def _deleting(p: PodView) -> PodView:
 def test_deleted_head_is_a_head_failure_not_a_lost_instance() -> None:
     j = _running(job(targetInstances=2), 2)
     st = compute_job_status(j, Observed(pods=[_deleting(pod(0)), pod(1)], now=at(5)))
-    assert (st.phase, st.reason, st.message) == (JobPhase.FAILED, S.HEAD_FAILED, "the head's pod was deleted")
+    assert (st.phase, st.reason, st.message) == (JobPhase.FAILED, vocabulary.HEAD_FAILED, "the head's pod was deleted")
 
 
 def test_deleted_head_is_retried_per_backoff_limit() -> None:
     j = _running(job(targetInstances=1, backoffLimit=1), 1)
     st = compute_job_status(j, Observed(pods=[_deleting(pod(0))], now=at(5)))
-    assert (st.phase, st.reason, st.attempt) == (JobPhase.PENDING, S.RETRYING, 1)
+    assert (st.phase, st.reason, st.attempt) == (JobPhase.PENDING, vocabulary.RETRYING, 1)
 
 
 def test_deleted_worker_below_min_is_lost_above_min_runs_on() -> None:
@@ -45,7 +45,7 @@ def test_deleted_worker_below_min_is_lost_above_min_runs_on() -> None:
     assert st.phase is JobPhase.RUNNING
     below = _running(job(targetInstances=2), 2)
     st = compute_job_status(below, Observed(pods=[pod(0), _deleting(pod(1))], now=at(5)))
-    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, vocabulary.INSTANCES_LOST)
 
 
 def test_env_values_reach_the_payload_literally() -> None:

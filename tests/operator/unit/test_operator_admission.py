@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubepool.controller.admission import (
-    POOL_NOT_FOUND,
-    POOL_SUSPENDED,
-    POOL_TOO_SMALL,
-    QUEUED,
-    Claim,
-    decide,
-    usage,
-    waiting_in_order,
-)
+from kubepool.controller.admission import Claim, decide, usage, waiting_in_order
+from kubepool.controller.vocabulary import POOL_NOT_FOUND, POOL_SUSPENDED, POOL_TOO_SMALL, QUEUED
 
 
 def claim(name: str, n: int, *, pool: str = "cpu", min_: int | None = None, granted: int = 0, t: int = 0,

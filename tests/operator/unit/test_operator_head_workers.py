@@ -11,8 +11,7 @@ import pytest
 
 from kubepool import naming
 from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
-from kubepool.controller import jobreconcile
-from kubepool.controller import jobstatus as S
+from kubepool.controller import jobreconcile, vocabulary
 from kubepool.controller.admission import Decision
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.jobstatus import Observed, compute_job_status
@@ -43,12 +42,12 @@ def test_done_waits_for_a_worker_still_keeping_its_outputs() -> None:
     deletes nothing; the worker's exit makes it DONE then."""
     j = _admitted()
     waiting = _status(j, pod(1), HEAD_ENDED + 2)
-    assert (waiting.phase, waiting.reason, waiting.completion_time) == (JobPhase.RUNNING, S.WAITING_FOR_WORKERS, None)
+    assert (waiting.phase, waiting.reason, waiting.completion_time) == (JobPhase.RUNNING, vocabulary.WAITING_FOR_WORKERS, None)
     assert f"instance 1 (algo-2, pod {WORKER})" in (waiting.message or "") and waiting.outputs is None
     plan = plan_job(j, waiting, [_head(), pod(1)], {}, cfg=OperatorConfig(worker_grace_seconds=30), now=at(12))
     assert plan.delete_pods == [] and plan.wake_at == at(HEAD_ENDED + 30)
     done = _status(with_status(j, waiting), pod(1, "Succeeded", False), HEAD_ENDED + 3)
-    assert (done.phase, done.reason, done.completion_time) == (JobPhase.DONE, S.COMPLETED, at(HEAD_ENDED + 3))
+    assert (done.phase, done.reason, done.completion_time) == (JobPhase.DONE, vocabulary.COMPLETED, at(HEAD_ENDED + 3))
     assert done.message == "the head finished successfully"
 
 
@@ -62,13 +61,13 @@ def test_a_worker_still_running_at_the_bound_is_reported_cut_off(grace: int, t: 
     j = _admitted()
     st = _status(j, pod(1), t, worker_grace_seconds=grace)
     if not cut:
-        assert (st.phase, st.reason) == (JobPhase.RUNNING, S.WAITING_FOR_WORKERS)
+        assert (st.phase, st.reason) == (JobPhase.RUNNING, vocabulary.WAITING_FOR_WORKERS)
         return
-    assert (st.phase, st.reason) == (JobPhase.DONE, S.WORKERS_CUT_OFF)
+    assert (st.phase, st.reason) == (JobPhase.DONE, vocabulary.WORKERS_CUT_OFF)
     assert f"instance 1 (algo-2, pod {WORKER}) still running workerGraceSeconds={grace}" in (st.message or "")
     complete = next(c for c in st.conditions if c.type == "Complete")
     assert complete.status == "True" and WORKER in complete.message
-    assert S.WORKERS_CUT_OFF in jobreconcile._WARNING_REASONS
+    assert vocabulary.WORKERS_CUT_OFF in jobreconcile._WARNING_REASONS
     plan = plan_job(j, st, [_head(), pod(1)], {}, cfg=OperatorConfig(worker_grace_seconds=grace), now=at(t))
     assert plan.delete_pods == [WORKER]
 
@@ -76,19 +75,19 @@ def test_a_worker_still_running_at_the_bound_is_reported_cut_off(grace: int, t: 
 def test_a_worker_that_failed_after_the_head_is_named() -> None:
     st = _status(_admitted(), pod(1, "Failed", False, message="outputs could not be kept: EndpointConnectionError",
                                   exit_code=1), HEAD_ENDED + 1)
-    assert (st.phase, st.reason) == (JobPhase.DONE, S.COMPLETED)
+    assert (st.phase, st.reason) == (JobPhase.DONE, vocabulary.COMPLETED)
     assert "instance 1 (algo-2" in (st.message or "") and "outputs could not be kept" in (st.message or "")
 
 
 def test_a_head_without_an_end_time_waits_for_nothing_and_says_so() -> None:
     st = compute_job_status(_admitted(), Observed(pods=[pod(0, "Succeeded", False), pod(1)], now=at(1)))
-    assert (st.phase, st.reason) == (JobPhase.DONE, S.WORKERS_CUT_OFF)
+    assert (st.phase, st.reason) == (JobPhase.DONE, vocabulary.WORKERS_CUT_OFF)
 
 
 def test_kuberay_does_not_wait() -> None:
     """KubeRay would recreate the ended head's pod and rerun the payload while the job waited."""
     st = _status(_admitted(), pod(1), HEAD_ENDED + 1, backend=Backend.KUBERAY, kuberay_installed=True)
-    assert (st.phase, st.reason) == (JobPhase.DONE, S.COMPLETED)
+    assert (st.phase, st.reason) == (JobPhase.DONE, vocabulary.COMPLETED)
 
 
 def test_the_pod_view_reads_the_containers_end_time() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
 from kubepool.controller import jobstatus as S
+from kubepool.controller import vocabulary
 from kubepool.controller.admission import Decision
 from kubepool.controller.jobstatus import Observed, compute_job_status
 from support.factories import T0, at, job, pod, with_status
@@ -43,7 +44,7 @@ def run(j: MLJob, pods: list, t: float = 1, **kw: object) -> MLJobStatus:
 
 def test_admission_sets_instances_and_waits() -> None:
     st = compute_job_status(job(targetInstances=3, minInstances=2), Observed(pods=[], now=T0, decision=ADMIT3))
-    assert st.phase is JobPhase.PENDING and st.reason == S.WAITING_FOR_INSTANCES
+    assert st.phase is JobPhase.PENDING and st.reason == vocabulary.WAITING_FOR_INSTANCES
     assert st.admitted_at == T0 and len(st.instances) == 3 and st.ready == "0/3"
     assert "0 of 2 instances ready" in (st.message or "")
 
@@ -71,7 +72,7 @@ def test_credentials_must_opt_in(credentials: dict, refused: str) -> None:
     if not refused:
         assert st.phase is JobPhase.PENDING and st.admitted_at == T0
         return
-    assert (st.phase, st.reason, st.admitted_at) == (JobPhase.FAILED, S.CREDENTIALS_NOT_ALLOWED, None)
+    assert (st.phase, st.reason, st.admitted_at) == (JobPhase.FAILED, vocabulary.CREDENTIALS_NOT_ALLOWED, None)
     assert refused in (st.message or "") and "credentialsSecret" in (st.message or "")
 
 
@@ -81,29 +82,29 @@ def test_a_refusal_of_the_pods_is_the_reason_while_waiting_and_in_the_timeout() 
     j = admitted(job(targetInstances=2))
     quota = 'pods "train-0" is forbidden: exceeded quota: no-pods, requested: pods=1, used: pods=0, limited: pods=0'
     st = run(j, [], t=1, refused=quota)
-    assert (st.phase, st.reason) == (JobPhase.PENDING, S.API_REFUSED) and quota in (st.message or "")
-    assert run(j, [], t=1).reason == S.WAITING_FOR_INSTANCES  # refusal gone: waiting again
+    assert (st.phase, st.reason) == (JobPhase.PENDING, vocabulary.API_REFUSED) and quota in (st.message or "")
+    assert run(j, [], t=1).reason == vocabulary.WAITING_FOR_INSTANCES  # refusal gone: waiting again
     late = run(j, [], t=j.spec.instances_timeout_seconds + 1, refused=quota)
-    assert (late.phase, late.reason) == (JobPhase.FAILED, S.INSTANCES_UNAVAILABLE) and quota in (late.message or "")
+    assert (late.phase, late.reason) == (JobPhase.FAILED, vocabulary.INSTANCES_UNAVAILABLE) and quota in (late.message or "")
 
 
 @pytest.mark.parametrize(("pods", "t", "phase", "reason"), [
-    ([pod(0), pod(1, ready=False), pod(2, "Pending", False)], 1, JobPhase.PENDING, S.WAITING_FOR_INSTANCES),
-    ([pod(0), pod(1), pod(2, "Pending", False)], 1, JobPhase.RUNNING, S.INSTANCES_READY),
-    ([pod(0, "Pending", False), pod(1), pod(2, "Pending", False)], 31, JobPhase.FAILED, S.INSTANCES_UNAVAILABLE),
-    ([pod(0, ready=False), pod(1, ready=False), pod(2, "Pending", False)], 31, JobPhase.PENDING, S.WAITING_FOR_INSTANCES),
+    ([pod(0), pod(1, ready=False), pod(2, "Pending", False)], 1, JobPhase.PENDING, vocabulary.WAITING_FOR_INSTANCES),
+    ([pod(0), pod(1), pod(2, "Pending", False)], 1, JobPhase.RUNNING, vocabulary.INSTANCES_READY),
+    ([pod(0, "Pending", False), pod(1), pod(2, "Pending", False)], 31, JobPhase.FAILED, vocabulary.INSTANCES_UNAVAILABLE),
+    ([pod(0, ready=False), pod(1, ready=False), pod(2, "Pending", False)], 31, JobPhase.PENDING, vocabulary.WAITING_FOR_INSTANCES),
     ([pod(0, "Succeeded", False), pod(1, "Succeeded", False), pod(2, "Succeeded", False)], 1, JobPhase.DONE,
-     S.COMPLETED),
-    ([pod(0, "Failed", False, message="ZeroDivisionError: boom", exit_code=1), pod(1)], 1, JobPhase.FAILED, S.HEAD_FAILED),
+     vocabulary.COMPLETED),
+    ([pod(0, "Failed", False, message="ZeroDivisionError: boom", exit_code=1), pod(1)], 1, JobPhase.FAILED, vocabulary.HEAD_FAILED),
 ], ids=["gate-closed", "gate-open-min", "instances-timeout", "head-runs-its-gate-has-the-clock", "head-succeeded",
         "head-failed"])
 def test_admitted_job(pods: list, t: float, phase: JobPhase, reason: str) -> None:
     j = admitted(job(targetInstances=3, minInstances=2, instancesTimeoutSeconds=30))
     st = run(j, pods, t)
     assert (st.phase, st.reason) == (phase, reason)
-    if reason == S.INSTANCES_UNAVAILABLE:
+    if reason == vocabulary.INSTANCES_UNAVAILABLE:
         assert "1 of 2 required instances ready" in (st.message or "")
-    if reason == S.HEAD_FAILED:
+    if reason == vocabulary.HEAD_FAILED:
         assert st.message == "ZeroDivisionError: boom" and st.completion_time == at(t)
 
 
@@ -115,14 +116,14 @@ def test_only_head_mode_leaves_the_instances_clock_to_the_heads_launcher() -> No
     head = admitted(job(targetInstances=2, instancesTimeoutSeconds=30))
     assert run(head, pods, 31).phase is JobPhase.PENDING
     parallel = admitted(job(targetInstances=2, instancesTimeoutSeconds=30, mode="parallel"))
-    assert (run(parallel, pods, 31).phase, run(parallel, pods, 31).reason) == (JobPhase.FAILED, S.INSTANCES_UNAVAILABLE)
+    assert (run(parallel, pods, 31).phase, run(parallel, pods, 31).reason) == (JobPhase.FAILED, vocabulary.INSTANCES_UNAVAILABLE)
 
 
 def test_unscheduled_pods_are_not_alive() -> None:
     j = admitted(job(targetInstances=3, minInstances=2))
     running = with_status(j, run(j, [pod(0), pod(1), pod(2, "Pending", False)]))
     st = run(running, [pod(0), pod(1, "Failed", False), pod(2, "Pending", False)], 2)
-    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, vocabulary.INSTANCES_LOST)
 
 
 def test_running_tolerates_losing_a_worker_above_min() -> None:
@@ -132,7 +133,7 @@ def test_running_tolerates_losing_a_worker_above_min() -> None:
     st = run(running, [pod(0), pod(1), pod(2, "Failed", False)], 2)
     assert (st.phase, st.ready) == (JobPhase.RUNNING, "2/3")
     st = run(running, [pod(0), pod(1, "Failed", False), pod(2, "Failed", False)], 3)
-    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, vocabulary.INSTANCES_LOST)
 
 
 def test_not_ready_running_pod_is_not_lost_but_vanished_one_is() -> None:
@@ -141,7 +142,7 @@ def test_not_ready_running_pod_is_not_lost_but_vanished_one_is() -> None:
     assert run(running, [pod(0), pod(1, ready=False)], 2).phase is JobPhase.RUNNING
     assert run(running, [pod(0), pod(1, "Unknown", False)], 2).phase is JobPhase.RUNNING
     st = run(running, [pod(0)], 3)
-    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, vocabulary.INSTANCES_LOST)
     assert "train-homogeneouscluster-1" in (st.message or "")
 
 
@@ -161,26 +162,26 @@ def test_every_instance_modes_end_when_all_instances_end(mode: str) -> None:
     running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
     assert run(running, [pod(0, "Succeeded", False), pod(1), pod(2)], 2).phase is JobPhase.RUNNING
     done = run(running, [pod(0, "Succeeded", False), pod(1, "Succeeded", False), pod(2, "Succeeded", False)], 3)
-    assert (done.phase, done.reason) == (JobPhase.DONE, S.COMPLETED)
+    assert (done.phase, done.reason) == (JobPhase.DONE, vocabulary.COMPLETED)
     failed = run(running, [pod(0, "Succeeded", False), pod(1, "Failed", False, message="bad shard"), pod(2)], 3)
-    assert (failed.phase, failed.reason) == (JobPhase.FAILED, S.INSTANCE_FAILED)
+    assert (failed.phase, failed.reason) == (JobPhase.FAILED, vocabulary.INSTANCE_FAILED)
     assert failed.message == "instance 1 failed: bad shard"
 
 
 def test_head_failure_retries_then_fails() -> None:
     j = admitted(job(targetInstances=2, backoffLimit=1))
     st = run(j, [pod(0, "Failed", False, message="oom"), pod(1)], 5)
-    assert (st.phase, st.reason, st.attempt, st.admitted_at) == (JobPhase.PENDING, S.RETRYING, 1, at(5))
+    assert (st.phase, st.reason, st.attempt, st.admitted_at) == (JobPhase.PENDING, vocabulary.RETRYING, 1, at(5))
     assert [i.pod for i in st.instances] == ["train-homogeneouscluster-0-r1", "train-homogeneouscluster-1-r1"]
     retried = with_status(j, st)
     old = [pod(0, "Failed", False), pod(1)]
     st2 = run(retried, [*old, pod(0, "Failed", False, attempt=1, message="oom again")], 9)
-    assert (st2.phase, st2.reason, st2.message) == (JobPhase.FAILED, S.HEAD_FAILED, "oom again")
+    assert (st2.phase, st2.reason, st2.message) == (JobPhase.FAILED, vocabulary.HEAD_FAILED, "oom again")
 
 
 @pytest.mark.parametrize(("spec", "kw", "reason"), [
-    ({"cancel": True}, {}, S.CANCELLED),
-    ({"backend": "kuberay"}, {"backend": Backend.KUBERAY}, S.KUBERAY_NOT_INSTALLED),
+    ({"cancel": True}, {}, vocabulary.CANCELLED),
+    ({"backend": "kuberay"}, {"backend": Backend.KUBERAY}, vocabulary.KUBERAY_NOT_INSTALLED),
 ], ids=["cancel", "kuberay-missing"])
 def test_terminal_without_pods(spec: dict, kw: dict, reason: str) -> None:
     st = compute_job_status(job(**spec), Observed(pods=[], now=T0, decision=ADMIT3, **kw))
@@ -195,7 +196,7 @@ def test_deadline_counts_from_first_admission_across_retries() -> None:
     retried = with_status(j, run(with_status(j, running), [pod(0, "Failed", False)], 6))
     assert retried.status is not None and retried.status.admitted_at == at(6)
     st = run(retried, [pod(0, attempt=1)], 10)
-    assert (st.phase, st.reason) == (JobPhase.FAILED, S.DEADLINE_EXCEEDED)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, vocabulary.DEADLINE_EXCEEDED)
 
 
 def test_finished_is_sticky_and_status_is_stable() -> None:
@@ -243,14 +244,14 @@ def test_a_member_deleted_while_running_is_lost() -> None:
     j = admitted(job(targetInstances=3))
     running = with_status(j, run(j, [pod(0), pod(1), pod(2)]))
     st = run(running, [pod(0), pod(1), replace(pod(2), deleting=True)], 2)
-    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_LOST)
+    assert (st.phase, st.reason) == (JobPhase.FAILED, vocabulary.INSTANCES_LOST)
 
 
 def test_the_gate_counts_the_head() -> None:
     """Two ready workers of a 2-of-3 job are not a running job while the head is Pending: it runs the payload."""
     j = admitted(job(targetInstances=3, minInstances=2))
     st = run(j, [pod(0, "Pending", False), pod(1), pod(2)])
-    assert (st.phase, st.reason) == (JobPhase.PENDING, S.WAITING_FOR_INSTANCES)
+    assert (st.phase, st.reason) == (JobPhase.PENDING, vocabulary.WAITING_FOR_INSTANCES)
     assert "the head is not ready" in (st.message or "")
     assert run(j, [pod(0), pod(1), pod(2, "Pending", False)]).phase is JobPhase.RUNNING
 
@@ -282,7 +283,7 @@ def test_instances_that_never_joined_the_head_are_instances_unavailable() -> Non
                        "success": False, "exitCode": 1, "instance": 0, "reason": INSTANCES_UNAVAILABLE})
     j = admitted(job(targetInstances=2))
     st = run(j, [pod(0, "Failed", False, message=said, exit_code=1), pod(1)], 1)
-    assert (st.phase, st.reason) == (JobPhase.FAILED, S.INSTANCES_UNAVAILABLE) and "only 1 available" in (st.message or "")
+    assert (st.phase, st.reason) == (JobPhase.FAILED, vocabulary.INSTANCES_UNAVAILABLE) and "only 1 available" in (st.message or "")
 
 
 def test_a_failure_the_runtime_names_is_the_jobs_reason() -> None:
@@ -296,7 +297,7 @@ def test_a_failure_the_runtime_names_is_the_jobs_reason() -> None:
     assert st.message is not None and st.message.endswith("No matching distribution found for tabulate")
     # A reason the runtime does not give is not taken from a payload's own JSON output.
     forged = json.dumps({"error": "x", "reason": "Completed"})
-    assert run(j, [pod(0, "Failed", False, message=forged, exit_code=1), pod(1)], 1).reason == S.HEAD_FAILED
+    assert run(j, [pod(0, "Failed", False, message=forged, exit_code=1), pod(1)], 1).reason == vocabulary.HEAD_FAILED
 
 
 def test_a_done_job_names_its_outputs() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from kubepool.api import JobPhase
 from kubepool.controller.admission import Decision
-from kubepool.controller.jobstatus import VOLUME_NOT_SHARED, Observed, compute_job_status
+from kubepool.controller.jobstatus import Observed, compute_job_status
 from kubepool.controller.jobsteps import refused_volumes
+from kubepool.controller.vocabulary import VOLUME_NOT_SHARED
 from support.factories import T0, job
 
 PVC = {"persistentVolumeClaim": {"claimName": "results"}}

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from kubepool.controller import vocabulary
 from kubepool.controller.builders.common import Obj
 
-MAX_MESSAGE = 1024  # the API server refuses longer Event messages
+MAX_MESSAGE = vocabulary.EVENT_MESSAGE_MAX
 CLUSTER_SCOPED_NAMESPACE = "default"  # Events about cluster-scoped objects (ComputePools) live here, as a Node's do
 NAME_PREFIX = "kubepool-event-"
 
