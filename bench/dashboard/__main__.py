@@ -2,7 +2,8 @@
 from real data, without Grafana. A private local cluster with kwok nodes, the operator with its metrics on, a
 real Prometheus scraping it, the small workload of bench/dashboard/workload.py; then every panel's own queries
 through Prometheus's HTTP API, drawn in the dashboard's grid. A panel whose query returns nothing is an error
-named on the way out (exit 1): the picture also checks the dashboard against what the operator exports."""
+named on the way out (exit 1), as is a finished panel without the jobs that ended before RUNNING: the picture
+also checks the dashboard against what the operator exports."""
 
 from __future__ import annotations
 
@@ -35,10 +36,22 @@ def phases(bench: BenchCluster) -> Counter[str]:
     return Counter(line or "NEW" for line in out.splitlines())
 
 
+def cancel_queued(bench: BenchCluster, job: workload.JobSpec) -> None:
+    """Cancels the job, which must still be waiting for capacity: else the picture would not show what it says."""
+    admitted = bench.kubectl("get", "mljob", job.name, "-n", job.namespace, "-o", "jsonpath={.status.admittedAt}")
+    if admitted:
+        raise RuntimeError(f"{job.name} was admitted ({admitted}) before its cancel at {job.cancel_at_s:g}s: "
+                           "it would not end while queued; bench/dashboard/workload.py's schedule needs a look")
+    bench.kubectl("patch", "mljob", job.name, "-n", job.namespace, "--type", "merge", "-p", workload.CANCEL)
+    say(f"cancelled {job.name} while it was queued")
+
+
 def run_workload(bench: BenchCluster, timeout_s: float) -> float:
-    """Submits the waves on their schedule and raises the quota; returns when every job finished. The start time."""
+    """Submits the waves on their schedule, cancels the queued jobs meant to be and raises the quota; returns
+    when every job finished. The start time."""
     t0 = time.time()
     waves = sorted({j.at_s for j in workload.JOBS})
+    cancels = sorted((j for j in workload.JOBS if j.cancel_at_s is not None), key=lambda j: j.cancel_at_s or 0.0)
     raised = False
     last_report = 0.0
     while True:
@@ -48,6 +61,8 @@ def run_workload(bench: BenchCluster, timeout_s: float) -> float:
             batch = [workload.mljob(j) for j in workload.JOBS if j.at_s == wave]
             bench.kubectl("apply", "-f", "-", stdin=workload.as_list(batch))
             say(f"submitted {', '.join(j['metadata']['name'] for j in batch)}")
+        while cancels and elapsed >= (cancels[0].cancel_at_s or 0.0):
+            cancel_queued(bench, cancels.pop(0))
         if not raised and elapsed >= workload.QUOTA_RAISED_AT_S:
             bench.kubectl("apply", "-f", "-", stdin=workload.as_list([workload.quota(20)]))
             raised = True
@@ -56,7 +71,7 @@ def run_workload(bench: BenchCluster, timeout_s: float) -> float:
         if time.time() - last_report >= 15:
             say(f"{elapsed:.0f}s: jobs {dict(sorted(counts.items()))}")
             last_report = time.time()
-        if not waves and raised and sum(counts[p] for p in FINISHED) == len(workload.JOBS):
+        if not waves and not cancels and raised and sum(counts[p] for p in FINISHED) == len(workload.JOBS):
             return t0
         if elapsed > timeout_s:
             raise RuntimeError(f"the workload did not finish in {timeout_s:.0f}s: {dict(counts)}")
@@ -105,6 +120,16 @@ def query(prom: Prometheus, ps: list[panels.Panel], start: float, end: float, st
     return results, empty
 
 
+def ends_missing(ps: list[panels.Panel], results: list[list[list[Series]]]) -> list[str]:
+    """The finished panel must show the jobs that never ran (workload.ENDS_BEFORE_RUNNING), each by name."""
+    out = []
+    for p, per_target in zip(ps, results, strict=True):
+        for t, series in zip(p.targets, per_target, strict=True):
+            if "kubepool_mljobs_finished_total" in t.expr:
+                out += [f"{p.title!r}: no {end} (a job that ended before RUNNING)" for end in workload.missing_ends(series)]
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.dashboard", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "dashboard.png")
@@ -139,6 +164,7 @@ def main(argv: list[str]) -> int:
         time.sleep(30)
         start, end = t0 - LEAD_S, time.time()
         results, empty = query(prom, ps, start, end, args.step)
+        empty += ends_missing(ps, results)
     finally:
         prom.stop()
         if op is not None:
@@ -152,7 +178,7 @@ def main(argv: list[str]) -> int:
          f"{args.scrape_seconds:g}s; $__rate_interval={args.rate_interval:g}s", (start, end), ps, results)
     say(f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB)")
     if empty:
-        say("panels whose queries returned no data:\n  " + "\n  ".join(empty))
+        say("panels whose queries returned no data, or not the ends the workload makes:\n  " + "\n  ".join(empty))
         return 1
     return 0
 

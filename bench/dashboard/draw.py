@@ -77,8 +77,16 @@ def _panel(fig: plt.Figure, p: Panel, height: int, body_top: float, span: tuple[
         ax.text(0.5, 0.5, "No data", color=MUTED, fontsize=12, ha="center", va="center", transform=ax.transAxes)
         return
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), ncol=min(drawn, 6), frameon=False, fontsize=7,
-              labelcolor=TEXT, handlelength=1.2, columnspacing=1.2)
+    labels = ax.get_legend_handles_labels()[1]
+    ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), ncol=_columns(labels, ax.get_position().width * fig_w),
+              frameon=False, fontsize=7, labelcolor=TEXT, handlelength=1.2, columnspacing=1.2)
+
+
+def _columns(labels: list[str], width_in: float) -> int:
+    """Legend columns that fit the panel's width (at most 6): long labels wrap onto more rows, not past its edge.
+    A 7 pt character is about 0.055 in; the line, its gap and the column spacing about 0.45 in."""
+    per_column = max((len(label) for label in labels), default=0) * 0.055 + 0.45
+    return max(1, min(len(labels), 6, int(width_in / per_column)))
 
 
 def draw(path: Path, title: str, subtitle: str, span: tuple[float, float], ps: list[Panel],

@@ -1,8 +1,10 @@
-"""The small workload behind the dashboard's picture: three ComputePools on kwok fake nodes, thirteen short
-MLJobs in three waves (more than the pools hold, so some queue), two that fail, and one in a namespace whose
-ResourceQuota refuses its pods until it is raised (the API errors the operator retries). Two failures in one
-pool, not one: a {pool, phase} series starts at its first observation, so rate() sees the second only.
-kwok runs no containers: stages end each head pod after a random 10-45 s (bench.cluster.head_exit_stage)."""
+"""The small workload behind the dashboard's picture: three ComputePools on kwok fake nodes, seventeen short
+MLJobs in three waves (more than the pools hold, so some queue), two whose head fails, two whose instances no
+node can take (FAILED InstancesUnavailable, never RUNNING), two cancelled while queued, and one in a namespace
+whose ResourceQuota refuses its pods until it is raised (the API errors the operator retries). Two of each
+ending in one pool, not one: a {pool, phase, reason} series starts at its first observation, so rate() sees
+the second only. kwok runs no containers: stages end each head pod after a random 10-45 s
+(bench.cluster.head_exit_stage)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ RESOURCES = {"cpu": "100m", "memory": "128Mi"}
 IMAGE = "fake.invalid/dashboard:1"  # never pulled: kwok runs nothing
 QUOTA_NAMESPACE = "team-b"
 QUOTA_RAISED_AT_S = 120.0
+NOWHERE = "dash-nowhere"  # a NODE_LABEL value no node carries: an unplaceable job's instances stay Pending
+UNPLACEABLE_TIMEOUT_S = 15  # its instancesTimeoutSeconds
+# The ends before RUNNING the finished panel must show (phase, reason): the run fails without them.
+ENDS_BEFORE_RUNNING = (("FAILED", "InstancesUnavailable"), ("CANCELLED", "Cancelled"))
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class JobSpec:
     at_s: float  # submitted this long after the first wave
     namespace: str = "team-a"
     fails: bool = False
+    unplaceable: bool = False  # FAILS InstancesUnavailable after UNPLACEABLE_TIMEOUT_S, never RUNNING
+    cancel_at_s: float | None = None  # spec.cancel set this long after the first wave, while it is queued
 
 
 JOBS = (
@@ -51,6 +59,9 @@ JOBS = (
     JobSpec("train-3", "train", 1, 40), JobSpec("eval-2", "eval", 1, 40), JobSpec("eval-3", "eval", 1, 40, fails=True),
     JobSpec("batch-4", "batch", 2, 40, namespace=QUOTA_NAMESPACE),
     JobSpec("train-4", "train", 3, 90), JobSpec("batch-5", "batch", 1, 90), JobSpec("eval-4", "eval", 1, 90, fails=True),
+    # Behind a job of their one-instance pool submitted before them (a head runs at least 8 s): still queued.
+    JobSpec("eval-5", "eval", 1, 0, cancel_at_s=5), JobSpec("eval-6", "eval", 1, 90, cancel_at_s=95),
+    JobSpec("train-5", "train", 1, 40, unplaceable=True), JobSpec("train-6", "train", 1, 90, unplaceable=True),
 )
 
 
@@ -67,10 +78,18 @@ def pool(p: PoolSpec) -> dict[str, Any]:
 
 
 def mljob(j: JobSpec) -> dict[str, Any]:
+    spec: dict[str, Any] = {"computePool": j.pool, "targetInstances": j.instances, "image": IMAGE,
+                            "entrypoint": {"command": ["true"]},
+                            "env": [{"name": FAIL_ENV if j.fails else SUCCEED_ENV, "value": "true"}]}
+    if j.unplaceable:  # the pool's nodeSelector and this term together match no node
+        term = {"matchExpressions": [{"key": NODE_LABEL, "operator": "In", "values": [NOWHERE]}]}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+        spec["instancesTimeoutSeconds"] = UNPLACEABLE_TIMEOUT_S
     return {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": {"name": j.name, "namespace": j.namespace},
-            "spec": {"computePool": j.pool, "targetInstances": j.instances, "image": IMAGE,
-                     "entrypoint": {"command": ["true"]},
-                     "env": [{"name": FAIL_ENV if j.fails else SUCCEED_ENV, "value": "true"}]}}
+            "spec": spec}
+
+
+CANCEL = json.dumps({"spec": {"cancel": True}})  # kubectl patch --type merge: what `kubepool cancel` sets
 
 
 def probe_pod() -> dict[str, Any]:
@@ -84,6 +103,13 @@ def probe_pod() -> dict[str, Any]:
 def quota(pods: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods", "namespace": QUOTA_NAMESPACE},
             "spec": {"hard": {"pods": str(pods)}}}
+
+
+def missing_ends(finished: list[tuple[dict[str, str], list[tuple[float, float]]]]) -> list[str]:
+    """The ENDS_BEFORE_RUNNING no series of the finished panel shows (a rate above 0 at some point): the run
+    must show jobs that never ran, as the panel promises."""
+    seen = {(labels.get("phase"), labels.get("reason")) for labels, points in finished if any(v > 0 for _, v in points)}
+    return [f"{phase} {reason}" for phase, reason in ENDS_BEFORE_RUNNING if (phase, reason) not in seen]
 
 
 def as_list(items: list[dict[str, Any]]) -> str:

@@ -85,6 +85,13 @@ def test_the_workload_queues_fails_and_is_refused_on_its_own_nodes() -> None:
     assert any(asked[n] > pools[n].max_nodes for n in pools)  # the first wave asks more than a pool holds
     failing = [j for j in workload.JOBS if j.fails]  # two in one pool, in different waves: rate() sees the second
     assert len(failing) == 2 and failing[0].pool == failing[1].pool and failing[0].at_s < failing[1].at_s
+    unplaceable = [j for j in workload.JOBS if j.unplaceable]
+    assert len(unplaceable) == 2 and unplaceable[0].pool == unplaceable[1].pool and unplaceable[0].at_s < unplaceable[1].at_s
+    cancelled = [j for j in workload.JOBS if j.cancel_at_s is not None]
+    assert len(cancelled) == 2 and cancelled[0].pool == cancelled[1].pool and cancelled[0].at_s < cancelled[1].at_s
+    for j in cancelled:  # queued when cancelled: behind an earlier job of a one-instance pool, whose head runs ≥ 8 s
+        ahead = [a for a in workload.JOBS[:workload.JOBS.index(j)] if a.pool == j.pool and a.at_s == j.at_s]
+        assert ahead and pools[j.pool].max_nodes == 1 and j.cancel_at_s is not None and j.cancel_at_s - j.at_s < 8
     assert any(p.min_nodes for p in workload.POOLS)  # warm placeholders
     refused = [j for j in workload.JOBS if j.namespace == workload.QUOTA_NAMESPACE]
     assert refused and all(j.instances > int(workload.quota(1)["spec"]["hard"]["pods"]) for j in refused)
@@ -92,6 +99,12 @@ def test_the_workload_queues_fails_and_is_refused_on_its_own_nodes() -> None:
     assert sorted(labels.values()) == sorted(f"dash-{p.name}" for p in workload.POOLS for _ in range(p.nodes))
     for p in workload.POOLS:
         assert workload.pool(p)["spec"]["nodeSelector"] == {workload.NODE_LABEL: f"dash-{p.name}"}
+    for j in unplaceable:  # the pool's nodes carry its own value of NODE_LABEL; the job asks for one none has
+        spec = workload.mljob(j)["spec"]
+        [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert term["matchExpressions"] == [{"key": workload.NODE_LABEL, "operator": "In", "values": [workload.NOWHERE]}]
+        assert workload.NOWHERE not in labels.values() and spec["instancesTimeoutSeconds"] == workload.UNPLACEABLE_TIMEOUT_S
+    assert all("affinity" not in workload.mljob(j)["spec"] for j in workload.JOBS if not j.unplaceable)
     env = {j.name: workload.mljob(j)["spec"]["env"][0]["name"] for j in workload.JOBS}
     assert sorted(env.values()).count(workload.FAIL_ENV) == len(failing)
     for name, stage in workload.STAGES.items():  # the env each stage selects on is the jobs' env
@@ -120,3 +133,17 @@ def test_a_target_with_no_number_is_named_with_its_panel() -> None:
     assert len(results) == len(ps)
     assert f"{ps[1].title!r}: {missing}" in empty
     assert all("0.95" in e for e in empty if missing not in e) and len(empty) == 3
+
+
+def test_the_finished_panel_must_show_the_ends_before_running() -> None:
+    from bench.dashboard.__main__ import ends_missing
+
+    ps = panels.panels(DASHBOARD, VALUES)
+    [finished] = [i for i, p in enumerate(ps) if any("kubepool_mljobs_finished_total" in t.expr for t in p.targets)]
+    shown = [({"phase": "DONE", "reason": "Completed"}, [(1.0, 0.5)]),
+             ({"phase": "FAILED", "reason": "InstancesUnavailable"}, [(1.0, 0.0), (2.0, 1.0)]),
+             ({"phase": "CANCELLED", "reason": "Cancelled"}, [(1.0, 0.0)])]  # a series at 0: drawn flat, not shown
+    results = [[[] for _ in p.targets] for p in ps]
+    results[finished] = [shown]
+    assert ends_missing(ps, results) == [f"{ps[finished].title!r}: no CANCELLED Cancelled (a job that ended before RUNNING)"]
+    assert workload.missing_ends(shown[:2] + [({"phase": "CANCELLED", "reason": "Cancelled"}, [(3.0, 2.0)])]) == []
