@@ -79,3 +79,8 @@ def run_helm(helm: str, *args: str, timeout: float = 120) -> subprocess.Complete
 
 def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objs if o["kind"] == kind]
+
+
+def is_sagemaker_api(obj: dict[str, Any]) -> bool:
+    """One of the SageMaker API server's objects (templates/sagemaker-api.yaml), by its component label."""
+    return (obj.get("metadata", {}).get("labels") or {}).get("app.kubernetes.io/component") == "sagemaker-api"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import CHART, KUBE_VERSION, NAMESPACE, RELEASE, run_helm
+from chartlib import CHART, KUBE_VERSION, NAMESPACE, RELEASE, is_sagemaker_api, run_helm
 
 from kubepool.local import controlplane
 
@@ -23,12 +23,14 @@ def helm() -> str:
 @pytest.fixture(scope="session")
 def render(helm: str) -> Render:
     """`render(*helm_args)` → the rendered objects, without the `helm test` hooks (test_chart_smoke renders
-    those); fails the test if helm fails."""
+    those) and, unless `sagemaker_api`, without the SageMaker API server's objects (the operator's alone: they
+    have tests of their own, test_chart_sagemaker_api); fails the test if helm fails."""
 
-    def _render(*args: str) -> list[dict[str, Any]]:
+    def _render(*args: str, sagemaker_api: bool = False) -> list[dict[str, Any]]:
         proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
                         "--skip-tests", *args)
         assert proc.returncode == 0, proc.stderr
-        return [d for d in yaml.safe_load_all(proc.stdout) if d]
+        objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+        return objs if sagemaker_api else [o for o in objs if not is_sagemaker_api(o)]
 
     return _render

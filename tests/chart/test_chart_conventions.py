@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from chartlib import CHART, KUBE_VERSION, NAMESPACE, RELEASE, by_kind, run_helm
+from chartlib import CHART, KUBE_VERSION, NAMESPACE, RELEASE, by_kind, is_sagemaker_api, run_helm
 
 
 def _with_tests(helm: str, *args: str) -> list[dict[str, Any]]:
@@ -36,9 +36,9 @@ def test_common_labels_on_every_object_but_no_selector(helm: str) -> None:
     assert {"PodDisruptionBudget", "ComputePool", "ServiceMonitor", "Pod"} <= {o["kind"] for o in objs}
     for obj in objs:
         assert obj["metadata"].get("labels", {}).get("team") == "ml", f"{obj['kind']} {obj['metadata']['name']}"
-    (deploy,) = by_kind(objs, "Deployment")
-    assert "team" not in deploy["spec"]["selector"]["matchLabels"]  # a Deployment's selector is immutable
-    assert deploy["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
+    for deploy in by_kind(objs, "Deployment"):  # the operator's and the SageMaker API server's
+        assert "team" not in deploy["spec"]["selector"]["matchLabels"]  # a Deployment's selector is immutable
+        assert deploy["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
 
 
 def test_service_monitor_additional_labels(render: Any) -> None:
@@ -56,7 +56,7 @@ def test_helm_test_pod_runs_where_the_operator_may(helm: str) -> None:
                  "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
                           "nodeSelectorTerms[0].matchExpressions[0].operator=Exists"]
     objs = _with_tests(helm, *placement)
-    (operator,) = by_kind(objs, "Deployment")
+    (operator,) = [d for d in by_kind(objs, "Deployment") if not is_sagemaker_api(d)]
     (test_pod,) = [p for p in by_kind(objs, "Pod") if p["metadata"]["annotations"].get("helm.sh/hook") == "test"]
     for key in ("nodeSelector", "tolerations", "affinity"):
         assert test_pod["spec"][key] == operator["spec"]["template"]["spec"][key], key

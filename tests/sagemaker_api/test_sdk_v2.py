@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.cluster]
 BUCKET = "sagemaker-kp"
 CREDENTIALS_SECRET = "s3-keys"
 SDK_TIMEOUT_S = 420
+INSTANCE_TYPE = "ml.r5.24xlarge"
 
 TRAIN = """\
 import json, os, sys
@@ -69,13 +70,13 @@ def result(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 
 failing = PyTorch(entry_point="fail.py", source_dir=cfg["src"], framework_version="2.5", py_version="py311",
-                  instance_count=1, instance_type=cfg["pool"], base_job_name="fails", **common)
+                  instance_count=1, instance_type=cfg["type"], base_job_name="fails", **common)
 failing.fit(wait=False)
-sleeper = Estimator(entry_point="sleep.py", source_dir=cfg["src"], instance_count=1, instance_type=cfg["pool"],
+sleeper = Estimator(entry_point="sleep.py", source_dir=cfg["src"], instance_count=1, instance_type=cfg["type"],
                     base_job_name="sleeps", **common)
 sleeper.fit(wait=False)
 
-groups = [InstanceGroup("reader", cfg["pool"], 1), InstanceGroup("trainer", cfg["pool"], 1)]
+groups = [InstanceGroup("reader", cfg["type"], 1), InstanceGroup("trainer", cfg["type"], 1)]
 est = Estimator(entry_point="train.py", source_dir=cfg["src"], instance_groups=groups, hyperparameters={"epochs": 3},
                 output_path=f"s3://{cfg['bucket']}/out", base_job_name="trains", **common)
 est.fit({"train": TrainingInput(f"s3://{cfg['bucket']}/data/", distribution="ShardedByS3Key",
@@ -128,7 +129,9 @@ def test_the_sagemaker_sdk_trains_fails_and_stops_jobs_unchanged(
         kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, sagemaker_key: Any, server_with_s3: Any,
         s3_endpoint: str, tmp_path: Path) -> None:
     venv = clients_venv()
-    pool = compute_pool("cpu", max_nodes=3)
+    # The SDK parses ml.* instance types; the server runs an ml.* type on the first pool of its family. No other
+    # test makes a HIGHMEM_X64_L pool (ml.r5.24xlarge's family); small instances, so the three jobs fit together.
+    pool = compute_pool("cpu", max_nodes=3, instanceFamily="HIGHMEM_X64_L", resources={"cpu": "500m", "memory": "1Gi"})
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": CREDENTIALS_SECRET,
               "labels": {naming.LABEL_CREDENTIALS: "true"}}, "stringData": CREDENTIALS}
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(secret), check=True)
@@ -137,7 +140,7 @@ def test_the_sagemaker_sdk_trains_fails_and_stops_jobs_unchanged(
     src.mkdir()
     for name, text in (("train.py", TRAIN), ("fail.py", FAIL), ("sleep.py", SLEEP)):
         (src / name).write_text(text)
-    cfg = {"region": REGION, "bucket": BUCKET, "pool": pool, "src": str(src),
+    cfg = {"region": REGION, "bucket": BUCKET, "type": INSTANCE_TYPE, "src": str(src),
            "role": "arn:aws:iam::123456789012:role/default"}  # the key acts as the namespace's default account
     env = clients_env(tmp_path, server_with_s3.endpoint, s3_endpoint, key.key_id, key.secret, REGION)
     proc = subprocess.run([str(venv / "bin" / "python"), "-c", DRIVER, json.dumps(cfg)], env=env, cwd=tmp_path,
@@ -151,6 +154,7 @@ def test_the_sagemaker_sdk_trains_fails_and_stops_jobs_unchanged(
     assert "HOST algo-1 GROUP reader ARGS ['--epochs', '3'] CHANNEL ['a.csv', 'b.csv']" in out, context
     assert "HOST algo-2 GROUP trainer ARGS ['--epochs', '3'] CHANNEL None" in out, context
     trained = results["trained"]
+    assert pool in kubectl("get", "mljobs", "-n", namespace, "-o", "yaml", check=True).stdout
     assert trained["model_data"] == f"s3://{BUCKET}/out/{trained['job']}/output/model.tar.gz"
     blob = client(s3_endpoint).get_object(Bucket=BUCKET, Key=trained["model_data"].split("/", 3)[3])["Body"].read()
     assert json.loads(_members(blob)["model.json"]) == {"trained_by": "algo-2", "epochs": 3}

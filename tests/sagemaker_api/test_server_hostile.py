@@ -74,6 +74,10 @@ def test_hostile_input_gets_the_aws_error_and_creates_nothing(sagemaker_api: Any
     unknown = sagemaker_api.client("sagemaker", type(key)("KP" + "Z" * 18, key.secret, namespace))
     assert _code(lambda: unknown.list_training_jobs()) == "UnrecognizedClientException"
     assert _jobs(kubectl, namespace) == []
+    with urllib.request.urlopen(f"{sagemaker_api.endpoint}/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    assert 'kubepool_sagemaker_api_requests_total{code="InvalidSignatureException",operation="CreateTrainingJob"}' \
+        in metrics, metrics
 
 
 def test_another_namespaces_key_sees_nothing(sagemaker_api: Any, sagemaker_key: Any, kubectl: Any, namespace: str,

@@ -59,6 +59,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* The SageMaker API server's labels: the release's, with its own component (never the operator's, whose
+Deployment selects by it). */}}
+{{- define "kubepool.sagemakerApiSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubepool.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: sagemaker-api
+{{- end }}
+
+{{- define "kubepool.sagemakerApiLabels" -}}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+helm.sh/chart: {{ include "kubepool.chart" . }}
+{{ include "kubepool.sagemakerApiSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubepool
+{{- end }}
+
 {{- define "kubepool.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "kubepool.fullname" .) .Values.serviceAccount.name }}

@@ -31,9 +31,9 @@ _JOBS = f"/apis/{naming.GROUP}/{naming.VERSION}"
 
 
 def impersonation(key: AccessKey) -> dict[str, str]:
-    """Headers that make the API server act as the key's ServiceAccount (its user and its groups)."""
-    return {"Impersonate-User": f"system:serviceaccount:{key.namespace}:{key.service_account}",
-            "Impersonate-Group": "system:serviceaccounts"}
+    """The header that makes the API server act as the key's ServiceAccount. No Impersonate-Group: for a service
+    account user the API server adds its groups itself (system:serviceaccounts and that of its namespace)."""
+    return {"Impersonate-User": f"system:serviceaccount:{key.namespace}:{key.service_account}"}
 
 
 def connect() -> Endpoint:

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from kubepool.sagemaker_api import errors, handlers, sigv4
 from kubepool.sagemaker_api.errors import AwsError
@@ -20,9 +20,12 @@ from kubepool.sagemaker_api.translate import DataConfig
 log = logging.getLogger("kubepool.sagemaker_api")
 MAX_BODY = 1024 * 1024  # far above any SageMaker request (100 hyperparameters of 2,500 characters is 0.3 MB)
 SERVICES = {"SageMaker": ("sagemaker", handlers.SAGEMAKER), "Logs_20140328": ("logs", handlers.LOGS)}
+# A registry of its own: the operator's (the default one) is what its dashboard plots, metric by metric.
+METRICS = CollectorRegistry()
 REQUESTS = Counter("kubepool_sagemaker_api_requests_total", "Requests by operation and answer code",
-                   ["operation", "code"])
-SECONDS = Histogram("kubepool_sagemaker_api_request_seconds", "Time to answer a request", ["operation"])
+                   ["operation", "code"], registry=METRICS)
+SECONDS = Histogram("kubepool_sagemaker_api_request_seconds", "Time to answer a request", ["operation"],
+                    registry=METRICS)
 KUBE_KEY = web.AppKey("kube", KubeAccess)
 DATA_KEY = web.AppKey("data", DataConfig)
 
@@ -101,7 +104,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(body=generate_latest(METRICS), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def make_app(kube: KubeAccess, data: DataConfig) -> web.Application:

@@ -1,0 +1,85 @@
+"""The SageMaker API server's objects in the chart (templates/sagemaker-api.yaml), offline: on by default as
+`<release>-sagemaker-api` on port 8080 with the operator's image, its selector apart from the operator's, its
+settings reaching the process that reads them, and its rights: exactly reading ComputePools, listing Secrets
+and impersonating ServiceAccounts, in the listed namespaces only when there are some."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chartlib import NAMESPACE, RELEASE, by_kind, is_sagemaker_api
+
+from kubepool.sagemaker_api.__main__ import ENV, parse
+
+NAME = f"{RELEASE}-kubepool-sagemaker-api"
+
+
+def _mine(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in by_kind(objs, kind) if is_sagemaker_api(o)]
+
+
+def _rules(objs: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for role in _mine(objs, "ClusterRole") + _mine(objs, "Role"):
+        for r in role["rules"]:
+            for g in r["apiGroups"]:
+                for res in r["resources"]:
+                    out.setdefault((g, res), set()).update(r["verbs"])
+    return out
+
+
+def test_on_by_default(render: Any) -> None:
+    objs = render(sagemaker_api=True)
+    (deploy,) = _mine(objs, "Deployment")
+    (operator,) = [d for d in by_kind(objs, "Deployment") if not is_sagemaker_api(d)]
+    (svc,) = _mine(objs, "Service")
+    assert deploy["metadata"]["name"] == svc["metadata"]["name"] == NAME
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["selector"] != operator["spec"]["selector"]["matchLabels"]  # never the operator's pods
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == operator["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert container["command"] == ["python", "-m", "kubepool.sagemaker_api"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == NAME
+    assert [o["metadata"]["name"] for o in _mine(objs, "ServiceAccount")] == [NAME]
+    assert not _mine(render("--set", "sagemakerApi.enabled=false", sagemaker_api=True), "Deployment")
+
+
+def test_values_reach_the_server(render: Any, monkeypatch: Any) -> None:
+    objs = render("--set", "sagemakerApi.port=9443", "--set", "sagemakerApi.s3EndpointUrl=http://minio:9000",
+                  "--set", "sagemakerApi.s3CredentialsSecret=s3-keys", "--set", "sagemakerApi.tls.secretName=api-tls",
+                  "--set", "sagemakerApi.namespaces={team-a,team-b}", sagemaker_api=True)
+    (deploy,) = _mine(objs, "Deployment")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    env = {e["name"].removeprefix(ENV): e["value"] for e in container["env"]}
+    for k, v in env.items():
+        monkeypatch.setenv(ENV + k, v)
+    ns = parse(container.get("args", []))  # what `python -m kubepool.sagemaker_api` reads
+    assert (ns.port, ns.namespace, ns.s3_endpoint_url, ns.s3_credentials_secret) == (
+        9443, ["team-a", "team-b"], "http://minio:9000", "s3-keys")
+    assert (ns.tls_cert, ns.tls_key) == ("/etc/kubepool/tls/tls.crt", "/etc/kubepool/tls/tls.key")
+    volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "api-tls"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    (svc,) = _mine(objs, "Service")
+    assert svc["spec"]["ports"][0]["port"] == 9443
+
+
+def test_least_rights(render: Any) -> None:
+    objs = render(sagemaker_api=True)
+    assert _rules(objs) == {("kubepool.dev", "computepools"): {"get", "list"}, ("", "secrets"): {"list"},
+                            ("", "serviceaccounts"): {"impersonate"}}
+    bindings = _mine(objs, "ClusterRoleBinding")
+    assert {b["roleRef"]["name"] for b in bindings} == {NAME, f"{NAME}-pools"}
+    assert all(s == {"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}
+               for b in bindings for s in b["subjects"])
+
+
+def test_listed_namespaces_bind_the_key_rights_there_only(render: Any) -> None:
+    for args in (["--set", "sagemakerApi.namespaces={team-a,team-b}"],
+                 ["--set", "operator.watchNamespaces={team-a,team-b}"]):
+        objs = render(*args, sagemaker_api=True)
+        assert [b["roleRef"]["name"] for b in _mine(objs, "ClusterRoleBinding")] == [f"{NAME}-pools"]
+        assert sorted(b["metadata"]["namespace"] for b in _mine(objs, "RoleBinding")) == ["team-a", "team-b"]
+        assert {b["roleRef"]["name"] for b in _mine(objs, "RoleBinding")} == {NAME}
