@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import yaml
 
@@ -136,7 +137,7 @@ def follow(lay: Layout) -> int:
     for inst in job.instances:
         print(f"\n===== instance {inst.instance_id} ({inst.group}, {inst.host}, pod {inst.pod} on {inst.node}) =====")
         # A failure shows the whole log; success the payload's output and kubepool's own lines.
-        print(job.get_logs(instance_id=inst.instance_id, verbose=not done).rstrip())
+        print(cast(str, job.get_logs(instance_id=inst.instance_id, verbose=not done)).rstrip())
     if done:
         score = [line for line in job.get_logs(instance_id=0, as_list=True) if line.startswith("score:")]
         print("\nresult:", score[-1] if score else "(no score line in the head's log)")

@@ -108,12 +108,12 @@ def install_peering_crds(kubectl: Any) -> None:
               "properties": {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
     for kind, plural, scope in (("KopfPeering", "kopfpeerings", "Namespaced"),
                                 ("ClusterKopfPeering", "clusterkopfpeerings", "Cluster")):
-        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-               "metadata": {"name": f"{plural}.kopf.dev"},
-               "spec": {"group": "kopf.dev", "scope": scope,
-                        "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                        "versions": [{"name": "v1", "served": True, "storage": True,
-                                      "schema": {"openAPIV3Schema": schema}}]}}
+        crd: dict[str, Any] = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                               "metadata": {"name": f"{plural}.kopf.dev"},
+                               "spec": {"group": "kopf.dev", "scope": scope,
+                                        "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                                        "versions": [{"name": "v1", "served": True, "storage": True,
+                                                      "schema": {"openAPIV3Schema": schema}}]}}
         kubectl("apply", "-f", "-", input=json.dumps(crd), check=True)
         kubectl.wait_established(crd["metadata"]["name"])
 

@@ -39,7 +39,7 @@ def load(member: str, monkeypatch: pytest.MonkeyPatch, stubs: dict[str, dict[str
             dotted = ".".join(parts[:i])
             if dotted not in sys.modules or i == len(parts):
                 stub = types.ModuleType(dotted)
-                stub.__path__ = []  # type: ignore[attr-defined]
+                stub.__path__ = []
                 monkeypatch.setitem(sys.modules, dotted, stub)
             if i > 1:
                 monkeypatch.setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], sys.modules[dotted], raising=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -47,10 +47,10 @@ class Model(BaseModel):
         rules: list[CelRule] = cls.__dict__.get("cel_rules", [])
         return rules
 
-    def wire(self) -> dict:
+    def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-    def merge_patch(self) -> dict:
+    def merge_patch(self) -> dict[str, Any]:
         """A JSON merge patch that makes an object `self` whatever the API server holds: every field `self`
         lacks is removed (what was last written may be older than the writer's own view)."""
         doc = self.wire()

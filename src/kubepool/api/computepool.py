@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
-from pydantic.json_schema import JsonDict
+from pydantic.config import JsonDict
 
 from kubepool.api.common import (
     LABEL_VALUE_PATTERN,
@@ -120,7 +121,7 @@ class ComputePool(Model):
 
     api_version: str = "kubepool.dev/v1alpha1"
     kind: str = "ComputePool"
-    metadata: dict = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
     spec: ComputePoolSpec
     status: ComputePoolStatus | None = None
 

@@ -110,7 +110,7 @@ def structural_schema(model: type[Model]) -> dict[str, Any]:
     defs = raw.get("$defs", {})
     for name, rules in _declared_rules(model).items():
         defs[name] = {**defs[name], "x-kubernetes-validations": rules}
-    schema = _clean(raw, defs)
+    schema: dict[str, Any] = _clean(raw, defs)
     if model.own_cel_rules():
         schema["x-kubernetes-validations"] = model.own_cel_rules()
     return schema

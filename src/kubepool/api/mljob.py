@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
-from pydantic.json_schema import JsonDict
+from pydantic.config import JsonDict
 
 from kubepool import naming
 from kubepool.api import mljob_rules
@@ -320,7 +320,7 @@ class MLJob(Model):
 
     api_version: str = "kubepool.dev/v1alpha1"
     kind: str = "MLJob"
-    metadata: dict = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
     spec: MLJobSpec
     status: MLJobStatus | None = None
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
-from pydantic.json_schema import JsonValue
+from pydantic import Field, JsonValue
 
 from kubepool.api.common import LONG_STR, QUALIFIED_NAME_PATTERN, SHORT_STR, Model
 from kubepool.api.k8stypes import k8s

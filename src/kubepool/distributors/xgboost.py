@@ -172,7 +172,7 @@ def shard_cuts(features: pd.DataFrame, max_bin: int, max_values: int) -> xgb.Qua
     mine = features.to_numpy(dtype=np.float32, na_value=np.nan)
     parts: list[np.ndarray] = []
     for root in range(collective.get_world_size()):  # broadcast reaches every rank; only rank 0 keeps them
-        part: Any = collective.broadcast(mine if root == rank else None, root)  # type: ignore[arg-type]
+        part: Any = collective.broadcast(mine if root == rank else None, root)
         if rank == 0:
             parts.append(part)
     everything = np.concatenate(parts) if rank == 0 else mine[:0]

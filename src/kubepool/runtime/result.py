@@ -60,10 +60,11 @@ def _pickled(result: ExecutionResult, traceback: str) -> bytes:
     if result.exception is not None:
         doc.update(exception_fields(result.exception))
     try:
-        return cloudpickle.dumps(doc)
+        data: bytes = cloudpickle.dumps(doc)
     except Exception:  # noqa: BLE001 - any pickling failure: fall back to the repr
         doc["value"] = repr(result.value)
-        return cloudpickle.dumps(doc)
+        data = cloudpickle.dumps(doc)
+    return data
 
 
 def pickled_result(result: ExecutionResult) -> bytes:

@@ -179,7 +179,7 @@ def _train(me: _Rank, spec: _RunSpec, model_dir: str) -> dict[str, Any]:
         artifact_manager=ArtifactManager(spec.artifact_stage_location) if spec.artifact_stage_location else None,
     )
     set_context(ctx)
-    dist.init_process_group = _already_initialised  # type: ignore[assignment]
+    dist.init_process_group = _already_initialised
     spec.train_func()
     files = _read_tree(model_dir) if me.rank == 0 else {}
     return {"metrics": ctx.metrics_reporter.merged(), "history": ctx.metrics_reporter.history, "files": files}

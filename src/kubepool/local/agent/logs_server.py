@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from kubepool.local.agent import runner
 from kubepool.local.agent.config import KUBELET_PORT, Layout
@@ -129,8 +130,7 @@ def peer_identity(peercert: Mapping[str, Any] | None) -> Identity | None:
     return (cns[0] if len(cns) == 1 else "", tuple(sorted(v for k, v in attrs if k == "organizationName")))
 
 
-def authorizer(allowed: Identity) -> Callable[[web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
-                                             Awaitable[web.StreamResponse]]:
+def authorizer(allowed: Identity) -> Middleware:
     """Middleware: only the client whose cert names exactly `allowed` gets past it."""
     want = (allowed[0], tuple(sorted(allowed[1])))
 
