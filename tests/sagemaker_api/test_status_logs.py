@@ -65,7 +65,8 @@ def test_parse_log_keeps_stamped_lines():
 
 def _tail(events: list[dict[str, Any]], limit: int, start_time: int = 0) -> list[str]:
     """sagemaker.logs.log_stream's loop."""
-    out, token = [], None
+    out: list[str] = []
+    token = None
     while True:
         page = logs.get_events(events, {"startTime": start_time, "startFromHead": True, "limit": limit,
                                         **({"nextToken": token} if token else {})})
