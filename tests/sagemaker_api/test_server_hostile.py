@@ -8,12 +8,16 @@ import urllib.request
 from typing import Any
 
 import pytest
+import yaml
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
+from kubepool.sagemaker_api.keys import KEY_LABEL
+from kubepool.sagemaker_api.kubeaccess import KEYS_TTL_SECONDS
 from kubepool.sagemaker_api.server import MAX_BODY
+from support.operator_cluster import mljob, wait_for
 
 pytestmark = [pytest.mark.cluster]
 ROLE = "arn:aws:iam::111122223333:role/default"
@@ -69,6 +73,10 @@ def test_hostile_input_gets_the_aws_error_and_creates_nothing(sagemaker_api: Any
     big = json.dumps(_request("e", pool, Environment={"X": "y" * (10 * 1024 * 1024)})).encode()
     status, body = _raw(sagemaker_api.endpoint, key, big)
     assert (status, body["__type"]) == (413, "ValidationException") and len(big) > MAX_BODY
+    no_output = _request("g", pool)
+    del no_output["OutputDataConfig"]  # required by SageMaker's model (boto3 would not send it): checked against it
+    status, body = _raw(sagemaker_api.endpoint, key, json.dumps(no_output).encode())
+    assert (status, body["__type"]) == (400, "ValidationException") and "OutputDataConfig" in body["message"]
     forged = sagemaker_api.client("sagemaker", type(key)(key.key_id, "x" * 40, namespace))
     assert _code(lambda: forged.create_training_job(**_request("f", pool))) == "InvalidSignatureException"
     unknown = sagemaker_api.client("sagemaker", type(key)("KP" + "Z" * 18, key.secret, namespace))
@@ -85,8 +93,12 @@ def test_another_namespaces_key_sees_nothing(sagemaker_api: Any, sagemaker_key: 
     pool = compute_pool("cpu")
     mine = sagemaker_api.client("sagemaker", sagemaker_key(namespace))
     mine.create_training_job(**_request("kept", pool))
+    # An MLJob made another way (kubectl) is not a training job of this API.
+    plain = mljob("plain", computePool=pool, entrypoint={"command": ["true"]})
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(plain), check=True)
+    assert _code(lambda: mine.describe_training_job(TrainingJobName="plain")) == "ResourceNotFound"
     # No operator runs here: the job exists only as the MLJob.
-    assert _jobs(kubectl, namespace) == ["kept"]
+    assert _jobs(kubectl, namespace) == ["kept", "plain"]
     assert mine.describe_training_job(TrainingJobName="kept")["TrainingJobStatus"] == "InProgress"
     assert _code(lambda: mine.create_training_job(**_request("kept", pool))) == "ResourceInUse"
     with kubectl.fresh_namespace(f"{namespace[:50]}-other") as other:
@@ -94,11 +106,31 @@ def test_another_namespaces_key_sees_nothing(sagemaker_api: Any, sagemaker_key: 
         assert _code(lambda: theirs.describe_training_job(TrainingJobName="kept")) == "ResourceNotFound"
         assert _code(lambda: theirs.stop_training_job(TrainingJobName="kept")) == "ResourceNotFound"
         arn = mine.describe_training_job(TrainingJobName="kept")["TrainingJobArn"]
+        theirs.create_training_job(**_request("kept", pool, Tags=[{"Key": "owner", "Value": "other"}]))
+        # My job's ARN names my namespace: never their same-named job, never mine.
         assert _code(lambda: theirs.list_tags(ResourceArn=arn)) == "ResourceNotFound"
-        assert theirs.list_training_jobs()["TrainingJobSummaries"] == []
+        assert _code(lambda: theirs.add_tags(ResourceArn=arn, Tags=[{"Key": "a", "Value": "b"}])) == "ResourceNotFound"
+        assert [r["TrainingJobArn"] for r in theirs.list_training_jobs()["TrainingJobSummaries"]] == [
+            arn.replace(namespace, other)]
         # A key whose ServiceAccount has no rights: RBAC (through impersonation) refuses, nothing is made.
         bare = sagemaker_api.client("sagemaker", sagemaker_key(other, "nobody", rights=False))
         assert _code(lambda: bare.create_training_job(**_request("x", pool, RoleArn=ROLE.replace("default", "nobody")))) \
             == "AccessDeniedException"
-        assert _jobs(kubectl, other) == []
-    assert mine.list_training_jobs()["TrainingJobSummaries"][0]["TrainingJobName"] == "kept"
+        assert _jobs(kubectl, other) == ["kept"]
+    assert [r["TrainingJobName"] for r in mine.list_training_jobs()["TrainingJobSummaries"]] == ["kept"]
+    assert mine.list_tags(ResourceArn=arn)["Tags"] == []
+
+
+def test_a_deleted_key_stops_working(sagemaker_api: Any, sagemaker_key: Any, kubectl: Any, namespace: str) -> None:
+    key = sagemaker_key(namespace)
+    sm = sagemaker_api.client("sagemaker", key)
+    assert sm.list_training_jobs()["TrainingJobSummaries"] == []
+    kubectl("delete", "secret", "-n", namespace, "-l", f"{KEY_LABEL}=true", check=True)
+
+    def refused() -> bool:
+        try:
+            sm.list_training_jobs()
+        except ClientError as err:
+            return bool(err.response["Error"]["Code"] == "UnrecognizedClientException")
+        return False
+    wait_for(refused, KEYS_TTL_SECONDS + 5, "the deleted key refused")

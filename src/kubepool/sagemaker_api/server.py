@@ -36,13 +36,13 @@ def _answer(body: dict[str, Any], status: int = 200) -> web.Response:
 
 
 async def _read_body(request: web.Request) -> bytes:
-    """The body, refused past MAX_BODY before it is read whole (a declared length) or as it streams in."""
-    if (request.content_length or 0) > MAX_BODY:
-        raise errors.too_large(MAX_BODY)
-    body = await request.content.read(MAX_BODY + 1)
-    if len(body) > MAX_BODY:
-        raise errors.too_large(MAX_BODY)
-    return body
+    """The body, refused past MAX_BODY (never more than that is read)."""
+    body = bytearray()
+    while chunk := await request.content.read(64 * 1024):
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise errors.too_large(MAX_BODY)
+    return bytes(body)
 
 
 async def _dispatch(request: web.Request, body: bytes) -> tuple[str, dict[str, Any]]:

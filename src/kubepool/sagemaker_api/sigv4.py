@@ -55,6 +55,7 @@ def _canonical_query(raw_query: str) -> str:
 
 def canonical_request(method: str, raw_path: str, raw_query: str, headers: Mapping[str, str],
                       signed: Sequence[str], body: bytes) -> str:
+    """The body's own hash, never a declared X-Amz-Content-SHA256 (an unsigned or mismatched payload fails)."""
     lower = {k.lower(): v for k, v in headers.items()}
     lines = "".join(f"{h}:{' '.join(lower.get(h, '').split())}\n" for h in signed)
     return "\n".join([method.upper(), _canonical_uri(raw_path), _canonical_query(raw_query), lines,
@@ -94,9 +95,6 @@ def verify(method: str, raw_path: str, raw_query: str, headers: Mapping[str, str
         raise errors.invalid_signature("Credential date does not match X-Amz-Date")
     if abs((now or datetime.now(UTC)) - when) > MAX_SKEW:
         raise errors.invalid_signature("Signature expired: the request's date is more than 15 minutes away")
-    declared = lower.get("x-amz-content-sha256")
-    if declared is not None and declared != hashlib.sha256(body).hexdigest():
-        raise errors.invalid_signature("X-Amz-Content-SHA256 is not the body's (an unsigned payload is refused)")
     secret = secret_of(key_id)
     if secret is None:
         raise errors.unrecognized_client()
