@@ -36,9 +36,21 @@ def test_the_url_is_the_services_as_the_clients_reach_it() -> None:
         smcli.service_url({**svc, "spec": {"ports": []}})
     lines = smcli.exports("http://a:8080", None, ("KPID", "s/cr+t"))
     assert exported("\n".join(lines)) == {"AWS_ENDPOINT_URL_SAGEMAKER": "http://a:8080",
-                                          "AWS_ENDPOINT_URL_LOGS": "http://a:8080", "AWS_ACCESS_KEY_ID": "KPID",
-                                          "AWS_SECRET_ACCESS_KEY": "s/cr+t"}
+                                          "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": "http://a:8080",
+                                          "AWS_ACCESS_KEY_ID": "KPID", "AWS_SECRET_ACCESS_KEY": "s/cr+t"}
     assert any(line.startswith("# AWS_ENDPOINT_URL_S3") for line in lines)
+
+
+@pytest.mark.parametrize("service", ["sagemaker", "logs", "s3"])
+def test_the_variables_are_the_ones_boto3_reads(service: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """boto3 itself, given only the printed variables, talks to the printed endpoints (the service-specific
+    variable's name comes from botocore's service id: CloudWatch Logs' is cloudwatch-logs)."""
+    url = f"http://{service}.example:8080"
+    lines = smcli.exports(url, url)
+    for var, value in exported("\n".join(lines)).items():
+        monkeypatch.setenv(var, value)
+    made = boto3.client(service, region_name=REGION, aws_access_key_id="KP", aws_secret_access_key="x")
+    assert made.meta.endpoint_url == url
 
 
 def release_service(kubectl: Any, namespace: str, s3: str | None) -> None:
@@ -54,7 +66,7 @@ def release_service(kubectl: Any, namespace: str, s3: str | None) -> None:
 @pytest.mark.cluster
 def test_create_key_makes_a_key_the_server_takes_and_env_prints_the_services_variables(
         cluster: Any, kubectl: Any, namespace: str, sagemaker_api: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from sagemaker_api.conftest import grant_user_rights
+    from support.sagemaker_api import grant_user_rights
 
     release_service(kubectl, namespace, "http://minio.data.svc:9000")
     conn = ["--kubeconfig", str(cluster.kubeconfig), "-n", namespace]
@@ -62,7 +74,8 @@ def test_create_key_makes_a_key_the_server_takes_and_env_prints_the_services_var
     url = f"http://kp-sagemaker-api.{namespace}.svc:8080"
 
     assert cli.main(["sagemaker", "env", *conn, *release]) == 0
-    assert exported(capsys.readouterr().out) == {"AWS_ENDPOINT_URL_SAGEMAKER": url, "AWS_ENDPOINT_URL_LOGS": url,
+    assert exported(capsys.readouterr().out) == {"AWS_ENDPOINT_URL_SAGEMAKER": url,
+                                                  "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": url,
                                                   "AWS_ENDPOINT_URL_S3": "http://minio.data.svc:9000"}
 
     kubectl("create", "serviceaccount", "trainer", "-n", namespace, check=True)

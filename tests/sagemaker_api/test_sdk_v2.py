@@ -8,6 +8,7 @@ variables and a key set. One SDK run, three jobs side by side:
 - a `PyTorch` (image_uri given: no image lookup) whose script raises: its `wait()` raises the SDK's own
   UnexpectedStatusException with the script's words;
 - a script that sleeps: `stop()` while it runs, and it ends Stopped.
+The SDK's telemetry is opted out in its own config file (it would call amazonaws.com).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import pytest
 import yaml
 
 from kubepool import naming
-from sagemaker_api.conftest import REGION, start_sagemaker_api
 from support.operator_cluster import Operator
 from support.s3 import CREDENTIALS, client, s3_server
+from support.sagemaker_api import REGION, start_sagemaker_api
 from support.sagemaker_clients import clients_env, clients_venv
 
 pytestmark = [pytest.mark.cluster]
@@ -95,7 +96,7 @@ deadline = time.monotonic() + 120
 while sm.describe_training_job(TrainingJobName=name)["SecondaryStatus"] != "Training":
     assert time.monotonic() < deadline, sm.describe_training_job(TrainingJobName=name)
     time.sleep(1)
-sleeper.stop()
+sleeper.latest_training_job.stop()
 sleeper.latest_training_job.wait(logs="None")
 result(what="stopped", status=sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"])
 """
@@ -142,6 +143,10 @@ def test_the_sagemaker_sdk_trains_fails_and_stops_jobs_unchanged(
         (src / name).write_text(text)
     cfg = {"region": REGION, "bucket": BUCKET, "type": INSTANCE_TYPE, "src": str(src),
            "role": "arn:aws:iam::123456789012:role/default"}  # the key acts as the namespace's default account
+    config = tmp_path / ".config" / "sagemaker" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(yaml.safe_dump({"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {
+        "TelemetryOptOut": True}}}}))
     env = clients_env(tmp_path, server_with_s3.endpoint, s3_endpoint, key.key_id, key.secret, REGION)
     proc = subprocess.run([str(venv / "bin" / "python"), "-c", DRIVER, json.dumps(cfg)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=SDK_TIMEOUT_S)

@@ -14,7 +14,9 @@ from kubepool.sagemaker_api import keys
 SERVICE_SUFFIX = "-sagemaker-api"  # the chart's Service: <release>-sagemaker-api
 # On the Service: the S3-compatible endpoint the platform team gave the jobs, for the clients' AWS_ENDPOINT_URL_S3.
 S3_ENDPOINT_ANNOTATION = "kubepool.dev/s3-endpoint-url"
-API_VARIABLES = ("AWS_ENDPOINT_URL_SAGEMAKER", "AWS_ENDPOINT_URL_LOGS")
+# botocore's service-specific endpoint variables (AWS_ENDPOINT_URL_<service id>): CloudWatch Logs' service id is
+# cloudwatch-logs, so its variable is ..._CLOUDWATCH_LOGS (an AWS_ENDPOINT_URL_LOGS is read by no AWS SDK).
+API_VARIABLES = ("AWS_ENDPOINT_URL_SAGEMAKER", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")
 S3_VARIABLE = "AWS_ENDPOINT_URL_S3"
 DEFAULT_RELEASE, DEFAULT_RELEASE_NAMESPACE = "kubepool", "kubepool-system"
 
