@@ -8,6 +8,9 @@
 # two share the machine's cores instead of running one after the other. The background's output is shown once
 # the suite is over (its log: .kubepool-test-prepare/realnode-tier.log). Arguments go to every pytest run.
 # REALNODE=0 runs the process-node suite alone (the own-cluster tests included), saying so.
+# KUBEPOOL_TEST_WORKERS (2): the process-node suite's pytest processes (pytest-xdist; 1: a single one). A cluster
+# test spends most of its time waiting on the cluster, so two run side by side: each file's tests on one worker,
+# a test marked `exclusive` alone (tests/conftest.py).
 # KUBEPOOL_PREPARE_WAIT_S (2700): how long to wait, once the suite is over, for the background.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,12 +65,15 @@ fi
 # Ctrl-C reaches pytest, which exits normally: without this the script would go on waiting for the tier.
 trap 'say "interrupted"; exit 130' INT TERM
 
-say "pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone)"
+workers=${KUBEPOOL_TEST_WORKERS:-2}
+parallel=()
+((workers > 1)) && parallel=(-n "$workers" --dist loadgroup)
+say "pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone), on $workers worker(s)"
 deselect=()
 if [[ $realnode != 0 ]]; then
     for t in "${OWN_CLUSTER[@]}"; do deselect+=(--deselect "$t"); done
 fi
-"${PYTEST[@]}" -m "not images and not realnode" "${deselect[@]}" "$@"
+"${PYTEST[@]}" -m "not images and not realnode" "${parallel[@]}" "${deselect[@]}" "$@"
 rc=$?
 [[ $realnode != 0 ]] || exit $rc
 

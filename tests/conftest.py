@@ -121,6 +121,25 @@ def kubectl(cluster: Cluster) -> Kubectl:
     return cluster.kubectl
 
 
+@pytest.fixture(autouse=True)
+def _cluster_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Cluster tests run side by side on the one test cluster (`pytest -n`, several sessions), each in its own
+    namespace; a test marked `exclusive` disturbs the cluster for everyone (restarts its parts, floods it), so it
+    runs alone: it holds back new cluster tests (the turnstile, so it is never starved) and waits for the running
+    ones to end. Taken before the test's function fixtures are set up, given back after they are torn down."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    state_dir = request.getfixturevalue("cluster").state_dir
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with (state_dir / ".turnstile").open("a") as turnstile, (state_dir / ".cluster-tests").open("a") as tests:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield  # closing the files gives both locks back
+
+
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
     """A fresh namespace (with its `default` ServiceAccount ready), deleted after the test."""
@@ -135,7 +154,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         controlplane.ensure_binaries(_reporter(session.config))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `pytest -n N --dist loadgroup` (make test): a file's tests stay on one worker, one at a time (its module
+    # fixtures set up once, its fixed addresses used once at a time), unless the file names a group of its own,
+    # shared with the other files that use the same addresses (`xdist_group`).
+    by_file = getattr(config.option, "dist", "no") == "loadgroup"
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+        if by_file and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

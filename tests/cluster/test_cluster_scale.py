@@ -11,7 +11,7 @@ import pytest
 from kubepool.local import cli, kwok
 from kubetest import Cluster, Kubectl
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.exclusive]  # floods the scheduler and the API server
 NODES, REPLICAS = 100, 1000
 
 

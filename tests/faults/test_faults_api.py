@@ -26,6 +26,7 @@ from kubepool.controller import backoff
 from support.operator_cluster import Operator, wait_for, wait_phase
 
 
+@pytest.mark.exclusive  # every cluster test would see its API server go
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
 def test_control_plane_restart_mid_run(component: str, cluster: Any, kubectl: Any, namespace: str, operator: Operator,
                                        small_pool: Any, recorder: Any) -> None:

@@ -42,6 +42,7 @@ def _t(ts: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # the node goes NotReady under every cluster test
 def test_node_agent_killed(cluster: Any, kubectl: Any, crds: None, namespace: str, tmp_path: Path, small_pool: Any,
                            recorder: Any, operator_kubeconfig: Path) -> None:
     assert "KUBEPOOL_OPERATOR_NODE_LOST_SECONDS" not in os.environ and "KUBEPOOL_OPERATOR_NODE_LOST_SECONDS" not in operator_env()

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from faultkit import (
     Recorder,
@@ -62,6 +63,7 @@ def gc_collects_mljob_dependents(kubectl: Any, namespace: str, pool: str) -> Non
              "the garbage collector to delete a deleted MLJob's ConfigMap (it learns a new CRD within 30 s)")
 
 
+@pytest.mark.exclusive  # the API server restarted under every cluster test
 def test_deletions_in_a_watch_gap_release_capacity(cluster: Any, kubectl: Any, namespace: str, tmp_path: Path,
                                                     operator_kubeconfig: Path, small_pool: Any,
                                                     recorder: Recorder) -> None:

@@ -393,6 +393,7 @@ def _start_agents() -> None:
     )
 
 
+@pytest.mark.exclusive  # a node without its agent under every cluster test
 def test_restarted_agent_adopts_running_pods(cluster: Any, kubectl: Kubectl, namespace: str) -> None:
     script = "import time\nprint('start', flush=True)\ntime.sleep(8)\nprint('end')"
     apply(
@@ -411,6 +412,7 @@ def test_restarted_agent_adopts_running_pods(cluster: Any, kubectl: Kubectl, nam
     assert logs(kubectl, namespace, "survivor").split() == ["start", "end"]
 
 
+@pytest.mark.exclusive  # the node's pods stopped under every cluster test
 def test_stopped_agent_stops_its_pods_and_the_next_one_restarts_them(
     cluster: Any, kubectl: Kubectl, namespace: str
 ) -> None:
@@ -471,6 +473,7 @@ def test_readiness_probe_gates_ready(kubectl: Kubectl, namespace: str) -> None:
     assert {c["type"]: c["status"] for c in ready["status"]["conditions"]}["Ready"] == "True"
 
 
+@pytest.mark.exclusive  # the node and its pods gone under every cluster test
 def test_deleted_node_registers_again(kubectl: Kubectl) -> None:
     node = (
         "gpu-node-2"  # tainted: other tests' pods do not land there, and a deleted Node takes its pods along
