@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 import sys
 
-PARTS = ["distributors", "operator_scale", "live_jobs", "latency", "realnodes", "summary"]  # each is a module bench.<part> with main(argv) -> int
+PARTS = ["distributors", "operator_scale", "live_jobs", "latency", "realnodes", "sagemaker_api", "summary"]  # each is a module bench.<part> with main(argv) -> int
 # `--quick`: the arguments that make each part a smaller run.
 QUICK = {"distributors": ["--repeats", "1"], "operator_scale": ["--quick"], "live_jobs": ["--quick"], "latency": ["--quick"], "realnodes": ["--quick"],
-         "summary": ["--quick"]}
+         "sagemaker_api": ["--quick"], "summary": ["--quick"]}
 
 
 def main(argv: list[str]) -> int:
