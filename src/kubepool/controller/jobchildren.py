@@ -9,7 +9,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kubepool import naming
@@ -24,7 +24,7 @@ from kubepool.controller.builders import (
     build_ray_token_secret,
     build_runtime_rbac,
 )
-from kubepool.controller.builders.common import local_port_shift
+from kubepool.controller.builders.common import Placement, local_port_shift
 from kubepool.controller.builders.raycluster import raycluster_name
 from kubepool.controller.config import RuntimeAccountPolicy
 from kubepool.controller.observed import PodView
@@ -41,10 +41,10 @@ WRITE_CONCURRENCY = 8  # independent child writes of one job in flight at once
 
 
 async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus, plan: Plan,
-                     pools: dict[str, ComputePool]) -> None:
+                     pools: dict[str, ComputePool], layout: Sequence[Placement] | None = None) -> None:
     memo = op.children
     if plan.ensure_children:
-        await _ensure_children(op, job, st, pools)
+        await _ensure_children(op, job, st, pools, layout)
     uid = job.metadata.get("uid", "")
     # Pods created by an earlier pass but not yet in the watch would be planned again (a 409 per pod): remember
     # them until the watch shows them, or EXPECT_POD_SECONDS passed (a create that never landed is retried).
@@ -85,7 +85,8 @@ async def release_pods(op: OperatorState, key: JobKey, pods: list[PodView]) -> N
         await op.api.remove_pod_finalizer(key[0], p.name, p.finalizers, naming.POD_FINALIZER)
 
 
-async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools: dict[str, ComputePool]) -> None:
+async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools: dict[str, ComputePool],
+                           layout: Sequence[Placement] | None) -> None:
     ref = JobRef.of(job)
     await _ensure_runtime_account(op, ref.namespace)
     generation = int(job.metadata.get("generation") or 0)
@@ -100,7 +101,7 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
         writes.append(_create_owned(op, ref, build_ray_token_secret(ref, secrets.token_urlsafe(32))))
     shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
     doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift, admitted_at=st.admitted_at,
-                             store=op.cfg.results_location)
+                             store=op.cfg.results_location, layout=layout)
     writes += [op.api.apply(build_contract_configmap(ref, doc)), _create_owned(op, ref, build_headless_service(ref)),
                _create_owned(op, ref, build_network_policy(ref))]
     await _all(writes)

@@ -12,7 +12,7 @@ from kubepool import naming
 from kubepool.api import Backend, ConditionStatus, InstanceStatus, JobPhase, MLJob, MLJobSpec, MLJobStatus
 from kubepool.controller import vocabulary
 from kubepool.controller.admission import Decision
-from kubepool.controller.builders.common import placement_of
+from kubepool.controller.builders.common import Placement
 from kubepool.controller.observed import PodView
 
 
@@ -33,17 +33,20 @@ class Observed:
     refused: str = ""  # the API server's last refusal of a write of the job's children ("": none since)
     # How long a head-mode job waits, after its head ended, for workers still keeping their outputs (OperatorConfig)
     worker_grace_seconds: int = 30
+    # The job's instance layout, as the pass computed it once (builders.common.laid_out; None: computed here)
+    layout: Sequence[Placement] | None = None
 
 
 
 
 
-def instances_of(job: MLJob, granted: int, pods: Sequence[PodView], attempt: int) -> list[InstanceStatus]:
+def instances_of(job: MLJob, layout: Sequence[Placement], granted: int, pods: Sequence[PodView],
+                 attempt: int) -> list[InstanceStatus]:
     # An instance can have two pods for a while: one leaving (deleted by a shrink) and its successor (KubeRay
     # names pods itself, so a grow right after a shrink makes a new one at once). The live one is the instance.
     mine = {p.instance_id: p for p in sorted((p for p in pods if p.attempt == attempt), key=lambda p: not p.deleting)}
     out = []
-    for inst in placement_of(job)[:granted]:
+    for inst in layout[:granted]:
         pod = mine.get(inst.instance_id)
         out.append(InstanceStatus(
             instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
@@ -78,6 +81,7 @@ class Pass:
     obs: Observed
     # Instances whose pod was scheduled and not yet leaving, as the previous status recorded them.
     placed_before: set[int]
+    layout: Sequence[Placement]  # every instance of the job, in id order (the pass's, `Observed.layout`)
     current: list[PodView] = field(default_factory=list)  # the pods of the attempt that runs (set by _observe)
     head: PodView | None = None
 
@@ -94,4 +98,4 @@ class Pass:
         return True
 
     def observe_instances(self) -> None:
-        self.st.instances = instances_of(self.job, len(self.st.instances), self.obs.pods, self.st.attempt)
+        self.st.instances = instances_of(self.job, self.layout, len(self.st.instances), self.obs.pods, self.st.attempt)

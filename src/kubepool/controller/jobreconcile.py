@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import RAYCLUSTER_CRD
 from kubepool.controller import admission, metrics, vocabulary
-from kubepool.controller.builders.common import placement_of, pools_of
+from kubepool.controller.builders.common import Placement, placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets, shared_claims
 from kubepool.controller.jobchildren import apply_plan, release_pods
 from kubepool.controller.jobstatus import Observed, compute_job_status, ends
@@ -47,9 +48,11 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
             await release_pods(op, key, [p for p in op.view.pods(key) if p.deleting])  # nothing left to decide
             return
         job, body = found
+        # The instance layout, computed once here and passed along (status, plan, children, Kueue, queue).
+        layout = placement_of(job)
         # 0. Kueue's gate, where the operator acts for Kueue: a queued job held or released changes its spec,
         # and the pass that change brings decides from there.
-        if await kueue_step(op, key, job, job.status):
+        if await kueue_step(op, key, job, job.status, layout):
             return
         prev = job.status
         pods = op.view.pods(key, job.metadata.get("uid", ""))
@@ -57,17 +60,17 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
         pools = op.view.pools()
         backend = job.spec.backend or op.cfg.default_backend
         # 1. the status, persisted before anything is created
-        new = await _decide_and_write(op, key, job, pods, pools, backend)
+        new = await _decide_and_write(op, key, job, layout, pods, pools, backend)
         # 2. the queue, woken right after the status is persisted, before the children: if creating them fails,
         # the retried pass sees no transition any more and the jobs queued behind this one would never be woken.
-        _wake_queue(op, job, prev, new)
+        _wake_queue(op, pools_of(job, layout), prev, new)
         # 3. the Event and the metrics of the transition, for the same reason before the children
         _announce(op, body, prev, new)
-        metrics.observe_job(job.metadata.get("creationTimestamp"), new.pools or ",".join(pools_of(job)), prev, new)
+        metrics.observe_job(job.metadata.get("creationTimestamp"), new.pools or ",".join(pools_of(job, layout)), prev, new)
         # 4. the children, and 5. the next deadline
-        plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now(), backend=backend)
+        plan = plan_job(job, new, pods, pools, cfg=op.cfg, now=_now(), backend=backend, layout=layout)
         try:
-            await apply_plan(op, key, job, new, plan, pools)
+            await apply_plan(op, key, job, new, plan, pools, layout)
         except KubeError as e:
             if e.refused:
                 await _refused(op, key, job, body, pods, backend, new, str(e))
@@ -81,8 +84,8 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
 
-async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: list[PodView],
-                            pools: dict[str, ComputePool], backend: Backend) -> MLJobStatus:
+async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, layout: Sequence[Placement],
+                            pods: list[PodView], pools: dict[str, ComputePool], backend: Backend) -> MLJobStatus:
     """The job's next status, written (or, when not decisive, scheduled by the status writer). A job not yet
     admitted, or resized while admitted (scale_cluster patched targetInstances or an instanceCount), is
     decided and reserved under the admission lock, so two jobs never take the same capacity."""
@@ -98,7 +101,7 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
     credentials = {s: await op.api.labels_of("v1", "Secret", key[0], s) for s in credentials_secrets(job)} if admitting else {}
 
     resized = (not admitting and not finished and not paused and prev is not None
-               and len(placement_of(job)) != len(prev.instances))
+               and len(layout) != len(prev.instances))
     # And the claims every instance writes: several nodes can mount them all only when ReadWriteMany.
     claims = {c: await op.api.access_modes_of(key[0], c) for c in shared_claims(job)} if admitting else {}
 
@@ -106,6 +109,7 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
         return compute_job_status(job, Observed(pods=pods, now=_now(), decision=decision, backend=backend,
                                                 kuberay_installed=kuberay, credentials=credentials,
                                                 claim_modes=claims, worker_grace_seconds=op.cfg.worker_grace_seconds,
+                                                layout=layout,
                                                 refused=op.children.refused.get(job.metadata.get("uid", ""), "")))
     if not admitting and not resized:
         new = status()
@@ -113,7 +117,7 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, pods: li
         return new
     async with op.queue.admission_lock:
         capacity = {name: p.spec.max_nodes for name, p in pools.items()}
-        claim = claim_of(job, *key)
+        claim = claim_of(job, *key, layout=layout)
         others = op.view.claims(claim.pools)  # only claims sharing a pool bear on this one
         if admitting:
             suspended = [name for name, p in pools.items() if p.spec.suspend]
@@ -159,13 +163,13 @@ def _queue_moved(prev: MLJobStatus | None, new: MLJobStatus) -> bool:
             or (prev is not None and len(prev.instances) > len(new.instances)))
 
 
-def _wake_queue(op: OperatorState, job: MLJob, prev: MLJobStatus | None, new: MLJobStatus) -> None:
+def _wake_queue(op: OperatorState, pools: list[str], prev: MLJobStatus | None, new: MLJobStatus) -> None:
     """Jobs waiting on the job's pools decide again when the queue moved; the pools' status follows any
     transition."""
     if _queue_moved(prev, new):
-        op.queue.trigger_waiting(pools_of(job))
+        op.queue.trigger_waiting(pools)
     elif prev is None or (prev.phase, prev.reason, prev.admitted_at) != (new.phase, new.reason, new.admitted_at):
-        op.queue.refresh_pools(pools_of(job))
+        op.queue.refresh_pools(pools)
 
 
 def _announce(op: OperatorState, body: dict[str, Any], prev: MLJobStatus | None, new: MLJobStatus) -> None:

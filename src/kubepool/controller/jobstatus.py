@@ -10,7 +10,7 @@ from kubepool import naming
 from kubepool.api import JobPhase, MLJob, MLJobStatus
 from kubepool.api.mljob import JobOutputs
 from kubepool.contract import RunMode, output_artifacts
-from kubepool.controller.builders.common import placement_of
+from kubepool.controller.builders.common import laid_out
 from kubepool.controller.builders.jobcontract import output_target
 from kubepool.controller.builders.layout import layout_record
 from kubepool.controller.jobconditions import job_conditions
@@ -28,7 +28,8 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
     # previous status, which other readers hold, stays as it was; a deep copy was most of a pass's CPU.
     st = prev.model_copy()
     st.target_instances, st.min_instances = job.spec.resolved_target(), job.spec.resolved_min()
-    st.pools = ",".join(dict.fromkeys(p.pool for p in placement_of(job)))
+    layout = laid_out(job, obs.layout)  # once per status: the steps share it
+    st.pools = ",".join(dict.fromkeys(p.pool for p in layout))
     st.instance_layout = layout_record(job)  # what every reader derives from the spec and `prev` (builders.layout)
     generation = job.metadata.get("generation")
     st.observed_generation = generation
@@ -39,9 +40,9 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
             seen = {p.instance_id for p in obs.pods if p.attempt == st.attempt}
             last = {i.instance_id: i for i in prev.instances}
             st.instances = [i if i.instance_id in seen or i.instance_id not in last else last[i.instance_id]
-                            for i in instances_of(job, len(st.instances), obs.pods, st.attempt)]
+                            for i in instances_of(job, layout, len(st.instances), obs.pods, st.attempt)]
     else:
-        advance(job, st, obs)
+        advance(job, st, obs, layout)
         # Only where a dashboard runs: head mode (the others start no Ray) with spec.ray.dashboard on.
         if st.admitted_at is not None and st.phase is JobPhase.RUNNING and job.spec.ray.dashboard \
                 and job.spec.mode is RunMode.HEAD:

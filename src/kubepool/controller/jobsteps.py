@@ -11,7 +11,7 @@ from kubepool.api import Backend, JobPhase, MLJob, MLJobStatus
 from kubepool.contract import RunMode, runtime_failure_error, runtime_failure_reason
 from kubepool.controller import vocabulary
 from kubepool.controller.admission import Decision
-from kubepool.controller.builders.common import placement_of
+from kubepool.controller.builders.common import Placement
 from kubepool.controller.builders.pods import shared_claims
 from kubepool.controller.jobpass import Observed, Pass, first_admitted, instances_of
 from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED, PodView
@@ -87,7 +87,7 @@ def refused_volumes(job: MLJob, instances: int, modes: Mapping[str, Sequence[str
 
 
 def _volumes_refused(p: Pass) -> bool:
-    message = refused_volumes(p.job, len(placement_of(p.job)), p.obs.claim_modes)
+    message = refused_volumes(p.job, len(p.layout), p.obs.claim_modes)
     return bool(message) and p.finish(JobPhase.FAILED, vocabulary.VOLUME_NOT_SHARED, message)
 
 
@@ -96,14 +96,14 @@ def _admission(p: Pass) -> bool:
     new grant (scale_cluster resized it)."""
     st, decision = p.st, p.obs.decision
     if st.admitted_at is None:
-        d = decision or Decision(False, reason="Pending", message="waiting for admission")
+        d = decision or Decision(False, reason=vocabulary.PENDING, message="waiting for admission")
         if not d.admitted:
             st.phase, st.reason, st.message = JobPhase.PENDING, d.reason, d.message
             return True
         st.admitted_at = p.now
-        st.instances = instances_of(p.job, d.granted, [], st.attempt)
+        st.instances = instances_of(p.job, p.layout, d.granted, [], st.attempt)
     elif decision is not None and decision.admitted and decision.granted != len(st.instances):
-        st.instances = instances_of(p.job, decision.granted, p.obs.pods, st.attempt)
+        st.instances = instances_of(p.job, p.layout, decision.granted, p.obs.pods, st.attempt)
     return False
 
 
@@ -295,11 +295,12 @@ STEPS: tuple[Callable[[Pass], bool], ...] = (
 )
 
 
-def advance(job: MLJob, st: MLJobStatus, obs: Observed) -> None:
+def advance(job: MLJob, st: MLJobStatus, obs: Observed, layout: Sequence[Placement]) -> None:
     """Move an unfinished job along PENDING → RUNNING → DONE/FAILED: the first of STEPS that decides wins."""
     # A pod that was already Terminating when its entry was written is the leftover of a shrink (scale_cluster
     # down, then up again), not a member that can be lost.
-    p = Pass(job, st, obs, placed_before={i.instance_id for i in st.instances if i.node and i.phase != vocabulary.TERMINATING})
+    p = Pass(job, st, obs, placed_before={i.instance_id for i in st.instances if i.node and i.phase != vocabulary.TERMINATING},
+             layout=layout)
     for step in STEPS:
         if step(p):
             return

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller import kueue
-from kubepool.controller.builders.common import Obj, placement_of
+from kubepool.controller.builders.common import Obj, Placement, laid_out
 from kubepool.controller.builders.podsettings import ANNOTATION_KUEUE_PLACEMENT
 from kubepool.controller.builders.workload import build_workload
 from kubepool.controller.view import JobKey
@@ -24,16 +25,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def kueue_step(op: OperatorState, key: JobKey, job: MLJob, status: MLJobStatus | None) -> bool:
-    """Carry out Kueue's next steps for the job; True when it changed the job's spec.suspend."""
+async def kueue_step(op: OperatorState, key: JobKey, job: MLJob, status: MLJobStatus | None,
+                     layout: Sequence[Placement] | None = None) -> bool:
+    """Carry out Kueue's next steps for the job; True when it changed the job's spec.suspend. `layout`: the pass's,
+    when `status` is the one the pass began with."""
     queue = kueue.queue_of(job)
     if not op.cfg.kueue or not queue:
         return False
     job = job.model_copy(update={"status": status})
+    layout = laid_out(job, layout)
     uid = job.metadata.get("uid", "")
     now = datetime.now(UTC)
     try:
-        wanted = build_workload(job, op.view.pools(), op.cfg, queue)
+        wanted = build_workload(job, op.view.pools(), op.cfg, queue, layout)
     except ValueError:  # a pool not there (yet): the job's status says so; the Workload waits for it
         wanted = None
     steps = kueue.decide(job, op.view.workloads(key, uid), wanted, now)
@@ -49,7 +53,7 @@ async def kueue_step(op: OperatorState, key: JobKey, job: MLJob, status: MLJobSt
         await op.api.delete_object(naming.KUEUE_API_VERSION, naming.WORKLOAD_KIND, ns, stale)
     if steps.create is not None and await op.api.create_if_absent(steps.create):
         log.info("MLJob %s/%s: Workload %s created in LocalQueue %s", ns, name, steps.create["metadata"]["name"], queue)
-    if steps.suspend is not None and not await _suspend(op, key, job, steps):
+    if steps.suspend is not None and not await _suspend(op, key, job, steps, layout):
         return False
     if steps.pods_ready is not None:
         await op.api.replace_status(steps.workload, kueue.with_condition(steps.workload, steps.pods_ready))
@@ -62,7 +66,8 @@ async def kueue_step(op: OperatorState, key: JobKey, job: MLJob, status: MLJobSt
     return steps.suspend is not None
 
 
-async def _suspend(op: OperatorState, key: JobKey, job: MLJob, steps: kueue.Steps) -> bool:
+async def _suspend(op: OperatorState, key: JobKey, job: MLJob, steps: kueue.Steps,
+                   layout: Sequence[Placement]) -> bool:
     """Suspend the job, or resume it with its admission's placement (the assigned ResourceFlavors' nodeLabels
     and tolerations, per group); an admission the job cannot honour leaves it suspended, with a Warning Event
     (Kueue's waitForPodsReady, where on, then evicts it). False when it stayed as it was."""
@@ -76,7 +81,7 @@ async def _suspend(op: OperatorState, key: JobKey, job: MLJob, steps: kueue.Step
         for flavor in {f for fs in kueue.flavors_of(admitted).values() for f in fs}:
             flavors[flavor] = await op.api.get_object(naming.KUEUE_API_VERSION, "ResourceFlavor", None, flavor) or {}
         try:
-            placed = kueue.placement(admitted, flavors, _selectors(job, op.view.pools()))
+            placed = kueue.placement(admitted, flavors, _selectors(layout, op.view.pools()))
         except ValueError as e:
             message = f"Kueue's admission cannot be honoured: {e}; the job stays suspended"
             log.warning("MLJob %s/%s: %s", ns, name, message)
@@ -93,10 +98,10 @@ async def _suspend(op: OperatorState, key: JobKey, job: MLJob, steps: kueue.Step
     return True
 
 
-def _selectors(job: MLJob, pools: dict[str, ComputePool]) -> dict[str, dict[str, str]]:
+def _selectors(layout: Sequence[Placement], pools: dict[str, ComputePool]) -> dict[str, dict[str, str]]:
     """Each pod set's pool nodeSelector (a flavor's nodeLabels must agree with it)."""
     out: dict[str, dict[str, str]] = {}
-    for inst in placement_of(job):
+    for inst in layout:
         pool = pools.get(inst.pool)
         out.setdefault(naming.dns_label(inst.group), dict(pool.spec.node_selector) if pool is not None else {})
     return out

@@ -14,6 +14,7 @@ from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.controller import jobstatus as job_status
 from kubepool.controller import vocabulary
 from kubepool.controller.builders import JobRef, Obj, build_endpoint_slice, build_instance_pods
+from kubepool.controller.builders.common import Placement, laid_out
 from kubepool.controller.builders.raycluster import build_raycluster
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.jobsteps import workers_deadline
@@ -47,10 +48,12 @@ class Plan:
 
 
 def plan_job(job: MLJob, st: MLJobStatus, pods: Sequence[PodView], pools: dict[str, ComputePool], *,
-             cfg: OperatorConfig, now: datetime, backend: Backend = Backend.PODS) -> Plan:
-    """The plan of one pass: the steps below, in order (an unfinished job's steps, or a finished job's)."""
+             cfg: OperatorConfig, now: datetime, backend: Backend = Backend.PODS,
+             layout: Sequence[Placement] | None = None) -> Plan:
+    """The plan of one pass: the steps below, in order (an unfinished job's steps, or a finished job's). `layout`:
+    the pass's (builders.common.laid_out)."""
     plan = Plan()
-    ctx = _Context(job, st, pods, pools, cfg, now, backend is Backend.KUBERAY)
+    ctx = _Context(job, st, pods, pools, cfg, now, backend is Backend.KUBERAY, laid_out(job, layout))
     _release_held_pods(ctx, plan)
     if st.reason == vocabulary.SUSPENDED and st.phase is JobPhase.PENDING:
         _suspended(ctx, plan)
@@ -72,6 +75,7 @@ class _Context:
     cfg: OperatorConfig
     now: datetime
     kuberay: bool
+    layout: Sequence[Placement]
 
     @property
     def live(self) -> list[PodView]:
@@ -118,7 +122,7 @@ def _instances(c: _Context, plan: Plan) -> None:
         for p in beyond:
             doomed.setdefault(p.group, []).append(p.name)
         plan.apply_raycluster = build_raycluster(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg,
-                                                 workers_to_delete=doomed)
+                                                 workers_to_delete=doomed, layout=c.layout)
         # A first group shrunk back to the head alone has no worker group any more, and KubeRay leaves the pods
         # of a group it no longer has: the operator deletes them (the outcome finalizer is released as usual).
         kept_groups = {g["groupName"] for g in plan.apply_raycluster["spec"].get("workerGroupSpecs") or []}
@@ -129,7 +133,7 @@ def _instances(c: _Context, plan: Plan) -> None:
     # that never comes (minInstances < targetInstances on a pool short of nodes).
     head_placed = any(p.is_head and p.node and p.attempt == st.attempt and not p.deleting for p in pods)
     plan.create_pods = build_instance_pods(c.job, c.pools, granted=granted, attempt=st.attempt, cfg=c.cfg,
-                                           head_only=not head_placed, skip={p.name for p in pods})
+                                           head_only=not head_placed, skip={p.name for p in pods}, layout=c.layout)
     plan.delete_pods = [p.name for p in beyond]
 
 

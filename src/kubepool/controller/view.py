@@ -6,7 +6,7 @@ the API; everything is rebuilt from the watches after a restart."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,7 @@ from kubepool import naming
 from kubepool.api import ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.controller import vocabulary
 from kubepool.controller.admission import Claim
-from kubepool.controller.builders.common import placement_of
+from kubepool.controller.builders.common import Placement, laid_out
 from kubepool.controller.observed import NodeView, PlaceholderView, PodView
 
 log = logging.getLogger(__name__)
@@ -311,13 +311,13 @@ def _newest(bodies: list[dict[str, Any]]) -> dict[str, Any] | None:
                                       int((b.get("metadata") or {}).get("resourceVersion") or 0)))
 
 
-def claim_of(job: MLJob, namespace: str, name: str) -> Claim:
+def claim_of(job: MLJob, namespace: str, name: str, layout: Sequence[Placement] | None = None) -> Claim:
     st = job.status or MLJobStatus()
     # Its place in the queue: its creation, or when it was last resumed (RFC 3339, as creationTimestamp, so
     # that the two sort together as text).
     since = st.queued_at.strftime("%Y-%m-%dT%H:%M:%SZ") if st.queued_at else str(job.metadata.get("creationTimestamp", ""))
     return Claim(
         namespace=namespace, name=name, created=since,
-        pools=tuple(p.pool for p in placement_of(job)), min_instances=job.spec.resolved_min(),
+        pools=tuple(p.pool for p in laid_out(job, layout)), min_instances=job.spec.resolved_min(),
         granted=len(st.instances) if st.admitted_at is not None else 0,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -86,6 +87,12 @@ def placement_of(job: MLJob, st: MLJobStatus | None = None) -> list[Placement]:
     return sorted(out, key=lambda p: p.instance_id)
 
 
+def laid_out(job: MLJob, layout: Sequence[Placement] | None) -> Sequence[Placement]:
+    """The job's layout as its pass computed it once (`placement_of`) and passed along; computed here only for a
+    builder or decision called on its own (tests, benchmarks, the claims index)."""
+    return layout if layout is not None else placement_of(job)
+
+
 def pool_image(pool: ComputePool, default_image: str, gpu_image: str) -> str:
     """The image a pool's instances run unless their job names one: the pool's own, else the operator's for the
     pool's hardware (CPU torch cannot use a GPU node's devices)."""
@@ -94,9 +101,9 @@ def pool_image(pool: ComputePool, default_image: str, gpu_image: str) -> str:
     return (gpu_image or default_image) if pool.spec.instance_size().gpus else default_image
 
 
-def pools_of(job: MLJob) -> list[str]:
+def pools_of(job: MLJob, layout: Sequence[Placement] | None = None) -> list[str]:
     """The job's pool names, in first-use order."""
-    return list(dict.fromkeys(p.pool for p in placement_of(job)))
+    return list(dict.fromkeys(p.pool for p in laid_out(job, layout)))
 
 
 def pool_named(pools: dict[str, ComputePool], name: str) -> ComputePool:

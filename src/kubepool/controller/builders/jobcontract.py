@@ -3,13 +3,14 @@ pools, with `contract.build_contract`. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from kubepool import contract, naming
 from kubepool.api import Channel as ApiChannel
 from kubepool.api import ComputePool, MLJob
 from kubepool.api.mljob import OutputLocation, S3Source
-from kubepool.controller.builders.common import JobRef, parse_quantity, placement_of, pool_named
+from kubepool.controller.builders.common import JobRef, Placement, laid_out, parse_quantity, pool_named
 from kubepool.controller.builders.layout import instance_ids
 
 CHANNELS_DIR = "/opt/kubepool/channels"  # PVC and ConfigMap channels are mounted at CHANNELS_DIR/<name>
@@ -54,9 +55,9 @@ def results_store(job: MLJob, store: S3Source | None) -> tuple[contract.OutputTa
     return contract.OutputTarget(location=uri, s3_uri=uri, s3_endpoint_url=store.endpoint_url), store.credentials_secret
 
 
-def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
+def _groups(job: MLJob, pools: dict[str, ComputePool], layout: Sequence[Placement]) -> list[contract.Group]:
     counts: dict[str, tuple[str, int]] = {}
-    for p in placement_of(job):
+    for p in layout:
         pool, n = counts.get(p.group, (p.pool, 0))
         counts[p.group] = (pool, n + 1)
     declared = {g.name: g.instance_type for g in job.spec.instance_groups or ()}
@@ -75,10 +76,11 @@ def _groups(job: MLJob, pools: dict[str, ComputePool]) -> list[contract.Group]:
 
 def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: int = 0,
                        port_shift: int = 0, admitted_at: datetime | None = None,
-                       store: S3Source | None = None) -> contract.JobContract:
+                       store: S3Source | None = None,
+                       layout: Sequence[Placement] | None = None) -> contract.JobContract:
     """The contract of `attempt`: instance pods carry that attempt's names. `port_shift` moves the head's
     Ray ports (local clusters, see `local_port_shift`); `admitted_at` starts the head's instances timeout;
-    `store` is the operator's results store (`results_store`).
+    `store` is the operator's results store (`results_store`); `layout`: the pass's (`laid_out`).
 
     Raises:
         ValueError: a pool of the job is not in `pools`.
@@ -89,7 +91,7 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
         job_name=ref.name,
         namespace=ref.namespace,
         job_uid=ref.uid,
-        groups=_groups(job, pools),
+        groups=_groups(job, pools, laid_out(job, layout)),
         target_instances=spec.resolved_target(),
         min_instances=spec.resolved_min(),
         instances_timeout_seconds=spec.instances_timeout_seconds,

@@ -4,7 +4,7 @@ level. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Sequence
 
 from kubepool import contract, naming
 from kubepool.api import ComputePool, MLJob
@@ -13,8 +13,8 @@ from kubepool.controller.builders.common import (
     JobRef,
     Obj,
     Placement,
+    laid_out,
     local_port_shift,
-    placement_of,
     pool_image,
     pool_named,
 )
@@ -272,10 +272,12 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
 
 
 def build_instance_pods(job: MLJob, pools: dict[str, ComputePool], *, granted: int, attempt: int,
-                        cfg: OperatorConfig, head_only: bool = False, skip: Container[str] = ()) -> list[Obj]:
+                        cfg: OperatorConfig, head_only: bool = False, skip: Container[str] = (),
+                        layout: Sequence[Placement] | None = None) -> list[Obj]:
     """Pods of the first `granted` instances (admission grants a prefix that contains the head); with `head_only`,
-    only the head's. Pods named in `skip` (they exist) are not built: a pass builds only what it may create."""
+    only the head's. Pods named in `skip` (they exist) are not built: a pass builds only what it may create.
+    `layout`: the pass's (`laid_out`)."""
     name = JobRef.of(job).name
     return [build_instance_pod(job, pool_named(pools, p.pool), p, attempt=attempt, cfg=cfg)
-            for p in placement_of(job)[:granted]
+            for p in laid_out(job, layout)[:granted]
             if not (head_only and p.instance_id != 0) and naming.pod_name(name, p.group, p.rank, attempt) not in skip]

@@ -20,7 +20,7 @@ job's group, whose new instances took new ids). The operator maps pods to instan
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from kubepool import contract, naming
 from kubepool.api import ComputePool, MLJob
@@ -37,8 +37,8 @@ from kubepool.controller.builders.common import (
     JobRef,
     Obj,
     Placement,
+    laid_out,
     local_port_shift,
-    placement_of,
     pool_named,
 )
 from kubepool.controller.builders.pods import build_instance_pod, joined_check
@@ -104,12 +104,13 @@ def _template(job: MLJob, pool: ComputePool, inst: Placement, *, attempt: int, c
 
 
 def build_raycluster(job: MLJob, pools: dict[str, ComputePool], *, granted: int, attempt: int,
-                     cfg: OperatorConfig, workers_to_delete: Mapping[str, list[str]] | None = None) -> Obj:
+                     cfg: OperatorConfig, workers_to_delete: Mapping[str, list[str]] | None = None,
+                     layout: Sequence[Placement] | None = None) -> Obj:
     """The job's RayCluster for `granted` instances (a prefix that contains the head). `workers_to_delete`:
     per worker group name, its pods beyond the grant (a shrink), which KubeRay deletes instead of random ones."""
     doomed = workers_to_delete or {}
     ref = JobRef.of(job)
-    placement = placement_of(job)
+    placement = laid_out(job, layout)
     head = placement[0]
     granted_ids = {p.instance_id for p in placement[:granted]}
     minimum_ids = {p.instance_id for p in placement[:job.spec.resolved_min()]}

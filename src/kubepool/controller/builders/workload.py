@@ -4,9 +4,11 @@ operator will create the pods). Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob
-from kubepool.controller.builders.common import JobRef, Obj, placement_of, pool_named
+from kubepool.controller.builders.common import JobRef, Obj, Placement, laid_out, pool_named
 from kubepool.controller.builders.pods import build_instance_pod
 from kubepool.controller.config import OperatorConfig
 
@@ -14,10 +16,11 @@ from kubepool.controller.config import OperatorConfig
 _TEMPLATE_SPEC_KEYS = ("nodeSelector", "tolerations", "priorityClassName")
 
 
-def pod_sets(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig) -> list[Obj]:
+def pod_sets(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig,
+             layout: Sequence[Placement] | None = None) -> list[Obj]:
     """One pod set per group, in contract order (the head's group first): name, count and template."""
     out: dict[str, Obj] = {}
-    for inst in placement_of(job):
+    for inst in laid_out(job, layout):
         name = naming.dns_label(inst.group)
         if name in out:
             out[name]["count"] += 1
@@ -32,10 +35,11 @@ def pod_sets(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig) -> 
     return list(out.values())
 
 
-def build_workload(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig, queue: str) -> Obj:
+def build_workload(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig, queue: str,
+                   layout: Sequence[Placement] | None = None) -> Obj:
     """The Workload Kueue admits (or not) for `job`; owned by the job, so it goes with it."""
     ref = JobRef.of(job)
     meta = ref.metadata(naming.workload_name(ref.name, ref.uid), **{naming.LABEL_KUEUE_JOB_UID: ref.uid})
     meta["labels"][naming.LABEL_KUEUE_QUEUE] = queue
     return {"apiVersion": naming.KUEUE_API_VERSION, "kind": naming.WORKLOAD_KIND, "metadata": meta,
-            "spec": {"queueName": queue, "podSets": pod_sets(job, pools, cfg)}}
+            "spec": {"queueName": queue, "podSets": pod_sets(job, pools, cfg, layout)}}
