@@ -101,8 +101,13 @@ def test_single_group_form_and_script_mode():
     (lambda r: r.update(TrainingJobName="Upper-Case"), "Upper-Case"),
     (lambda r: r.update(EnableManagedSpotTraining=True), "EnableManagedSpotTraining"),
     (lambda r: r.update(VpcConfig={"SecurityGroupIds": ["sg-1"], "Subnets": ["s-1"]}), "VpcConfig"),
-    (lambda r: r.update(DebugHookConfig={"S3OutputPath": "s3://x/y"}), "DebugHookConfig"),
-    (lambda r: r.update(ProfilerConfig={"S3OutputPath": "s3://x/y"}), "ProfilerConfig"),
+    (lambda r: r.update(DebugHookConfig={"S3OutputPath": "s3://x/y", "CollectionConfigurations": [
+        {"CollectionName": "weights"}]}), "DebugHookConfig"),
+    (lambda r: r.update(DebugHookConfig={"S3OutputPath": "s3://x/y", "HookParameters": {"save_interval": "1"}}),
+     "DebugHookConfig"),
+    (lambda r: r.update(ProfilerConfig={"S3OutputPath": "s3://x/y", "ProfilingIntervalInMilliseconds": 100}),
+     "ProfilerConfig"),
+    (lambda r: r["AlgorithmSpecification"].update(EnableSageMakerMetricsTimeSeries=True), "EnableSageMakerMetrics"),
     (lambda r: r["AlgorithmSpecification"].update(TrainingInputMode="Pipe"), "Pipe"),
     (lambda r: r["AlgorithmSpecification"].update(MetricDefinitions=[{"Name": "a", "Regex": "b"}]), "MetricDefinitions"),
     (lambda r: r["InputDataConfig"][0].update(CompressionType="Gzip"), "CompressionType"),
@@ -137,9 +142,19 @@ def test_role_maps_to_the_keys_service_account_only():
     assert MLJob.model_validate(_job(req, sa="default")).spec.service_account_name == "default"
 
 
-def test_sdk_default_profiler_off_is_accepted():
+@pytest.mark.parametrize("debugger,profiler", [
+    # What sagemaker 2.257.7's Estimator sends when its user set nothing (EstimatorBase._validate_and_set_debugger_
+    # configs, _prepare_profiler_for_training), and with debugger_hook_config=False, disable_profiler=True.
+    ({"S3OutputPath": "s3://models/runs", "CollectionConfigurations": []},
+     {"S3OutputPath": "s3://models/runs", "DisableProfiler": False}),
+    (None, {"DisableProfiler": True}),
+])
+def test_the_sdks_defaults_are_accepted(debugger, profiler):
     req = copy.deepcopy(REQUEST)
-    req["ProfilerConfig"] = {"DisableProfiler": True}
+    req["ProfilerConfig"] = profiler
+    if debugger:
+        req["DebugHookConfig"] = debugger
+    req["AlgorithmSpecification"]["EnableSageMakerMetricsTimeSeries"] = False
     assert _job(req)["spec"]["mode"] == "sagemaker"
 
 

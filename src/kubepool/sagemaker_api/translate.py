@@ -47,8 +47,19 @@ REFUSED: dict[str, str] = {
     "MlflowConfig": "SageMaker's managed MLflow is AWS's",
     "ModelPackageConfig": "SageMaker's model registry is AWS's",
 }
-# What the SageMaker Python SDK sends by default, meaning "nothing": accepted only with these values.
-_PROFILER_OFF = {"DisableProfiler": True}
+# What the SageMaker Python SDK sends when its user set nothing, accepted so unchanged code runs: Debugger's default
+# hook (an S3 path, no collections, no parameters, no rules) and Profiler's default system monitoring (an S3 path),
+# SageMaker services kubepool does not have, which record nothing here; anything set beyond them is refused.
+_SDK_DEFAULT_HOOK = {"S3OutputPath", "CollectionConfigurations", "HookParameters"}
+_SDK_DEFAULT_PROFILER = {"S3OutputPath", "DisableProfiler"}
+
+
+def sdk_default_debugger(hook: Mapping[str, Any]) -> bool:
+    return set(hook) <= _SDK_DEFAULT_HOOK and not hook.get("CollectionConfigurations") and not hook.get("HookParameters")
+
+
+def sdk_default_profiler(profiler: Mapping[str, Any]) -> bool:
+    return set(profiler) <= _SDK_DEFAULT_PROFILER
 
 
 @dataclass(frozen=True)
@@ -163,13 +174,14 @@ def _check_refused(req: Mapping[str, Any]) -> None:
     for field, why in REFUSED.items():
         if not _unset(req.get(field)):
             raise validation(f"{field} is not supported: {why}")
-    if not _unset(req.get("ProfilerConfig")) and dict(req["ProfilerConfig"]) != _PROFILER_OFF:
-        raise validation("ProfilerConfig is not supported (only DisableProfiler: true): SageMaker Profiler is AWS's")
-    if not _unset(req.get("DebugHookConfig")):
-        raise validation("DebugHookConfig is not supported: SageMaker Debugger is not available on kubepool "
-                         "(the SDK: debugger_hook_config=False)")
+    if not _unset(req.get("ProfilerConfig")) and not sdk_default_profiler(req["ProfilerConfig"]):
+        raise validation("ProfilerConfig: only the SDK's default (S3OutputPath, DisableProfiler) is accepted: "
+                         "SageMaker Profiler is not available on kubepool")
+    if not _unset(req.get("DebugHookConfig")) and not sdk_default_debugger(req["DebugHookConfig"]):
+        raise validation("DebugHookConfig: only the SDK's default hook (S3OutputPath alone) is accepted: SageMaker "
+                         "Debugger is not available on kubepool")
     algo = req.get("AlgorithmSpecification") or {}
-    for field in ("AlgorithmName", "MetricDefinitions", "TrainingImageConfig"):
+    for field in ("AlgorithmName", "MetricDefinitions", "TrainingImageConfig", "EnableSageMakerMetricsTimeSeries"):
         if not _unset(algo.get(field)):
             raise validation(f"AlgorithmSpecification.{field} is not supported on kubepool")
     if algo.get("TrainingInputMode") == "Pipe":
