@@ -63,6 +63,8 @@ def test_hostile_input_gets_the_aws_error_and_creates_nothing(sagemaker_api: Any
     key = sagemaker_key(namespace)
     sm = sagemaker_api.client("sagemaker", key)
     assert _code(lambda: sm.describe_training_job(TrainingJobName="nope")) == "ResourceNotFound"
+    assert _code(lambda: sm.describe_training_job(TrainingJobName="../../../api/v1/namespaces")) \
+        == "ValidationException"  # a name goes into an API path
     assert _code(lambda: sm.create_training_job(**_request("a", "ml.inf1.xlarge"))) == "ValidationException"
     assert _code(lambda: sm.create_training_job(**_request("b", pool, OutputDataConfig={
         "S3OutputPath": "s3://models/../escape"}))) == "ValidationException"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +24,7 @@ _JOBS_LABEL = f"{translate.LABEL_SAGEMAKER}=true"
 _SORT = {"Name": lambda j: j["TrainingJobName"], "CreationTime": lambda j: j["CreationTime"],
          "Status": lambda j: j["TrainingJobStatus"]}
 _SM_MODEL = get_session().get_service_model("sagemaker")
+_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's TrainingJobName pattern
 
 
 @dataclass
@@ -58,8 +60,8 @@ def _kube_error(err: KubeError, name: str) -> AwsError:
 
 
 async def _job(ctx: Context, name: Any) -> dict[str, Any]:
-    if not isinstance(name, str) or not name:
-        raise validation("TrainingJobName is required")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise validation(f"TrainingJobName {name!r} must match {_NAME.pattern}")  # it goes into an API path
     try:
         job = await ctx.kube.get_job(ctx.key, name)
     except KubeError as err:

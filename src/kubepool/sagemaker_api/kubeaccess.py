@@ -120,7 +120,7 @@ class KubeAccess:
                                      f"MLJob {body['metadata']['name']}", body=body, headers=impersonation(key)))
 
     async def get_job(self, key: AccessKey, name: str) -> Obj:
-        return dict(await self._call("GET", f"{_JOBS}/namespaces/{key.namespace}/{naming.MLJOB_PLURAL}/{quote(name)}",
+        return dict(await self._call("GET", f"{_JOBS}/namespaces/{key.namespace}/{naming.MLJOB_PLURAL}/{quote(name, safe='')}",
                                      f"MLJob {name}", headers=impersonation(key)))
 
     async def list_jobs(self, key: AccessKey, label: str) -> list[Obj]:
@@ -129,7 +129,7 @@ class KubeAccess:
         return list(out.get("items") or [])
 
     async def patch_job(self, key: AccessKey, name: str, patch: Obj) -> Obj:
-        return dict(await self._call("PATCH", f"{_JOBS}/namespaces/{key.namespace}/{naming.MLJOB_PLURAL}/{quote(name)}",
+        return dict(await self._call("PATCH", f"{_JOBS}/namespaces/{key.namespace}/{naming.MLJOB_PLURAL}/{quote(name, safe='')}",
                                      f"MLJob {name}", body=patch, headers=impersonation(key),
                                      content_type="application/merge-patch+json"))
 
@@ -138,12 +138,12 @@ class KubeAccess:
         if since_seconds:
             params["sinceSeconds"] = str(since_seconds)
         try:
-            content = await self._call("GET", f"/api/v1/namespaces/{key.namespace}/pods/{quote(pod)}/log",
+            content = await self._call("GET", f"/api/v1/namespaces/{key.namespace}/pods/{quote(pod, safe='')}/log",
                                        f"log of {pod}", headers=impersonation(key), params=params, raw=True)
         except NotFound:
             return ""
         except KubeError as err:
-            if err.args and "ContainerCreating" in str(err) or "waiting to start" in str(err):
+            if "waiting to start" in str(err):
                 return ""  # no log yet: the pod's container has not started
             raise
         return bytes(content).decode(errors="replace")
