@@ -13,14 +13,18 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from botocore.exceptions import BotoCoreError, ClientError
 from chartlib import CHART, CLUSTER_SCOPED, EVERYWHERE, EXAMPLES, OPERATOR_RIGHTS, rights_of, run_helm
 
 from kubepool import naming
+from support.operator_cluster import wait_for
+from support.sagemaker_api import SageMakerApi, free_port, make_key
 
 pytestmark = pytest.mark.cluster
 
@@ -35,6 +39,7 @@ class Release:
     jobs_namespace: str  # the only namespace it watches
     pool: str
     helm: tuple[str, ...]  # helm with --kubeconfig
+    sagemaker_api_port: int = 0  # the SageMaker API server's (on the host's network, as every local pod)
 
     @property
     def service_account(self) -> str:
@@ -46,7 +51,8 @@ def _operator_log(kubectl: Any, rel: Release) -> str:
 
 
 def _operator_pod(kubectl: Any, rel: Release) -> dict[str, Any] | None:
-    pods = kubectl.json("get", "pods", "-n", rel.namespace, "-l", f"app.kubernetes.io/instance={rel.name}")["items"]
+    pods = kubectl.json("get", "pods", "-n", rel.namespace, "-l",
+                        f"app.kubernetes.io/instance={rel.name},app.kubernetes.io/component=operator")["items"]
     return pods[0] if pods else None
 
 
@@ -64,12 +70,14 @@ def _diagnostics(kubectl: Any, rel: Release) -> str:
 def release(cluster: Any, kubectl: Any, helm: str) -> Iterator[Release]:
     suffix = uuid.uuid4().hex[:6]
     rel = Release(name=f"kp-{suffix}", namespace=f"kp-system-{suffix}", jobs_namespace=f"kp-jobs-{suffix}",
-                  pool=f"e2e-cpu-{suffix}", helm=(helm, "--kubeconfig", str(cluster.kubeconfig)))
+                  pool=f"e2e-cpu-{suffix}", helm=(helm, "--kubeconfig", str(cluster.kubeconfig)),
+                  sagemaker_api_port=free_port("127.0.0.1"))
     kubectl("create", "namespace", rel.jobs_namespace, check=True)
     values = {
         "image": {"tag": "dev", "pullPolicy": "Never"},
         # Local pods share the host's network, where 8080 is taken (Ray's metrics port, other operators).
         "metrics": {"enabled": False},
+        "sagemakerApi": {"port": rel.sagemaker_api_port},
         # Kubernetes objects from values reach the pod: the scheduler must honour this affinity and toleration
         # (only the tainted GPU nodes match), and the container gets the extra env.
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -128,6 +136,30 @@ def test_operator_pod_runs_the_controller_under_the_charts_account(kubectl: Any,
     while not kubectl.json("get", "computepool", release.pool).get("status", {}).get("phase"):
         assert time.monotonic() < deadline, f"the operator never handled {release.pool}:\n{_diagnostics(kubectl, release)}"
         time.sleep(2)
+
+
+def test_the_charts_sagemaker_api_answers_boto3_with_its_rights(kubectl: Any, release: Release) -> None:
+    """The chart's SageMaker API server, in its pod under its own account: it reads the access key of the watched
+    namespace and acts as the key's ServiceAccount (a job it cannot find is ResourceNotFound, not AccessDenied:
+    the key's account may read MLJobs there); a key in a namespace it does not watch is unknown to it."""
+    key = make_key(kubectl, release.jobs_namespace)
+    outside = make_key(kubectl, release.namespace)
+    api = SageMakerApi(f"http://127.0.0.1:{release.sagemaker_api_port}", Path("/dev/null"))
+    sm = api.client("sagemaker", key)
+
+    def answers() -> str | None:
+        try:
+            sm.describe_training_job(TrainingJobName="nope")
+        except ClientError as err:
+            return str(err.response["Error"]["Code"])
+        except BotoCoreError:  # not listening yet
+            return None
+        return "found"
+    code = wait_for(answers, OPERATOR_READY_TIMEOUT_S, f"the SageMaker API server:\n{_diagnostics(kubectl, release)}")
+    assert code == "ResourceNotFound"
+    with pytest.raises(ClientError) as e:
+        api.client("sagemaker", outside).list_training_jobs()
+    assert e.value.response["Error"]["Code"] == "UnrecognizedClientException"
 
 
 def test_the_charts_operator_keeps_warm_nodes(kubectl: Any, release: Release) -> None:

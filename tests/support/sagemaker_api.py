@@ -50,7 +50,7 @@ class SageMakerApi:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -59,7 +59,7 @@ def _free_port(host: str) -> int:
 @contextmanager
 def start_sagemaker_api(kubeconfig: Path, log_path: Path, *args: str, host: str = "127.0.0.1") -> Iterator[SageMakerApi]:
     """The server in a subprocess (every namespace's keys count); stopped on exit."""
-    port = _free_port(host)
+    port = free_port(host)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     with log_path.open("ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kubepool.sagemaker_api", "--host", host, "--port", str(port),
