@@ -148,7 +148,7 @@ def hostile_tarball(path: Path) -> None:
         add(tar, "link-in", type=tarfile.SYMTYPE, linkname="train.py")
         add(tar, "fifo", type=tarfile.FIFOTYPE)
         add(tar, "setuid.sh", b"#!/bin/sh\n", mode=0o4755)
-        add(tar, "..", type=tarfile.DIRTYPE)
+        add(tar, "..", type=tarfile.DIRTYPE, mode=0o700)  # normalizes to nothing
 
 
 def tree(root: Path) -> dict[str, tuple[str, int]]:
@@ -171,6 +171,7 @@ def test_a_hostile_tarball_extracts_as_the_toolkit_extracts_it(tmp_path: Path) -
     with tarfile.open(tarball, "r:gz") as t:
         files._safe_extractall(t, str(theirs))
     assert tree(ours) == tree(theirs)
+    assert ours.stat().st_mode == theirs.stat().st_mode
     assert "escape.txt" in tree(ours) and not (tmp_path / "escape.txt").exists()  # landed inside, not outside
     assert not list(tmp_path.rglob("fifo")) and not (ours / "link-out").exists()
 

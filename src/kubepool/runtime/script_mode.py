@@ -124,17 +124,15 @@ def _inside(root: str, target: str) -> bool:
 
 def member_filter(dest: Path) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo | None]:
     """A tarfile extraction filter with the toolkit's rules (files._sanitize_member): names normalized into the
-    code dir; special files, links pointing outside and names that normalize to nothing skipped; then the
-    standard library's data filter (no setuid bits, no ownership)."""
+    code dir; special files and links pointing outside skipped; then the standard library's data filter (no
+    setuid bits, no ownership)."""
     root = os.path.realpath(dest)
 
     def keep(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-        name = _normalized(member.name)
-        if not name:
-            return None
+        name = _normalized(member.name)  # one that normalizes to nothing is the code dir: tarfile leaves it alone
         member = member.replace(name=name, deep=False)
         target = os.path.realpath(os.path.join(root, name))
-        if not _inside(root, target) or member.ischr() or member.isblk() or member.isfifo() or member.isdev():
+        if member.ischr() or member.isblk() or member.isfifo() or member.isdev():  # no place in a source dir
             return None
         if member.issym() or member.islnk():
             base = root if member.islnk() else os.path.dirname(target)
