@@ -241,6 +241,35 @@ def test_the_source_dir_is_read_from_the_jobs_own_s3_endpoint() -> None:
     assert script_mode.s3_endpoint({**env, "S3_ENDPOINT_URL": "http://tk:9000"}, "http://out:9000") == "http://tk:9000"
 
 
+def test_a_source_dir_with_setup_py_is_installed_and_run_as_a_module(tmp_path: Path) -> None:
+    """The toolkit's package kind: `pip install .` (with requirements.txt), then `python -m <program less .py>`:
+    here into the job prefix, from a wheelhouse (setuptools for the build, the probe for the requirement)."""
+    import importlib.metadata
+
+    from support.wheels import cached_wheel
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "setup.py").write_text("from setuptools import setup\nsetup(name='kp-train', version='1.0', "
+                                   "py_modules=['train'], install_requires=[])\n")
+    (code / "train.py").write_text("import sys\nprint('TRAINED', sys.argv[1:])\n")
+    (code / "requirements.txt").write_text(f"{PROBE}==0.1\n")
+    house = tmp_path / "wheelhouse"
+    build_probe_wheel(house)
+    for dist in ("setuptools", "wheel"):
+        wheel = cached_wheel(dist, importlib.metadata.version(dist), "py3-none-any", "the package build's backend")
+        (house / wheel.name).write_bytes(wheel.read_bytes())
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PIP_FIND_LINKS": str(house), "PIP_NO_INDEX": "1"}
+    sm = script_mode.ScriptMode(program="train.py", submit_dir=SUBMIT, region=None, log_level=20, job_name="j")
+    new_env, done = script_mode.install(sm, code, tmp_path / "pip", env)
+    assert done is not None and "kp-train" in done.replace("_", "-") and PROBE in done, done
+    ep = script_mode.entrypoint(sm, code, ["--epochs", "3"])
+    assert ep.module == "train"
+    out = subprocess.run([sys.executable, "-m", ep.module, *ep.args], env=new_env, cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout
+    assert out == "TRAINED ['--epochs', '3']\n"  # from the prefix: the cwd is not the code dir
+
+
 def test_bad_script_mode_hyperparameters_are_refused_by_name() -> None:
     with pytest.raises(script_mode.ScriptModeError, match="sagemaker_submit_directory is set without"):
         script_mode.parse({"sagemaker_submit_directory": json.dumps(SUBMIT)})
