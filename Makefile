@@ -8,11 +8,12 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256s
 export KUBECONFIG ?= $(CURDIR)/.kubepool/kubeconfig
 PYTEST_ARGS ?=
 
-.PHONY: docs demo-plan help venv k8s-bin kuberay-bin prometheus-bin dashboard-picture cluster-up cluster-down cluster-status crds verify-crds lint test test-unit demo bench images kind-e2e clean
+.PHONY: docs demo-plan help venv k8s-bin kuberay-bin prometheus-bin dashboard-picture cluster-up cluster-down cluster-status crds verify-crds lint test test-unit test-fast demo bench images kind-e2e clean
 
 help:
 	@echo "make demo        set up everything, run a 3-instance job on the local cluster, print its logs and result"
 	@echo "make test        set up everything and run the whole test suite"
+	@echo "make test-fast   the inner loop: unit and API-server tests (no Ray, no job runs), two workers, about 3 minutes"
 	@echo "make cluster-up  start the local cluster (make cluster-down stops it)"
 	@echo "make crds        regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make bench       benchmarks (not part of make test)"
@@ -68,6 +69,9 @@ lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); typ
 
 test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray and not realnode" $(PYTEST_ARGS)
+
+test-fast: venv k8s-bin  # unit tests and the cluster tests that need the API server alone (marker api); make test runs them all
+	$(BIN)/pytest -n 2 --dist loadgroup -m "(api or not cluster) and not ray and not slow and not realnode and not images" $(PYTEST_ARGS)
 
 test: venv lint k8s-bin k8s-bin-compat kuberay-bin  # the process-node suite and, beside it, the real-node tier (hack/test.sh; REALNODE=0 leaves it out)
 	@hack/test.sh $(PYTEST_ARGS)

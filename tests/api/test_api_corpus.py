@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.api  # the API server alone: no operator, no pod runs (make test-fast)
+
 HERE = Path(__file__).parent
 REFUSED = sorted((HERE / "refused").glob("*.yaml"))
 ACCEPTED = sorted((HERE / "accepted").glob("*.yaml"))

@@ -13,6 +13,8 @@ import yaml
 from kubepool.api import MLJobSpec
 from kubepool.api.mljob_rules import IMMUTABLE_SPEC, MUTABLE_SPEC
 
+pytestmark = pytest.mark.api  # the API server alone: no operator, no pod runs (make test-fast)
+
 SINGLE = {"computePool": "cpu", "targetInstances": 2, "image": "kubepool/runtime:dev",
           "entrypoint": {"command": ["python", "-c", "print(1)"]}, "env": [{"name": "A", "value": "1"}]}
 GROUPS = {"instanceGroups": [{"name": "data", "computePool": "cpu", "instanceCount": 1},

@@ -11,6 +11,8 @@ import pytest
 from kubepool.api import k8stypes
 from kubepool.api.crdgen import mljob_crd
 
+pytestmark = pytest.mark.api  # the API server alone: no operator, no pod runs (make test-fast)
+
 
 def _marks(node: Any) -> list[str]:
     if isinstance(node, dict):

@@ -22,6 +22,8 @@ from chartlib import CHART, by_kind
 from kubepool import naming
 from kubepool.api.k8stypes import CORE, SCHEMAS
 
+pytestmark = pytest.mark.api  # the API server alone: no operator, no pod runs (make test-fast)
+
 POLICY_READY_S = 60
 ALICE = "alice"
 WHY = "an MLJob may reference only what its author may use"

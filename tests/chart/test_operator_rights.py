@@ -22,6 +22,8 @@ from chartlib import (
     run_helm,
 )
 
+pytestmark = pytest.mark.api  # the API server alone: no operator, no pod runs (make test-fast)
+
 
 @pytest.mark.parametrize(("watch", "namespaced", "leader"), [(False, False, False), (True, False, False), (True, True, False),
                                                              (False, False, True)],

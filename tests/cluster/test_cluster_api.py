@@ -14,7 +14,7 @@ import yaml
 from kubepool.local import kwok, layout
 from kubetest import Cluster, Kubectl
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.api]
 
 
 def _eventually(check: Callable[[], bool], timeout: float, what: str) -> None:

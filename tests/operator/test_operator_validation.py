@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+pytestmark = pytest.mark.api  # the API server alone: no operator, no pod runs (make test-fast)
+
 EP = {"file": "main.py"}
 G1 = {"name": "g1", "computePool": "cpu", "instanceCount": 1}
 G2 = {"name": "g2", "computePool": "gpu", "instanceCount": 1}

@@ -15,7 +15,7 @@ from kubepool.jobs.payload import MANIFEST_KEY
 from kubepool.kube.errors import Invalid
 from kubepool.kube.sync import Kube
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.api]
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 RUNNER = ROOT / "hack" / "mutants" / "run.py"
 
@@ -36,6 +38,7 @@ def test_every_entry_has_its_row_in_docs_reliability() -> None:
     assert not missing, f"add a row to docs/reliability.md's Mutations table for {missing}"
 
 
+@pytest.mark.slow  # minutes of 2 cores: make test runs it, make test-fast leaves it out
 def test_no_unit_level_mutation_survives() -> None:
     proc = subprocess.run([sys.executable, str(RUNNER), "--level", "unit", "--timeout", "300"], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
