@@ -270,6 +270,24 @@ def test_a_source_dir_with_setup_py_is_installed_and_run_as_a_module(tmp_path: P
     assert out == "TRAINED ['--epochs', '3']\n"  # from the prefix: the cwd is not the code dir
 
 
+def test_a_local_submit_directory_is_taken_as_the_toolkit_takes_it(tmp_path: Path) -> None:
+    """The SDK's network-isolated form names a tarball in the `code` channel; a directory or a lone file too."""
+    sm = script_mode.ScriptMode(program="train.py", submit_dir=None, region=None, log_level=20, job_name="j")
+    tarball = tmp_path / "sourcedir.tar.gz"
+    tarball.write_bytes(sourcedir(tmp_path))
+    script_mode.fetch(sm, str(tarball), tmp_path / "from-tar", {})
+    assert sorted(p.name for p in (tmp_path / "from-tar").iterdir()) == ["helper.py", "train.py"]
+    script_mode.fetch(sm, str(tmp_path / "src"), tmp_path / "from-dir", {})
+    assert (tmp_path / "from-dir" / "helper.py").read_text() == "VALUE = 'from the tarball'\n"
+    script_mode.fetch(sm, str(tmp_path / "src" / "train.py"), tmp_path / "from-file", {})
+    assert [p.name for p in (tmp_path / "from-file").iterdir()] == ["train.py"]
+    # Run again in its pod: what is there is kept, nothing fetched.
+    assert script_mode.fetch(sm, "s3://nowhere/x.tar.gz", tmp_path / "from-file", {}).endswith("already holds the "
+                                                                                               "source dir")
+    with pytest.raises(script_mode.ScriptModeError, match="neither an s3:// URI nor a path"):
+        script_mode.fetch(sm, str(tmp_path / "missing.tar.gz"), tmp_path / "none", {})
+
+
 def test_bad_script_mode_hyperparameters_are_refused_by_name() -> None:
     with pytest.raises(script_mode.ScriptModeError, match="sagemaker_submit_directory is set without"):
         script_mode.parse({"sagemaker_submit_directory": json.dumps(SUBMIT)})

@@ -110,7 +110,7 @@ def prepare_script(contract: JobContract, env: dict[str, str], unpacked: bool) -
                                           f"{sm.submit_dir}: give one")
     else:
         code_dir = sagemaker.Layout(Path(env.get(ENV_BASE_DIR, DEFAULT_BASE_DIR))).code_dir
-        done = script_mode.fetch(sm, code_dir, env, script_mode.job_s3_endpoint(contract))
+        done = script_mode.fetch(sm, sm.submit_dir, code_dir, env, script_mode.job_s3_endpoint(contract))
         if script_mode.says(sm):
             log(f"script mode: {done}")
     new_env, pipped = script_mode.install(sm, code_dir, Path(PIP_DIR), env)

@@ -171,31 +171,29 @@ def download(uri: str, dst: Path, region: str | None, endpoint: str | None, env:
     client.download_file(bucket, key, str(dst))
 
 
-def fetch(sm: ScriptMode, code_dir: Path, env: Mapping[str, str], job_endpoint: str | None = None) -> str:
-    """The toolkit's download_and_extract into the code dir: an s3:// tarball, a local tarball, directory or file.
-    A code dir that already has files (the instance run again in its pod) is kept. Returns what was done."""
+def fetch(sm: ScriptMode, submit_dir: str, code_dir: Path, env: Mapping[str, str],
+          job_endpoint: str | None = None) -> str:
+    """The toolkit's download_and_extract of the submit dir into the code dir: an s3:// tarball, or a local
+    tarball, directory or file. A code dir that already has files (the instance run again in its pod) is kept.
+    Returns what was done."""
     code_dir.mkdir(parents=True, exist_ok=True)
-    if sm.submit_dir is None:
-        return f"no {SUBMIT_DIR_HP}: the program runs from {code_dir}"
     if any(code_dir.iterdir()):
         return f"{code_dir} already holds the source dir"
-    if sm.submit_dir.startswith("s3://"):
+    local = Path(submit_dir)
+    if submit_dir.startswith("s3://"):
         with tempfile.TemporaryDirectory() as tmp:
             tarball = Path(tmp) / "sourcedir.tar.gz"
-            download(sm.submit_dir, tarball, sm.region, s3_endpoint(env, job_endpoint), env)
+            download(submit_dir, tarball, sm.region, s3_endpoint(env, job_endpoint), env)
             extract(tarball, code_dir)
+    elif local.is_dir():
+        shutil.copytree(local, code_dir, dirs_exist_ok=True)
+    elif local.is_file() and tarfile.is_tarfile(local):
+        extract(local, code_dir)
+    elif local.is_file():
+        shutil.copy2(local, code_dir)
     else:
-        local = Path(sm.submit_dir)
-        if local.is_dir():
-            shutil.copytree(local, code_dir, dirs_exist_ok=True)
-        elif tarfile.is_tarfile(local):
-            extract(local, code_dir)
-        elif local.is_file():
-            shutil.copy2(local, code_dir)
-        else:
-            raise ScriptModeError(f"{SUBMIT_DIR_HP} {sm.submit_dir!r} is neither an s3:// URI nor a path on the "
-                                  "instance")
-    return f"{sm.submit_dir} extracted into {code_dir}"
+        raise ScriptModeError(f"{SUBMIT_DIR_HP} {submit_dir!r} is neither an s3:// URI nor a path on the instance")
+    return f"{submit_dir} extracted into {code_dir}"
 
 
 def is_package(code_dir: Path, program: str) -> bool:
