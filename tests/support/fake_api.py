@@ -1,4 +1,5 @@
-"""An in-memory stand-in for kubepool.kube.aio.Api: keeps what the operator wrote, in order."""
+"""An in-memory stand-in for the operator's Kubernetes API (kubepool.kube.api.KubeApi, implemented by kube.aio.Api): keeps
+what the operator wrote, in order."""
 
 from __future__ import annotations
 
@@ -72,3 +73,41 @@ class FakeApi:
             return dict(obj["metadata"])
         labels = self.labels.get((kind, namespace, name))
         return None if labels is None else {"name": name, "namespace": namespace, "labels": labels}
+
+    async def access_modes_of(self, namespace: str, name: str) -> list[str] | None:
+        claim = self.objects.get(("PersistentVolumeClaim", name))
+        return None if claim is None else list(claim.get("spec", {}).get("accessModes") or [])
+
+    async def get_object(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self.objects.get((kind, name))
+
+    async def delete_object(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self.calls.append(("delete", f"{kind}/{name}"))
+        self.objects.pop((kind, name), None)
+
+    async def replace_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
+        self.calls.append(("replace-status", f"{obj['kind']}/{obj['metadata']['name']}"))
+        self.objects[(obj["kind"], obj["metadata"]["name"])] = {**obj, "status": status}
+
+    async def set_job_suspend(self, namespace: str, name: str, suspend: bool, uid: str) -> None:
+        self.calls.append(("suspend" if suspend else "resume", name))
+
+    async def set_job_placement(self, namespace: str, name: str, suspend: bool, uid: str,
+                                annotations: dict[str, str | None]) -> None:
+        self.calls.append(("suspend" if suspend else "resume", name))
+
+    async def post_event(self, event: dict[str, Any]) -> None:
+        self.calls.append(("event", str(event.get("reason"))))
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get(("Lease", name))
+
+    async def write_lease(self, namespace: str, name: str, spec: dict[str, Any], resource_version: str | None) -> None:
+        self.calls.append(("apply", f"Lease/{name}"))
+        self.objects[("Lease", name)] = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+    async def ensure_peering(self, name: str, namespaces: tuple[str, ...]) -> bool:
+        return False
+
+    async def close(self) -> None:
+        pass

@@ -4,7 +4,7 @@ dicts standing in for kopf's indexes (the pod indexes are the operator's own, po
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from kubepool.api import ComputePool, MLJob
 from kubepool.controller import podwatch, view
@@ -12,7 +12,6 @@ from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PlaceholderView, PodView
 from kubepool.controller.state import OperatorState
 from kubepool.controller.wiring import new_operator
-from kubepool.kube.aio import Api
 from support.fake_api import FakeApi
 
 
@@ -26,9 +25,9 @@ def operator_state(jobs: Sequence[MLJob] = (), pools: Sequence[ComputePool] = ()
                    cfg: OperatorConfig | None = None, api: Any = None,
                    placeholder_namespace: str = "default") -> tuple[OperatorState, FakeApi, list[str]]:
     """The state, its FakeApi (or `api`) and the reasons of the Events posted. Jobs live in namespace `ns`."""
-    fake = api if api is not None else FakeApi()
+    fake: FakeApi = api if api is not None else FakeApi()
     events: list[str] = []
-    op = new_operator(cfg or OperatorConfig(), cast(Api, fake), placeholder_namespace=placeholder_namespace,
+    op = new_operator(cfg or OperatorConfig(), fake, placeholder_namespace=placeholder_namespace,
                       post_event=lambda body, *, type, reason, message: events.append(reason))
     op.view.indexes = {
         view.JOB_INDEX: {(j.metadata.get("namespace", "ns"), j.metadata["name"]): [wire(j)] for j in jobs},

@@ -21,5 +21,5 @@ def retry_delay(failures: int, retry_after: float | None = None, rand: Callable[
     min(cap, base * 2^(failures-1)), so many jobs refused at once do not retry in step; at least `retry_after`
     when the server asked for it. `transient` picks the short schedule."""
     base, cap = (TRANSIENT_BASE_SECONDS, TRANSIENT_CAP_SECONDS) if transient else (BASE_SECONDS, CAP_SECONDS)
-    ceiling = min(cap, base * 2 ** max(failures - 1, 0))
+    ceiling = min(cap, base * 2.0 ** max(failures - 1, 0))
     return max(ceiling * (0.5 + 0.5 * rand()), retry_after or 0.0)

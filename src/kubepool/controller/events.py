@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubepool.controller.builders.events import event
-from kubepool.kube.aio import Api
+from kubepool.kube.api import KubeApi
 from kubepool.kube.errors import Forbidden, KubeError, NotFound
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ def dropped_quietly(e: KubeError) -> bool:
 class EventPoster:
     """`poster(obj, type=..., reason=..., message=...)`: kopf.event's call, without kopf's queue and retries."""
 
-    def __init__(self, api: Api, component: str, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    def __init__(self, api: KubeApi, component: str, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._api = api
         self._component = component
         self._clock = clock

@@ -7,7 +7,7 @@ from typing import Any
 
 import kopf
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.controller import podwatch, view
 from kubepool.controller.jobchildren import child_deleted
 from kubepool.controller.jobreconcile import job_key
@@ -67,12 +67,12 @@ async def reconcile_mljob(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
     meta = body.get("metadata", {})
     op.view.job_event(key)
     if event["type"] == "DELETED":
-        op.forget(key, meta.get("uid", ""))
+        op.forget(key, objectmeta.uid(body))
         spec = body.get("spec", {})
         pools = [spec.get("computePool")] + [g.get("computePool") for g in spec.get("instanceGroups") or []]
         op.queue.trigger_waiting([p for p in pools if p])
         return
-    seen = (meta.get("uid", ""), meta.get("generation"), bool(meta.get("deletionTimestamp")))
+    seen = (objectmeta.uid(body), objectmeta.generation(body), bool(meta.get("deletionTimestamp")))
     if op.view.seen_jobs.get(key) != seen:
         op.view.seen_jobs[key] = seen
         op.queue.spawn(key)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller.builders import (
     JobRef,
@@ -45,7 +45,7 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
     memo = op.children
     if plan.ensure_children:
         await _ensure_children(op, job, st, pools, layout)
-    uid = job.metadata.get("uid", "")
+    uid = objectmeta.uid(job)
     # Pods created by an earlier pass but not yet in the watch would be planned again (a 409 per pod): remember
     # them until the watch shows them, or EXPECT_POD_SECONDS passed (a create that never landed is retried).
     expected = memo.created_pods.setdefault(uid, {})
@@ -76,7 +76,7 @@ async def apply_plan(op: OperatorState, key: JobKey, job: MLJob, st: MLJobStatus
     await release_pods(op, key, plan.release_pods)
     if plan.delete_job:
         log.info("MLJob %s/%s: ttlSecondsAfterFinished passed; deleting it", *key)
-        await op.api.delete_job(key[0], key[1], job.metadata.get("uid", ""))
+        await op.api.delete_job(key[0], key[1], objectmeta.uid(job))
 
 
 async def release_pods(op: OperatorState, key: JobKey, pods: list[PodView]) -> None:
@@ -89,7 +89,7 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
                            layout: Sequence[Placement] | None) -> None:
     ref = JobRef.of(job)
     await _ensure_runtime_account(op, ref.namespace)
-    generation = int(job.metadata.get("generation") or 0)
+    generation = objectmeta.generation(job) or 0
     if (st.attempt, generation) in op.children.ready.get(ref.uid, ()):
         return
     # Independent writes, sent together; the pods come after them (their ServiceAccount must exist). Objects that never change are created, not applied (a

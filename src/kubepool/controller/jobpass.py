@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import Backend, ConditionStatus, InstanceStatus, JobPhase, MLJob, MLJobSpec, MLJobStatus
 from kubepool.controller import vocabulary
 from kubepool.controller.admission import Decision
@@ -51,7 +51,7 @@ def instances_of(job: MLJob, layout: Sequence[Placement], granted: int, pods: Se
         out.append(InstanceStatus(
             instance_id=inst.instance_id, group=inst.group, rank_in_group=inst.rank,
             host=naming.sagemaker_host(inst.instance_id),
-            pod=pod.name if pod else naming.pod_name(job.metadata["name"], inst.group, inst.rank, attempt),
+            pod=pod.name if pod else naming.pod_name(objectmeta.name(job), inst.group, inst.rank, attempt),
             pod_uid=(pod.uid or None) if pod else None,
             node=pod.node if pod else None, ready=bool(pod and pod.ready),
             phase=(vocabulary.TERMINATING if pod.deleting and not pod.terminated else pod.phase) if pod else None,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from kubepool import objectmeta
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import RAYCLUSTER_CRD
 from kubepool.controller import admission, metrics, vocabulary
@@ -55,8 +56,8 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
         if await kueue_step(op, key, job, job.status, layout):
             return
         prev = job.status
-        pods = op.view.pods(key, job.metadata.get("uid", ""))
-        op.children.pods_seen(job.metadata.get("uid", ""), pods)
+        pods = op.view.pods(key, objectmeta.uid(job))
+        op.children.pods_seen(objectmeta.uid(job), pods)
         pools = op.view.pools()
         backend = job.spec.backend or op.cfg.default_backend
         # 1. the status, persisted before anything is created
@@ -75,7 +76,7 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
             if e.refused:
                 await _refused(op, key, job, body, pods, backend, new, str(e))
             raise  # the queue retries with backoff
-        op.children.refused.pop(job.metadata.get("uid", ""), None)
+        op.children.refused.pop(objectmeta.uid(job), None)
         if ends(prev, new) or instances_ready_changed(prev, new):
             # Its Workload finished at once (Kueue's next job starts), or its PodsReady written (a status change
             # brings no pass of its own)
@@ -110,7 +111,7 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, layout: 
                                                 kuberay_installed=kuberay, credentials=credentials,
                                                 claim_modes=claims, worker_grace_seconds=op.cfg.worker_grace_seconds,
                                                 layout=layout,
-                                                refused=op.children.refused.get(job.metadata.get("uid", ""), "")))
+                                                refused=op.children.refused.get(objectmeta.uid(job), "")))
     if not admitting and not resized:
         new = status()
         await op.status.write(key, job, new)
@@ -136,7 +137,7 @@ async def _refused(op: OperatorState, key: JobKey, job: MLJob, body: dict[str, A
                    backend: Backend, st: MLJobStatus, error: str) -> None:
     """The API server refused a write of the job's children (a ResourceQuota, an admission policy, RBAC): the
     job's status says so and an Event is posted at once, not when instancesTimeoutSeconds runs out."""
-    op.children.refused[job.metadata.get("uid", "")] = error
+    op.children.refused[objectmeta.uid(job)] = error
     if st.admitted_at is None or st.phase is None or st.phase.finished:
         return
     # The pass reached the writes, so a kuberay job's CRD was there.
@@ -183,5 +184,4 @@ def _announce(op: OperatorState, body: dict[str, Any], prev: MLJobStatus | None,
 
 
 def job_key(body: Any) -> JobKey:
-    meta = body.get("metadata", {})
-    return meta.get("namespace", "default"), meta.get("name", "")
+    return objectmeta.namespace(body), objectmeta.name(body)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import JobPhase, MLJob, MLJobStatus
 from kubepool.api.mljob import JobOutputs
 from kubepool.contract import RunMode, output_artifacts
@@ -31,7 +31,7 @@ def compute_job_status(job: MLJob, obs: Observed) -> MLJobStatus:
     layout = laid_out(job, obs.layout)  # once per status: the steps share it
     st.pools = ",".join(dict.fromkeys(p.pool for p in layout))
     st.instance_layout = layout_record(job)  # what every reader derives from the spec and `prev` (builders.layout)
-    generation = job.metadata.get("generation")
+    generation = objectmeta.generation(job)
     st.observed_generation = generation
     if prev.phase is not None and prev.phase.finished:
         if st.instances:
@@ -62,7 +62,7 @@ def outputs_of(job: MLJob) -> JobOutputs | None:
     target = output_target(job.spec.output)
     if target is None:
         return None
-    model, data = output_artifacts(target.location, job.metadata.get("name", ""))
+    model, data = output_artifacts(target.location, objectmeta.name(job))
     return JobOutputs(model_artifacts=model, output_data=data)
 
 

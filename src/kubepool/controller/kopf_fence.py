@@ -39,7 +39,7 @@ import orjson
 from kopf._cogs.aiokits import aiotoggles
 from kopf._core.actions import loggers as kopf_loggers
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.controller.observed import POD_SPEC_READ
 
 
@@ -90,7 +90,7 @@ def install_fast_json() -> bool:
         return True
     if current is not json:
         return False
-    api.json = _Json  # type: ignore[assignment]  # kopf's module, swapped for one with the same three names
+    api.json = _Json  # type: ignore[assignment,attr-defined]  # kopf's module, swapped for one with the same three names
     return True
 
 
@@ -142,7 +142,7 @@ def relist_deletions(stream: Callable[..., AsyncIterator[Any]], listed_mark: obj
                 continue
             if isinstance(event, dict) and isinstance(event.get("object"), dict):
                 obj = event["object"]
-                obj_uid: str = (obj.get("metadata") or {}).get("uid") or ""
+                obj_uid: str = objectmeta.uid(obj)
                 kind = event.get("type")
                 if kind is None:  # listed: decoded by kopf's own client, not `loads`
                     lighten(obj)

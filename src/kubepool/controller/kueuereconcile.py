@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller import kueue
 from kubepool.controller.builders.common import Obj, Placement, laid_out
@@ -34,7 +34,7 @@ async def kueue_step(op: OperatorState, key: JobKey, job: MLJob, status: MLJobSt
         return False
     job = job.model_copy(update={"status": status})
     layout = laid_out(job, layout)
-    uid = job.metadata.get("uid", "")
+    uid = objectmeta.uid(job)
     now = datetime.now(UTC)
     try:
         wanted = build_workload(job, op.view.pools(), op.cfg, queue, layout)
@@ -72,7 +72,7 @@ async def _suspend(op: OperatorState, key: JobKey, job: MLJob, steps: kueue.Step
     and tolerations, per group); an admission the job cannot honour leaves it suspended, with a Warning Event
     (Kueue's waitForPodsReady, where on, then evicts it). False when it stayed as it was."""
     ns, name = key
-    uid = job.metadata.get("uid", "")
+    uid = objectmeta.uid(job)
     had = ANNOTATION_KUEUE_PLACEMENT in (job.metadata.get("annotations") or {})
     wanted: str | None = None
     if not steps.suspend:

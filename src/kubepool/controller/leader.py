@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from kubepool.controller.election import Timing, claim, record_of, released
-from kubepool.kube.aio import Api
+from kubepool.kube.api import KubeApi
 from kubepool.kube.errors import Conflict, KubeError
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class LeaderElector:
         if not self.leading():
             raise LeadershipLost(f"not the leader (lease {self.lease}): nothing is written")
 
-    async def try_once(self, api: Api) -> bool:
+    async def try_once(self, api: KubeApi) -> bool:
         """Take or renew the lease if this replica may; True when it holds it now."""
         started = time.monotonic()
         lease = await api.get_lease(self.namespace, self.name)
@@ -70,19 +70,19 @@ class LeaderElector:
         self.renewed_at = started
         return True
 
-    async def _attempt(self, api: Api) -> bool:
+    async def _attempt(self, api: KubeApi) -> bool:
         try:
             return await self.try_once(api)
         except KubeError as e:
             log.warning("lease %s: %s", self.lease, e)
             return False
 
-    async def acquire(self, api: Api) -> None:
+    async def acquire(self, api: KubeApi) -> None:
         """Wait until this replica holds the lease."""
         while not await self._attempt(api):
             await asyncio.sleep(self.timing.retry_seconds)
 
-    async def keep(self, api: Api, on_lost: Callable[[], None]) -> None:
+    async def keep(self, api: KubeApi, on_lost: Callable[[], None]) -> None:
         """Renew the lease until it cannot be renewed in time; then stop leading and call `on_lost`."""
         while True:
             await asyncio.sleep(self.timing.retry_seconds)
@@ -93,7 +93,7 @@ class LeaderElector:
                 on_lost()
                 return
 
-    async def release(self, api: Api) -> None:
+    async def release(self, api: KubeApi) -> None:
         """Give the lease up (a clean shutdown) if this replica holds it."""
         if not self.leading():
             return

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator, Mapping, ValuesView
 from typing import Any, Generic, TypeVar
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.controller import view
 from kubepool.controller.observed import PlaceholderView, PodView
 from kubepool.controller.state import OperatorState
@@ -75,8 +75,7 @@ def _managed(body: Mapping[str, Any]) -> bool:
 
 def file(op: OperatorState, body: Mapping[str, Any]) -> None:
     """A kubepool pod as listed or changed: its view replaces the one its index held."""
-    meta = body.get("metadata") or {}
-    uid, labels = meta.get("uid") or "", meta.get("labels") or {}
+    uid, labels = objectmeta.uid(body), objectmeta.meta(body).get("labels") or {}
     if not uid:
         return
     if _placeholder(labels):
@@ -86,7 +85,7 @@ def file(op: OperatorState, body: Mapping[str, Any]) -> None:
 
 
 def forget(op: OperatorState, body: Mapping[str, Any]) -> None:
-    uid = (body.get("metadata") or {}).get("uid") or ""
+    uid = objectmeta.uid(body)
     for name in (view.POD_INDEX, view.PLACEHOLDER_INDEX):
         op.view.indexes[name].drop(uid)
 

@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import ComputePool, ComputePoolStatus, JobPhase
 from kubepool.controller import metrics
 from kubepool.controller.builders.placeholders import build_placeholder_pods, build_placeholder_priority_class
@@ -40,7 +40,7 @@ async def reconcile_pool(op: OperatorState, name: str) -> None:
         memo.forget(name)
         metrics.forget_pool(name)
         return
-    uid = pool.metadata.get("uid", "")
+    uid = objectmeta.uid(pool)
     if memo.written_uid.get(name) != uid:  # a new pool of the same name: what was written is not its
         memo.written.pop(name, None)
         memo.written_uid[name] = uid
@@ -82,10 +82,10 @@ async def _sync_placeholders(op: OperatorState, pool: ComputePool, st: ComputePo
     """Create the pool's missing placeholders and delete the ones it no longer wants (fewer wanted, suspended,
     or built from an older spec). A pre-empted placeholder is simply created again: it waits Pending until a
     node of the pool is free, and never holds up a job (instances pre-empt it)."""
-    memo, name = op.pool_memo, pool.metadata["name"]
+    memo, name = op.pool_memo, objectmeta.name(pool)
     wanted = build_placeholder_pods(pool, placeholders_wanted(pool, st, warm_capacity=op.cfg.warm_capacity),
                                     namespace=op.placeholder_namespace, cfg=op.cfg)
-    uid = pool.metadata.get("uid", "")
+    uid = objectmeta.uid(pool)
     seen = {p.name: p for p in op.view.placeholders(name) if not uid or not p.owner_uid or p.owner_uid == uid}
     now = time.monotonic()
     for seen_name in seen:
@@ -113,7 +113,7 @@ async def _sync_placeholders(op: OperatorState, pool: ComputePool, st: ComputePo
 def _schedule_auto_suspend(op: OperatorState, pool: ComputePool, st: ComputePoolStatus) -> None:
     """Wake the pool's status pass when it is due to auto-suspend (replacing any earlier wake-up); the
     deadline comes from status.idleSince, so a restarted operator resumes the same timer."""
-    name = pool.metadata["name"]
+    name = objectmeta.name(pool)
     op.pool_memo.cancel_auto_suspend(name)
     at = auto_suspend_at(pool, st)
     if at is None:

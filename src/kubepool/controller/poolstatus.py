@@ -3,9 +3,12 @@ node change can move; whether a new pool status must be written. No I/O, no cloc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
+from kubepool import objectmeta
 from kubepool.api import ComputePool, ComputePoolStatus, Condition, ConditionStatus, PoolPhase
 from kubepool.controller import vocabulary
 from kubepool.controller.admission import Claim, usage
@@ -54,56 +57,104 @@ def _stamp(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass
+class _PoolPass:
+    """What the steps of one pool status computation read (the inputs) and fill in (`out`: the new status's
+    fields). `before` is the previous status."""
+
+    pool: ComputePool
+    nodes: Iterable[NodeView]
+    claims: Iterable[Claim]
+    placeholders: Iterable[PlaceholderView]
+    now: datetime
+    warm_capacity: bool
+    before: ComputePoolStatus
+    mine: list[Claim] = field(default_factory=list)  # the claims on this pool
+    auto_suspended: bool = False
+    wanted: int = 0  # placeholders the pool should have
+    out: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return objectmeta.name(self.pool)
+
+
 def compute_pool_status(pool: ComputePool, nodes: Iterable[NodeView], claims: Iterable[Claim],
                         now: datetime, placeholders: Iterable[PlaceholderView] = (), *,
                         warm_capacity: bool = True) -> ComputePoolStatus:
-    """The pool's status. `pool.status` is the previous one: idleSince carries over from it, so the
-    auto-suspend timer survives operator restarts. `placeholders`: the warm-capacity pods observed."""
-    name = pool.metadata.get("name", "")
-    uid = pool.metadata.get("uid", "")
-    ready = sum(1 for n in nodes if n.ready and not n.unschedulable and node_matches(pool, n))
-    mine = [c for c in claims if name in c.pools]
-    in_use = usage(mine)[name]
-    running = sum(1 for c in mine if not c.waiting)
-    queued = len(mine) - running
-    before = pool.status or ComputePoolStatus()
-    # Idle: no admitted and no queued job. A queued job counts as activity: it resumes an auto-suspended pool
-    # (Snowflake's AUTO_RESUME), and admission does not refuse auto-suspended pools.
-    idle_since = None if mine else (before.idle_since or now)
-    after = pool.spec.auto_suspend_seconds
-    auto_suspended = bool(after) and idle_since is not None and now >= idle_since + timedelta(seconds=after or 0)
-    if pool.spec.suspend or auto_suspended:
+    """The pool's status, from the named steps below in order. `pool.status` is the previous one: idleSince
+    carries over from it, so the auto-suspend timer survives operator restarts. `placeholders`: the
+    warm-capacity pods observed."""
+    p = _PoolPass(pool, nodes, claims, placeholders, now, warm_capacity, pool.status or ComputePoolStatus())
+    for step in POOL_STEPS:
+        step(p)
+    return ComputePoolStatus(**p.out, observed_generation=objectmeta.generation(pool))
+
+
+def _ready_nodes(p: _PoolPass) -> None:
+    p.out["ready_nodes"] = sum(1 for n in p.nodes if n.ready and not n.unschedulable and node_matches(p.pool, n))
+
+
+def _jobs(p: _PoolPass) -> None:
+    """The instances its admitted jobs hold, and its running and queued jobs."""
+    p.mine = [c for c in p.claims if p.name in c.pools]
+    running = sum(1 for c in p.mine if not c.waiting)
+    p.out.update(instances_in_use=usage(p.mine)[p.name], running_jobs=running, queued_jobs=len(p.mine) - running)
+
+
+def _phase(p: _PoolPass) -> None:
+    """Idle: no admitted and no queued job. A queued job counts as activity: it resumes an auto-suspended pool
+    (Snowflake's AUTO_RESUME), and admission does not refuse auto-suspended pools."""
+    idle_since = None if p.mine else (p.before.idle_since or p.now)
+    after = p.pool.spec.auto_suspend_seconds
+    p.auto_suspended = bool(after) and idle_since is not None and p.now >= idle_since + timedelta(seconds=after or 0)
+    if p.pool.spec.suspend or p.auto_suspended:
         phase = PoolPhase.SUSPENDED
     else:
-        phase = PoolPhase.ACTIVE if in_use else PoolPhase.IDLE
-    warm = sum(1 for p in placeholders if p.pool == name and p.warm and (not uid or not p.owner_uid or p.owner_uid == uid))
-    wanted = desired_placeholders(pool, in_use, suspended=phase is PoolPhase.SUSPENDED, enabled=warm_capacity)
-    generation = pool.metadata.get("generation")
-    prev = {c.type: c for c in before.conditions}
+        phase = PoolPhase.ACTIVE if p.out["instances_in_use"] else PoolPhase.IDLE
+    p.out.update(idle_since=idle_since, phase=phase)
+
+
+def _warm(p: _PoolPass) -> None:
+    """The warm capacity: the pool's placeholders running (its own, by owner uid), and how many it wants."""
+    uid = objectmeta.uid(p.pool)
+    p.out["warm_instances"] = sum(1 for w in p.placeholders if w.pool == p.name and w.warm and (
+        not uid or not w.owner_uid or w.owner_uid == uid))
+    p.wanted = desired_placeholders(p.pool, p.out["instances_in_use"], suspended=p.out["phase"] is PoolPhase.SUSPENDED,
+                                    enabled=p.warm_capacity)
+
+
+def _conditions(p: _PoolPass) -> None:
+    """Ready, Suspended and Warm, each keeping its transition time while unchanged."""
+    pool, now, generation = p.pool, p.now, objectmeta.generation(p.pool)
+    ready, in_use, warm, wanted = p.out["ready_nodes"], p.out["instances_in_use"], p.out["warm_instances"], p.wanted
+    prev = {c.type: c for c in p.before.conditions}
     if pool.spec.suspend:
         suspended = (True, vocabulary.SUSPENDED, "spec.suspend is set: no new jobs are admitted; running jobs finish")
-    elif auto_suspended:
+    elif p.auto_suspended:
+        idle_since = p.out["idle_since"]
         assert idle_since is not None
         suspended = (True, AUTO_SUSPENDED,
-                     f"idle since {_stamp(idle_since)}, over autoSuspendSeconds={after}: warm nodes released; "
-                     "a new job resumes the pool")
+                     f"idle since {_stamp(idle_since)}, over autoSuspendSeconds={pool.spec.auto_suspend_seconds}: "
+                     "warm nodes released; a new job resumes the pool")
     else:
-        suspended = (False, "Active" if mine else "Idle", "")
-    if not warm_capacity:
+        suspended = (False, "Active" if p.mine else "Idle", "")
+    if not p.warm_capacity:
         warm_cond = (False, "WarmCapacityOff", "warm capacity is turned off in the operator's configuration")
     else:
         warm_cond = (warm >= wanted, "WarmNodesHeld" if warm >= wanted else "WarmingUp",
                      f"{warm} of {wanted} placeholder(s) running (minNodes={pool.spec.min_nodes}, {in_use} in use)")
-    conditions = [
+    p.out["conditions"] = [
         _pool_condition(prev, "Ready", bool(ready), "NodesReady" if ready else "NoReadyNodes",
                         f"{ready} ready node(s) match the pool; {in_use} of {pool.spec.max_nodes} instances in use",
                         now, generation),
         _pool_condition(prev, "Suspended", *suspended, now, generation),
         _pool_condition(prev, "Warm", *warm_cond, now, generation),
     ]
-    return ComputePoolStatus(phase=phase, ready_nodes=ready, instances_in_use=in_use, running_jobs=running,
-                             queued_jobs=queued, warm_instances=warm, idle_since=idle_since, conditions=conditions,
-                             observed_generation=generation)
+
+
+# The steps, in order: each reads what the earlier ones filled in.
+POOL_STEPS: tuple[Callable[[_PoolPass], None], ...] = (_ready_nodes, _jobs, _phase, _warm, _conditions)
 
 
 def pool_events(old: ComputePoolStatus | None, new: ComputePoolStatus) -> list[tuple[str, str, str]]:

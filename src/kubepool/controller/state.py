@@ -19,13 +19,13 @@ from kubepool.controller.memos import ChildMemo, PoolMemo
 from kubepool.controller.statuswriter import StatusWriter
 from kubepool.controller.view import ClusterView, JobKey
 from kubepool.controller.workqueue import WorkQueue
-from kubepool.kube.aio import Api
+from kubepool.kube.api import KubeApi
 
 
 @dataclass
 class OperatorState:
     cfg: OperatorConfig
-    api: Api
+    api: KubeApi
     view: ClusterView
     queue: WorkQueue
     status: StatusWriter

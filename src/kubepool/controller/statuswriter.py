@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
+from kubepool import objectmeta
 from kubepool.api import MLJob, MLJobStatus
 from kubepool.controller.jobstatus import decisive, ends, status_changed
 from kubepool.controller.view import JobKey
-from kubepool.kube.aio import Api
+from kubepool.kube.api import KubeApi
 
 STATUS_FLUSH_SECONDS = 1.0  # a job's status changes that are not decisive are written this late
 UNCHANGED = object()  # reserve(): the status needs no write
@@ -20,7 +21,7 @@ UNCHANGED = object()  # reserve(): the status needs no write
 
 @dataclass
 class StatusWriter:
-    api: Api
+    api: KubeApi
     wake: Callable[[JobKey], None]  # asks for the job's pass: a due flush is written by it
     changed: Callable[[JobKey], None] = lambda _: None  # `written` changed for the job (ClusterView.status_changed)
     written: dict[str, MLJobStatus] = field(default_factory=dict)  # job uid → last status written (or to flush)
@@ -33,7 +34,7 @@ class StatusWriter:
     async def write(self, key: JobKey, job: MLJob, new: MLJobStatus) -> None:
         """Persist `new` as the job's status: at once when a decisive field changed (or a flush is due), else
         STATUS_FLUSH_SECONDS later, this process reading `new` meanwhile."""
-        uid = job.metadata.get("uid", "")
+        uid = objectmeta.uid(job)
         changed = status_changed(job.status, new)
         unflushed = self.unflushed.get(uid)  # None: all written; False: a flush is scheduled; True: it is due
         if not changed and not unflushed:
@@ -62,7 +63,7 @@ class StatusWriter:
         what `written` held before (None: nothing), or UNCHANGED."""
         if not status_changed(job.status, new):
             return UNCHANGED
-        uid = job.metadata.get("uid", "")
+        uid = objectmeta.uid(job)
         before = self.written.get(uid)
         self.written[uid] = new
         self.changed(key)
@@ -74,7 +75,7 @@ class StatusWriter:
         the periodic re-check)."""
         if before is UNCHANGED:
             return
-        uid = job.metadata.get("uid", "")
+        uid = objectmeta.uid(job)
         try:
             await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid)
             self.unflushed.pop(uid, None)

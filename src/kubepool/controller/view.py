@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.controller import vocabulary
 from kubepool.controller.admission import Claim
@@ -34,9 +34,8 @@ WORKLOAD_INDEX = "workload_index"  # only where the operator acts for Kueue (Ope
 
 def owning_job(body: Mapping[str, Any]) -> JobKey | None:
     """The job an object the operator made for it (pod, Service, Workload, ...) belongs to, by its job label."""
-    meta = body.get("metadata") or {}
-    job = (meta.get("labels") or {}).get(naming.LABEL_JOB)
-    return (meta.get("namespace") or "default", job) if job else None
+    job = (objectmeta.meta(body).get("labels") or {}).get(naming.LABEL_JOB)
+    return (objectmeta.namespace(body), job) if job else None
 
 
 def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,7 +155,7 @@ class ClusterView:
         job = self._parsed_job(key, body)
         if job is None:
             return None
-        mine = self.written.get(job.metadata.get("uid", ""))
+        mine = self.written.get(objectmeta.uid(job))
         if mine is not None and mine is not job.status:
             job = job.model_copy(update={"status": mine})  # shallow: the cached model stays as watched
         return job, body
@@ -184,7 +183,7 @@ class ClusterView:
             body = _newest(_values(index, key))
             if body is None:
                 continue
-            mine = self.written.get((body.get("metadata") or {}).get("uid", ""))
+            mine = self.written.get(objectmeta.uid(body))
             phase = mine.phase if mine is not None else (body.get("status") or {}).get("phase")
             if phase:
                 counts[str(phase)] = counts.get(str(phase), 0) + 1
@@ -264,12 +263,12 @@ class ClusterView:
 
     def _claim(self, index: Any, key: JobKey) -> Claim | None:
         body = _newest(_values(index, key))
-        if body is None or (body.get("metadata") or {}).get("uid", "") in self.finished:
+        if body is None or objectmeta.uid(body) in self.finished:
             return None
         parsed = self._parsed_job(key, body)
         if parsed is None:
             return None
-        uid = parsed.metadata.get("uid", "")
+        uid = objectmeta.uid(parsed)
         mine = self.written.get(uid)
         st = mine if mine is not None else parsed.status
         if st is not None and st.phase is not None and st.phase.finished:

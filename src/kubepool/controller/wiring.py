@@ -16,10 +16,10 @@ from kubepool.controller.state import OperatorState
 from kubepool.controller.statuswriter import StatusWriter
 from kubepool.controller.view import ClusterView
 from kubepool.controller.workqueue import WorkQueue
-from kubepool.kube.aio import Api
+from kubepool.kube.api import KubeApi
 
 
-def new_operator(cfg: OperatorConfig, api: Api, *, indexes: Mapping[str, Any] | None = None,
+def new_operator(cfg: OperatorConfig, api: KubeApi, *, indexes: Mapping[str, Any] | None = None,
                  placeholder_namespace: str = "default",
                  post_event: Callable[..., None] | None = None) -> OperatorState:
     queue = WorkQueue()

@@ -22,7 +22,7 @@ from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedR
 from lightkube.resources.core_v1 import ConfigMap, Pod, Secret
 from lightkube.types import CascadeType, PatchType
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import ComputePool, MLJob
 from kubepool.kube.errors import Conflict, KubeError, NotFound, Unreachable, status_error
 from kubepool.kube.kubeconfig import files_of as kubeconfig_files
@@ -130,7 +130,7 @@ class Kube:
     def create_job(self, job: MLJob, namespace: str | None = None) -> MLJob:
         ns = self._ns(namespace)
         body = MLJobResource.from_dict(job.wire())
-        name = job.metadata.get("name", "")
+        name = objectmeta.name(job)
         return _job(_call(f"create MLJob {ns}/{name}", lambda: self.client.create(body, namespace=ns)))
 
     def patch_job(self, name: str, patch: dict[str, Any], namespace: str | None = None) -> MLJob:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.api.common import QUANTITY_PATTERN
 from kubepool.controller.builders.layout import group_counts, instance_ids
@@ -51,8 +51,7 @@ class JobRef:
 
     @classmethod
     def of(cls, job: MLJob) -> JobRef:
-        meta = job.metadata
-        return cls(name=meta["name"], namespace=meta.get("namespace", "default"), uid=meta.get("uid", ""))
+        return cls(name=objectmeta.name(job), namespace=objectmeta.namespace(job), uid=objectmeta.uid(job))
 
     def owner_reference(self) -> Obj:
         # blockOwnerDeletion stays off: it would need update on mljobs/finalizers and buys nothing with

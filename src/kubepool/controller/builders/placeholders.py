@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from kubepool import naming
+from kubepool import naming, objectmeta
 from kubepool.api import ComputePool
 from kubepool.controller.builders.common import Obj, pool_image
 from kubepool.controller.builders.pods import _affinity, _resources, _security
@@ -43,7 +43,7 @@ def build_placeholder_priority_class() -> Obj:
 def build_placeholder_pod(pool: ComputePool, index: int, *, namespace: str, cfg: OperatorConfig) -> Obj:
     """Placeholder `index` of the pool, in `namespace`, owned by the (cluster-scoped) pool so that garbage
     collection removes it with the pool."""
-    name = pool.metadata["name"]
+    name = objectmeta.name(pool)
     pod_sc, container_sc = _security(cfg.run_as_user)
     container: Obj = {
         "name": CONTAINER,
@@ -68,7 +68,7 @@ def build_placeholder_pod(pool: ComputePool, index: int, *, namespace: str, cfg:
     if pool.spec.tolerations:
         spec["tolerations"] = [t.wire() for t in pool.spec.tolerations]
     owner = {"apiVersion": naming.API_VERSION, "kind": naming.POOL_KIND, "name": name,
-             "uid": pool.metadata.get("uid", ""), "controller": True, "blockOwnerDeletion": False}
+             "uid": objectmeta.uid(pool), "controller": True, "blockOwnerDeletion": False}
     meta: Obj = {"name": naming.placeholder_pod_name(name, index), "namespace": namespace,
                  "labels": naming.placeholder_labels(name), "ownerReferences": [owner],
                  "annotations": {naming.ANNOTATION_PLACEHOLDER_SPEC: spec_hash(spec)}}
