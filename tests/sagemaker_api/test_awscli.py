@@ -16,7 +16,7 @@ import pytest
 from support.sagemaker_api import REGION
 from support.sagemaker_clients import clients_env, clients_venv
 
-pytestmark = [pytest.mark.cluster]
+pytestmark = [pytest.mark.cluster, pytest.mark.api]  # no operator, no pod: make test-fast
 
 
 def same(cli: Any, sdk: Any, where: str = "") -> None:

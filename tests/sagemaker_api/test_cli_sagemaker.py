@@ -64,6 +64,7 @@ def release_service(kubectl: Any, namespace: str, s3: str | None) -> None:
 
 
 @pytest.mark.cluster
+@pytest.mark.api
 def test_create_key_makes_a_key_the_server_takes_and_env_prints_the_services_variables(
         cluster: Any, kubectl: Any, namespace: str, sagemaker_api: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from support.sagemaker_api import grant_user_rights
@@ -95,6 +96,7 @@ def test_create_key_makes_a_key_the_server_takes_and_env_prints_the_services_var
 
 
 @pytest.mark.cluster
+@pytest.mark.api
 def test_what_is_missing_is_refused_before_a_key_is_made(cluster: Any, kubectl: Any, namespace: str,
                                                          capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     conn = ["--kubeconfig", str(cluster.kubeconfig), "-n", namespace]
