@@ -43,11 +43,14 @@ def setup(cluster: Any, crds: None, kubectl: Any, tmp_path_factory: pytest.TempP
     """A namespace with the operator, a ComputePool of ml.c5.xlarge's family, an S3 server with the channel's
     objects, the server pointed at it and a key."""
     tmp = tmp_path_factory.mktemp("sagemaker-job")
-    pool = f"sm-cpu-{uuid.uuid4().hex[:6]}"
-    kubectl("apply", "-f", "-", check=True, input=yaml.safe_dump({
-        "apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": pool},
-        "spec": {"instanceFamily": "CPU_X64_S", "minNodes": 0, "maxNodes": 3,
-                 "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}))
+    # The reader group names its pool; the trainers' ml.r5.2xlarge runs on the pool of its family, HIGHMEM_X64_S,
+    # which no other cluster test makes (pools are cluster-wide: another family's could come first by name).
+    pool, highmem = f"sm-cpu-{uuid.uuid4().hex[:6]}", f"sm-highmem-{uuid.uuid4().hex[:6]}"
+    kubectl("apply", "-f", "-", check=True, input=yaml.safe_dump_all([{
+        "apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": name},
+        "spec": {"instanceFamily": family, "minNodes": 0, "maxNodes": 2, "resources": {"cpu": "500m", "memory": "1Gi"},
+                 "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}
+        for name, family in ((pool, "CPU_X64_S"), (highmem, "HIGHMEM_X64_S"))]))
     with kubectl.fresh_namespace(f"t-sagemaker-api-{uuid.uuid4().hex[:6]}") as ns, \
             s3_server("127.0.5.42") as endpoint:
         s3 = client(endpoint)
@@ -63,21 +66,22 @@ def setup(cluster: Any, crds: None, kubectl: Any, tmp_path_factory: pytest.TempP
         try:
             with start_sagemaker_api(cluster.kubeconfig, tmp / "server.log", "--s3-endpoint-url", endpoint,
                                      "--s3-credentials-secret", "s3-keys") as api:
-                yield {"ns": ns, "api": api, "key": make_key(kubectl, ns), "s3": s3, "op": op, "pool": pool}
+                yield {"ns": ns, "api": api, "key": make_key(kubectl, ns), "s3": s3, "op": op, "pool": pool,
+                       "highmem": highmem}
         finally:
             op.stop()
-            kubectl("delete", "computepool", pool, "--wait=false")
+            kubectl("delete", "computepool", pool, highmem, "--wait=false")
 
 
-def _request(name: str, **over: Any) -> dict[str, Any]:
+def _request(name: str, pool: str, **over: Any) -> dict[str, Any]:
     return {
         "TrainingJobName": name, "RoleArn": "arn:aws:iam::111122223333:role/default",
         "AlgorithmSpecification": {"TrainingImage": "local", "TrainingInputMode": "File",
                                    "ContainerEntrypoint": ["python", "-c", TRAIN]},
         "HyperParameters": {"lr": "0.1"}, "Environment": {"RUN_MODE": "test"},
         "ResourceConfig": {"VolumeSizeInGB": 30, "InstanceGroups": [
-            {"InstanceGroupName": "reader", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1},
-            {"InstanceGroupName": "trainer", "InstanceType": "ml.m5.xlarge", "InstanceCount": 2}]},
+            {"InstanceGroupName": "reader", "InstanceType": pool, "InstanceCount": 1},
+            {"InstanceGroupName": "trainer", "InstanceType": "ml.r5.2xlarge", "InstanceCount": 2}]},
         "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
             "S3DataType": "S3Prefix", "S3Uri": "s3://data/train/", "S3DataDistributionType": "ShardedByS3Key",
             "InstanceGroupNames": ["trainer"]}}}],
@@ -104,7 +108,7 @@ def _wait_status(sm: Any, name: str, statuses: set[str], op: Operator, api: Sage
 @pytest.fixture(scope="module")
 def completed(setup: dict[str, Any]) -> dict[str, Any]:
     sm = setup["api"].client("sagemaker", setup["key"])
-    arn = sm.create_training_job(**_request("hetero"))["TrainingJobArn"]
+    arn = sm.create_training_job(**_request("hetero", setup["pool"]))["TrainingJobArn"]
     assert arn.endswith(f":training-job/{setup['ns']}/hetero")
     return _wait_status(sm, "hetero", {"Completed", "Failed", "Stopped"}, setup["op"], setup["api"])
 
@@ -114,12 +118,16 @@ def _members(blob: bytes) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
 
-def test_completed_with_the_model_the_script_saved(setup: dict[str, Any], completed: dict[str, Any]) -> None:
+def test_completed_with_the_model_the_script_saved(setup: dict[str, Any], completed: dict[str, Any],
+                                                   kubectl: Any) -> None:
     d = completed
+    spec = kubectl.json("get", "mljob", "hetero", "-n", setup["ns"])["spec"]
+    assert [(g["computePool"], g.get("instanceType")) for g in spec["instanceGroups"]] == [
+        (setup["pool"], None), (setup["highmem"], "ml.r5.2xlarge")]  # a pool's name, and an ml.* type's pool
     assert (d["TrainingJobStatus"], d["SecondaryStatus"]) == ("Completed", "Completed"), d.get("FailureReason")
     assert [t["Status"] for t in d["SecondaryStatusTransitions"]] == [
         "Starting", "LaunchingMLInstances", "Training", "Completed"]
-    assert d["ResourceConfig"] == _request("hetero")["ResourceConfig"]  # as given
+    assert d["ResourceConfig"] == _request("hetero", setup["pool"])["ResourceConfig"]  # as given
     assert d["TrainingStartTime"] <= d["TrainingEndTime"] and d["TrainingTimeInSeconds"] >= 0
     uri = d["ModelArtifacts"]["S3ModelArtifacts"]
     assert uri == "s3://models/runs/hetero/output/model.tar.gz"
@@ -169,11 +177,16 @@ def test_every_hosts_log_is_a_stream(setup: dict[str, Any], completed: dict[str,
     assert sorted(h["logStreamName"] for h in hits) == names[1:], [h["message"] for h in hits]
     with pytest.raises(logs.exceptions.ResourceNotFoundException):
         logs.get_log_events(logGroupName=group, logStreamName="hetero/algo-9-1")
+    for call in (lambda g: logs.describe_log_streams(logGroupName=g, logStreamNamePrefix="hetero/"),
+                 lambda g: logs.get_log_events(logGroupName=g, logStreamName=names[0]),
+                 lambda g: logs.filter_log_events(logGroupName=g)):
+        with pytest.raises(logs.exceptions.ResourceNotFoundException):
+            call("/aws/sagemaker/ProcessingJobs")  # only the training jobs' group
 
 
 def test_stop_ends_stopped(setup: dict[str, Any], kubectl: Any) -> None:
     sm = setup["api"].client("sagemaker", setup["key"])
-    slow = dict(_request("slow"), AlgorithmSpecification={
+    slow = dict(_request("slow", setup["pool"]), AlgorithmSpecification={
         "TrainingImage": "local", "TrainingInputMode": "File",
         "ContainerEntrypoint": ["python", "-c", "import time; print('up', flush=True); time.sleep(600)"]})
     slow.pop("InputDataConfig")
