@@ -25,7 +25,7 @@ import pytest
 
 from kubepool.local import components, controlplane, processes, registry
 from kubepool.local.layout import REPO_ROOT, Layout
-from kubetest import Cluster, Kubectl
+from kubetest import Cluster, Kubectl, cluster_turn
 
 # The fixtures shared across suites, registered once for every test (a conftest that defines one of the same name
 # overrides it for its folder).
@@ -125,19 +125,14 @@ def kubectl(cluster: Cluster) -> Kubectl:
 def _cluster_turn(request: pytest.FixtureRequest) -> Iterator[None]:
     """Cluster tests run side by side on the one test cluster (`pytest -n`, several sessions), each in its own
     namespace; a test marked `exclusive` disturbs the cluster for everyone (restarts its parts, floods it), so it
-    runs alone: it holds back new cluster tests (the turnstile, so it is never starved) and waits for the running
-    ones to end. Taken before the test's function fixtures are set up, given back after they are torn down."""
+    runs alone (kubetest.cluster_turn). Taken before the test's function fixtures are set up, given back after
+    they are torn down."""
     if "cluster" not in request.fixturenames:
         yield
         return
-    state_dir = request.getfixturevalue("cluster").state_dir
     exclusive = request.node.get_closest_marker("exclusive") is not None
-    with (state_dir / ".turnstile").open("a") as turnstile, (state_dir / ".cluster-tests").open("a") as tests:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(tests, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        if not exclusive:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        yield  # closing the files gives both locks back
+    with cluster_turn(request.getfixturevalue("cluster").state_dir, exclusive):
+        yield
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
-"""Test-side handles on the local cluster: `Kubectl` (the cached kubectl bound to one kubeconfig) and
-`Cluster`. A plain module rather than conftest, so test files can import the types by name."""
+"""Test-side handles on the local cluster: `Kubectl` (the cached kubectl bound to one kubeconfig),
+`Cluster` and `cluster_turn`. A plain module rather than conftest, so test files can import them by name."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 import time
@@ -79,3 +80,17 @@ class Cluster:
     @property
     def state_dir(self) -> Path:
         return self.layout.state_dir
+
+
+@contextmanager
+def cluster_turn(state_dir: Path, exclusive: bool) -> Iterator[None]:
+    """A cluster test's turn on the shared cluster, across processes (pytest -n, several sessions): shared with
+    the other cluster tests, or `exclusive` (alone, once the running ones end). An exclusive turn holds the
+    turnstile while it waits, so new shared turns queue behind it and it is never starved; the locks go with the
+    files when the turn ends (also when the process dies)."""
+    with (state_dir / ".turnstile").open("a") as turnstile, (state_dir / ".cluster-tests").open("a") as tests:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield

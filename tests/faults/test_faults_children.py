@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import yaml
 from faultkit import component_pid, job, record, sleep_cmd
 
@@ -70,6 +71,7 @@ def wait_children_owned(kubectl: Any, namespace: str, name: str, uid: str, timeo
     return time.monotonic() - t0
 
 
+@pytest.mark.exclusive  # the cluster's controller-manager paused under every cluster test
 def test_same_name_recreate_gets_its_own_children(cluster: Any, kubectl: Any, namespace: str, operator: Operator,
                                                   small_pool: Any) -> None:
     pool = small_pool(max_nodes=3)
