@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -57,20 +58,23 @@ def free_port(host: str) -> int:
 
 
 @contextmanager
-def start_sagemaker_api(kubeconfig: Path, log_path: Path, *args: str, host: str = "127.0.0.1") -> Iterator[SageMakerApi]:
-    """The server in a subprocess (every namespace's keys count); stopped on exit."""
+def start_sagemaker_api(kubeconfig: Path, log_path: Path, *args: str, host: str = "127.0.0.1",
+                        ca_file: Path | None = None) -> Iterator[SageMakerApi]:
+    """The server in a subprocess (every namespace's keys count); stopped on exit. With `ca_file` it serves
+    HTTPS (args give --tls-cert and --tls-key) with a certificate that CA signed."""
     port = free_port(host)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     with log_path.open("ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kubepool.sagemaker_api", "--host", host, "--port", str(port),
                                  *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    api = SageMakerApi(f"http://{host}:{port}", log_path)
+    api = SageMakerApi(f"{'https' if ca_file else 'http'}://{host}:{port}", log_path)
+    tls = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             assert proc.poll() is None, f"the SageMaker API server exited:\n{api.logs()[-3000:]}"
             try:
-                with urllib.request.urlopen(f"{api.endpoint}/healthz", timeout=2) as r:
+                with urllib.request.urlopen(f"{api.endpoint}/healthz", timeout=2, context=tls) as r:
                     if r.status == 200:
                         break
             except OSError:
