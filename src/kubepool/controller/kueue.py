@@ -17,6 +17,7 @@ with the resume and removed with the suspend, as Kueue's own integrations write 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -72,44 +73,101 @@ def finished_condition(job: MLJob, now: datetime) -> Obj:
             "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
+@dataclass
+class _Pass:
+    """What the steps of one decision share: the job, its live Workloads (`current`, less the stale ones once
+    `_stale` ran) and the Workloads to delete."""
+
+    job: MLJob
+    wanted: Obj | None
+    now: datetime
+    finished: bool
+    current: list[Obj]
+    delete: tuple[str, ...] = ()
+
+
 def decide(job: MLJob, workloads: list[Obj], wanted: Obj | None, now: datetime) -> Steps:
     """The next steps for `job` (labelled with a LocalQueue) whose Workloads (owned by it) are `workloads`;
-    `wanted` is the Workload the job needs now (None when it cannot be built yet: a pool not there)."""
+    `wanted` is the Workload the job needs now (None when it cannot be built yet: a pool not there). The first of
+    DECIDE_STEPS that answers decides; else only the stale Workloads go."""
     st = job.status
-    finished = st is not None and st.phase is not None and st.phase.finished
-    queue = queue_of(job)
-    if not finished and (len(queue) > 253 or not _QUEUE_NAME.match(queue)):
-        return Steps(invalid=f"label {naming.LABEL_KUEUE_QUEUE}={queue!r} is not a LocalQueue name (lower case "
-                             "letters, digits, '-' and '.'): the job is held and no Workload is written",
-                     suspend=None if job.spec.suspend else True)
-    current = [w for w in workloads if not w.get("metadata", {}).get("deletionTimestamp")]
-    if finished:
-        live = [w for w in current if not condition(w, FINISHED)]
-        return Steps(finish=finished_condition(job, now), workload=live[0]) if live else Steps()
-    # A Workload finished by an earlier run of this job (it was resumed since), or one whose pod sets no longer
-    # match the job (resized while it waited) and that holds no quota yet: replaced.
-    stale = [w for w in current if condition(w, FINISHED) or (
+    p = _Pass(job, wanted, now, finished=st is not None and st.phase is not None and st.phase.finished,
+              current=[w for w in workloads if not w.get("metadata", {}).get("deletionTimestamp")])
+    for step in DECIDE_STEPS:
+        steps = step(p)
+        if steps is not None:
+            return steps
+    return Steps(delete=p.delete)
+
+
+def _invalid_queue(p: _Pass) -> Steps | None:
+    """A label that names no possible LocalQueue: the job is held and says why."""
+    queue = queue_of(p.job)
+    if p.finished or (len(queue) <= 253 and _QUEUE_NAME.match(queue)):
+        return None
+    return Steps(invalid=f"label {naming.LABEL_KUEUE_QUEUE}={queue!r} is not a LocalQueue name (lower case "
+                         "letters, digits, '-' and '.'): the job is held and no Workload is written",
+                 suspend=None if p.job.spec.suspend else True)
+
+
+def _finished(p: _Pass) -> Steps | None:
+    """A finished job's live Workload is Finished, so Kueue's next job starts."""
+    if not p.finished:
+        return None
+    live = [w for w in p.current if not condition(w, FINISHED)]
+    return Steps(finish=finished_condition(p.job, p.now), workload=live[0]) if live else Steps()
+
+
+def _stale(p: _Pass) -> Steps | None:
+    """A Workload finished by an earlier run of this job (it was resumed since), or one whose pod sets no longer
+    match the job (resized while it waited) and that holds no quota yet: replaced."""
+    wanted = p.wanted
+    stale = [w for w in p.current if condition(w, FINISHED) or (
         wanted is not None and not condition(w, QUOTA_RESERVED)
         and _counts(w.get("spec", {}).get("podSets") or []) != _counts(wanted["spec"]["podSets"]))]
-    current = [w for w in current if w not in stale]
-    delete = tuple(w["metadata"]["name"] for w in stale)
-    if not current:
-        # Kueue's jobs never run unadmitted: a job that is not suspended (nothing suspended it at creation) is.
-        hold = None if job.spec.suspend else True
-        if wanted is not None and wanted["metadata"]["name"] in delete:
-            return Steps(delete=delete, suspend=hold)  # the new one once the old one is gone
-        return Steps(delete=delete, create=wanted, suspend=hold)
-    wl = current[0]
-    if condition(wl, ADMITTED) and not condition(wl, EVICTED):
-        ready = pods_ready_condition(job, wl, now)
-        return Steps(delete=delete, suspend=False if job.spec.suspend else None, pods_ready=ready,
-                     workload=wl if ready else {})
-    if not job.spec.suspend:
-        return Steps(delete=delete, suspend=True)
+    p.current = [w for w in p.current if w not in stale]
+    p.delete = tuple(w["metadata"]["name"] for w in stale)
+    return None
+
+
+def _create(p: _Pass) -> Steps | None:
+    """No Workload left: the one the job needs now. Kueue's jobs never run unadmitted: a job that is not
+    suspended (nothing suspended it at creation) is."""
+    if p.current:
+        return None
+    hold = None if p.job.spec.suspend else True
+    if p.wanted is not None and p.wanted["metadata"]["name"] in p.delete:
+        return Steps(delete=p.delete, suspend=hold)  # the new one once the old one is gone
+    return Steps(delete=p.delete, create=p.wanted, suspend=hold)
+
+
+def _admitted(p: _Pass) -> Steps | None:
+    """Admitted and not evicted: the job runs, and its Workload's PodsReady follows its instances."""
+    wl = p.current[0]
+    if not condition(wl, ADMITTED) or condition(wl, EVICTED):
+        return None
+    ready = pods_ready_condition(p.job, wl, p.now)
+    return Steps(delete=p.delete, suspend=False if p.job.spec.suspend else None, pods_ready=ready,
+                 workload=wl if ready else {})
+
+
+def _hold(p: _Pass) -> Steps | None:
+    """Not admitted (or evicted): the job is suspended."""
+    return None if p.job.spec.suspend else Steps(delete=p.delete, suspend=True)
+
+
+def _release(p: _Pass) -> Steps | None:
+    """Evicted, and the job has stopped: its Workload's quota reservation is cleared, so Kueue admits it again."""
+    wl, st = p.current[0], p.job.status
     stopped = st is not None and st.reason == vocabulary.SUSPENDED
     if condition(wl, EVICTED) and stopped and (condition(wl, QUOTA_RESERVED) or (wl.get("status") or {}).get("admission")):
-        return Steps(delete=delete, release=wl["metadata"]["name"], workload=wl)
-    return Steps(delete=delete)
+        return Steps(delete=p.delete, release=wl["metadata"]["name"], workload=wl)
+    return None
+
+
+# The steps, in order of precedence: each returns the decision, or None to leave it to the next.
+DECIDE_STEPS: tuple[Callable[[_Pass], Steps | None], ...] = (
+    _invalid_queue, _finished, _stale, _create, _admitted, _hold, _release)
 
 
 def _ready(st: MLJobStatus | None) -> bool:
