@@ -163,7 +163,7 @@ def measure(kubectl: Callable[..., str], kubeconfig: Path, describes: int, creat
     return out
 
 
-def report(res: dict[str, Any], machine: dict[str, Any], quick: bool) -> str:
+def report(res: dict[str, Any], machine: dict[str, Any], quick: bool, cluster: str) -> str:
     rows = []
     for what, mine, floor in (("DescribeTrainingJob, all at once", "describe", "floor_describe"),
                               ("CreateTrainingJob, a burst", "create", "floor_create")):
@@ -173,7 +173,7 @@ def report(res: dict[str, Any], machine: dict[str, Any], quick: bool) -> str:
     table = stats.markdown_table(["calls", "n", "wall (s)", "p50 (s)", "p99 (s)", "errors", "floor wall (s)",
                                   "floor p50 (s)", "floor p99 (s)"], rows, right=range(1, 9))
     return (f"# SageMaker API server under load{' (quick)' if quick else ''}\n\n"
-            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}. {machine_line(machine)}\n\n"
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}. {machine_line(machine)} Cluster: {cluster}.\n\n"
             "boto3 (one client, a connection per call in flight, no retries) against `python -m kubepool.sagemaker_api` "
             "on loopback, every call SigV4-verified and run as its key's ServiceAccount against the API server. "
             "Floor: the same boto3 calls to a bare aiohttp server answering `{}` (boto3's own round trip).\n\n"
@@ -203,8 +203,10 @@ def main(argv: list[str]) -> int:
         if bench is not None:
             bench.down()
     stem = "sagemaker_api-quick" if args.quick else "sagemaker_api"
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"machine": machine, **res}, indent=1) + "\n")
-    text = report(res, machine, args.quick)
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"machine": machine, "private_cluster": bench is not None, **res},
+                                                     indent=1) + "\n")
+    text = report(res, machine, args.quick, "a private one (no nodes)" if bench else
+                  f"an existing one ({args.kubeconfig}), shared with whatever else ran on it")
     (RESULTS / f"{stem}.md").write_text(text)
     print(text)
     ok = not res["describe"]["error_count"] and not res["create"]["error_count"] and res["created_jobs"] == creates
