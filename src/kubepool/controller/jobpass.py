@@ -1,6 +1,6 @@
-"""PURE: what one pass over an unfinished MLJob's status shares: the reasons it can give, what it observed
-(`Observed`), the instance entries of the status, and the pass itself (`Pass`), which the steps in `jobsteps`
-read and write."""
+"""PURE: what one pass over an unfinished MLJob's status shares: what it observed (`Observed`), the instance
+entries of the status, and the pass itself (`Pass`), which the steps in `jobsteps` read and write. The reasons
+it gives are in `vocabulary`."""
 
 from __future__ import annotations
 
