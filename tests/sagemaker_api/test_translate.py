@@ -107,7 +107,6 @@ def test_single_group_form_and_script_mode():
      "DebugHookConfig"),
     (lambda r: r.update(ProfilerConfig={"S3OutputPath": "s3://x/y", "ProfilingIntervalInMilliseconds": 100}),
      "ProfilerConfig"),
-    (lambda r: r["AlgorithmSpecification"].update(EnableSageMakerMetricsTimeSeries=True), "EnableSageMakerMetrics"),
     (lambda r: r["AlgorithmSpecification"].update(TrainingInputMode="Pipe"), "Pipe"),
     (lambda r: r["AlgorithmSpecification"].update(MetricDefinitions=[{"Name": "a", "Regex": "b"}]), "MetricDefinitions"),
     (lambda r: r["InputDataConfig"][0].update(CompressionType="Gzip"), "CompressionType"),
@@ -144,7 +143,8 @@ def test_role_maps_to_the_keys_service_account_only():
 
 @pytest.mark.parametrize("debugger,profiler", [
     # What sagemaker 2.257.7's Estimator sends when its user set nothing (EstimatorBase._validate_and_set_debugger_
-    # configs, _prepare_profiler_for_training), and with debugger_hook_config=False, disable_profiler=True.
+    # configs, _prepare_profiler_for_training; PyTorch also EnableSageMakerMetricsTimeSeries: true), and with
+    # debugger_hook_config=False, disable_profiler=True.
     ({"S3OutputPath": "s3://models/runs", "CollectionConfigurations": []},
      {"S3OutputPath": "s3://models/runs", "DisableProfiler": False}),
     (None, {"DisableProfiler": True}),
@@ -154,7 +154,7 @@ def test_the_sdks_defaults_are_accepted(debugger, profiler):
     req["ProfilerConfig"] = profiler
     if debugger:
         req["DebugHookConfig"] = debugger
-    req["AlgorithmSpecification"]["EnableSageMakerMetricsTimeSeries"] = False
+    req["AlgorithmSpecification"]["EnableSageMakerMetricsTimeSeries"] = debugger is not None
     assert _job(req)["spec"]["mode"] == "sagemaker"
 
 

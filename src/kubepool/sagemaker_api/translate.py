@@ -181,7 +181,9 @@ def _check_refused(req: Mapping[str, Any]) -> None:
         raise validation("DebugHookConfig: only the SDK's default hook (S3OutputPath alone) is accepted: SageMaker "
                          "Debugger is not available on kubepool")
     algo = req.get("AlgorithmSpecification") or {}
-    for field in ("AlgorithmName", "MetricDefinitions", "TrainingImageConfig", "EnableSageMakerMetricsTimeSeries"):
+    # EnableSageMakerMetricsTimeSeries is taken either way (the SDK's PyTorch sets it true by default): it turns on the
+    # time series of MetricDefinitions' metrics, which are refused, so there is nothing it could record.
+    for field in ("AlgorithmName", "MetricDefinitions", "TrainingImageConfig"):
         if not _unset(algo.get(field)):
             raise validation(f"AlgorithmSpecification.{field} is not supported on kubepool")
     if algo.get("TrainingInputMode") == "Pipe":
