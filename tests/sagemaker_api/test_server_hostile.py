@@ -19,7 +19,7 @@ from kubepool.sagemaker_api.kubeaccess import KEYS_TTL_SECONDS
 from kubepool.sagemaker_api.server import MAX_BODY
 from support.operator_cluster import mljob, wait_for
 
-pytestmark = [pytest.mark.cluster]
+pytestmark = [pytest.mark.cluster, pytest.mark.api]  # no operator, no pod: make test-fast
 ROLE = "arn:aws:iam::111122223333:role/default"
 
 
