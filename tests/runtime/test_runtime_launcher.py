@@ -87,3 +87,20 @@ def test_instances_that_never_join_fail_the_head_as_instances_unavailable(monkey
     monkeypatch.setattr(launcher, "gate_instances", never_joined)
     res = launcher.execute(c, {ENV_PAYLOAD_DIR: str(tmp_path)})
     assert not res.success and res.reason == INSTANCES_UNAVAILABLE and "only 1 available" in (res.error or "")
+
+
+def test_a_container_entrypoint_runs_with_its_own_arguments_a_program_with_the_hyperparameters(payload: Path) -> None:
+    """SageMaker runs ContainerEntrypoint + ContainerArguments as given (the SDK v3's `/bin/bash -c .../sm_train.sh`:
+    `bash --epochs 3 -c` fails); the hyperparameters are arguments only of a program run as the toolkit runs it."""
+    from kubepool.contract import ENV_PAYLOAD_DIR, Group, RunMode, build_contract
+    from kubepool.runtime import launcher
+
+    def run(ep: Entrypoint) -> ExecutionResult:
+        c = build_contract(job_name="j", namespace="ns", job_uid="u", groups=[Group(name="a", instance_type="t", count=1)],
+                           target_instances=1, min_instances=1, entrypoint=ep, mode=RunMode.SAGEMAKER,
+                           hyperparameters={"epochs": "3"})
+        return launcher.execute(c, {ENV_PAYLOAD_DIR: str(payload), "SM_USER_ARGS": json.dumps(["--epochs", "3"])})
+
+    own = run(Entrypoint(command=[sys.executable, "-c", "import sys; sys.exit(sys.argv[1:] != ['-x'])"], args=["-x"]))
+    assert own.success, own.error
+    assert run(Entrypoint(path="job.py", args=["1"])).value == ["--epochs", "3", "1"]

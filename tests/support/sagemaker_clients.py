@@ -20,14 +20,18 @@ from kubepool.cli.sagemaker import API_VARIABLES, S3_VARIABLE
 from support.wheels import WHEELS
 
 PINS = ("sagemaker==2.257.7", "boto3==1.44.8", "awscli==1.46.3")
+# The SDK v3's ModelTrainer is in sagemaker-train (`sagemaker` 3.x is a meta package over it, serve and mlops); a
+# venv of its own: v3 and v2 are the same import name.
+V3_PINS = ("sagemaker-train==1.27.0", "sagemaker-core==2.27.0", "boto3==1.44.8")
 VENVS = Path.home() / ".cache" / "kubepool" / "venvs"
 BUILD_TIMEOUT_S = 900
 
 
-def clients_venv() -> Path:
-    """The venv's directory (bin/python, bin/aws), built on first use; concurrent sessions wait for one build."""
+def clients_venv(pins: tuple[str, ...] = PINS) -> Path:
+    """The venv's directory (bin/python; bin/aws with PINS), built on first use; concurrent sessions wait for one
+    build."""
     VENVS.mkdir(parents=True, exist_ok=True)
-    venv = VENVS / f"sagemaker-clients-{hashlib.sha256(' '.join(PINS).encode()).hexdigest()[:12]}"
+    venv = VENVS / f"sagemaker-clients-{hashlib.sha256(' '.join(pins).encode()).hexdigest()[:12]}"
     marker = venv / ".complete"
     with (VENVS / f"{venv.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -35,12 +39,12 @@ def clients_venv() -> Path:
             return venv
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-        print(f"installing {' '.join(PINS)} into {venv} (once)", file=sys.stderr)
+        print(f"installing {' '.join(pins)} into {venv} (once)", file=sys.stderr)
         proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                               "--find-links", str(WHEELS), *PINS], capture_output=True, text=True,
+                               "--find-links", str(WHEELS), *pins], capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S)
-        assert proc.returncode == 0, f"cannot install {PINS} from the package index:\n{proc.stderr[-3000:]}"
-        marker.write_text(" ".join(PINS))
+        assert proc.returncode == 0, f"cannot install {pins} from the package index:\n{proc.stderr[-3000:]}"
+        marker.write_text(" ".join(pins))
         return venv
 
 
