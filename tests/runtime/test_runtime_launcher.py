@@ -95,12 +95,17 @@ def test_a_container_entrypoint_runs_with_its_own_arguments_a_program_with_the_h
     from kubepool.contract import ENV_PAYLOAD_DIR, Group, RunMode, build_contract
     from kubepool.runtime import launcher
 
-    def run(ep: Entrypoint) -> ExecutionResult:
+    def run(ep: Entrypoint, **hps: str) -> ExecutionResult:
         c = build_contract(job_name="j", namespace="ns", job_uid="u", groups=[Group(name="a", instance_type="t", count=1)],
                            target_instances=1, min_instances=1, entrypoint=ep, mode=RunMode.SAGEMAKER,
-                           hyperparameters={"epochs": "3"})
+                           hyperparameters={"epochs": "3", **hps})
         return launcher.execute(c, {ENV_PAYLOAD_DIR: str(payload), "SM_USER_ARGS": json.dumps(["--epochs", "3"])})
 
     own = run(Entrypoint(command=[sys.executable, "-c", "import sys; sys.exit(sys.argv[1:] != ['-x'])"], args=["-x"]))
     assert own.success, own.error
     assert run(Entrypoint(path="job.py", args=["1"])).value == ["--epochs", "3", "1"]
+    # Script mode's shell program is a command too, but the toolkit's program: it gets the hyperparameters.
+    (payload / "run.sh").write_text('#!/bin/sh\nprintf "%s|" "$@" > args.txt\n')
+    (payload / "run.sh").chmod(0o755)
+    assert run(Entrypoint(path="run.sh"), sagemaker_program='"run.sh"').success
+    assert (payload / "args.txt").read_text() == "--epochs|3|"

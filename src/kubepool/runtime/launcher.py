@@ -122,12 +122,11 @@ def gate_instances(contract: JobContract, env: Mapping[str, str]) -> int:
         ray.shutdown()
 
 
-def hyperparameter_args(contract: JobContract, script: script_mode.ScriptMode | None,
-                        env: Mapping[str, str]) -> list[str]:
+def hyperparameter_args(contract: JobContract, env: Mapping[str, str]) -> list[str]:
     """The hyperparameters as arguments (SM_USER_ARGS) for the program SageMaker mode runs as the toolkit does
-    (script mode, an entry file or module). A command outside script mode is SageMaker's ContainerEntrypoint: it
-    runs with its own arguments alone, as on SageMaker (`bash --epochs 3 -c ...` would be no command at all)."""
-    if contract.mode is not RunMode.SAGEMAKER or (script is None and contract.entrypoint.command):
+    (script mode's program, an entry file or module). A command is SageMaker's ContainerEntrypoint (script mode
+    refuses one): it runs with its own arguments alone, as on SageMaker (`bash --epochs 3 -c ...` is no command)."""
+    if contract.mode is not RunMode.SAGEMAKER or contract.entrypoint.command:
         return []
     return list(json.loads(env.get("SM_USER_ARGS", "[]")))
 
@@ -147,7 +146,7 @@ def execute(contract: JobContract, env: Mapping[str, str]) -> result.ExecutionRe
     ep = script_mode.entrypoint(script, payload_dir, contract.entrypoint.args) if script else contract.entrypoint
     print(snowflake.LOG_START_MSG, flush=True)
     try:
-        code, value = run_entrypoint(ep, payload_dir, hyperparameter_args(contract, script, env))
+        code, value = run_entrypoint(ep, payload_dir, hyperparameter_args(contract, env))
     except Exception as e:  # noqa: BLE001 - the payload's failure is the job's result, not a crash
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)  # inside the banners: it is the payload's output
