@@ -139,11 +139,12 @@ def test_operator_pod_runs_the_controller_under_the_charts_account(kubectl: Any,
 
 
 def test_the_charts_sagemaker_api_answers_boto3_with_its_rights(kubectl: Any, release: Release) -> None:
-    """The chart's SageMaker API server, in its pod under its own account: it reads the access key of the watched
-    namespace and acts as the key's ServiceAccount (a job it cannot find is ResourceNotFound, not AccessDenied:
-    the key's account may read MLJobs there); a key in a namespace it does not watch is unknown to it."""
-    key = make_key(kubectl, release.jobs_namespace)
-    outside = make_key(kubectl, release.namespace)
+    """The chart's SageMaker API server, in its pod under its own account: it reads the access key in its own
+    (the release's) namespace and acts as the key's ServiceAccount in the watched namespace it is bound to (a job
+    it cannot find is ResourceNotFound, not AccessDenied: the key's account may read MLJobs there); a key Secret
+    put in the tenant's namespace is unknown to it."""
+    key = make_key(kubectl, release.jobs_namespace, keys_namespace=release.namespace)
+    outside = make_key(kubectl, release.jobs_namespace, keys_namespace=release.jobs_namespace)
     api = SageMakerApi(f"http://127.0.0.1:{release.sagemaker_api_port}", Path("/dev/null"))
     sm = api.client("sagemaker", key)
 

@@ -1,7 +1,8 @@
 """The SageMaker API server's objects in the chart (templates/sagemaker-api.yaml), offline: on by default as
 `<release>-sagemaker-api` on port 8080 with the operator's image, its selector apart from the operator's, its
-settings reaching the process that reads them, and its rights: exactly reading ComputePools, listing Secrets
-and impersonating ServiceAccounts, in the listed namespaces only when there are some."""
+settings reaching the process that reads them, and its rights: exactly reading ComputePools, getting Secrets (the
+access keys) in the release namespace only, and impersonating ServiceAccounts, in the listed namespaces only when
+there are some."""
 
 from __future__ import annotations
 
@@ -52,12 +53,17 @@ def test_values_reach_the_server(render: Any, monkeypatch: Any) -> None:
                   "--set", "sagemakerApi.namespaces={team-a,team-b}", sagemaker_api=True)
     (deploy,) = _mine(objs, "Deployment")
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
-    env = {e["name"].removeprefix(ENV): e["value"] for e in container["env"]}
+    env = {e["name"].removeprefix(ENV): e["value"] for e in container["env"] if "value" in e}
     for k, v in env.items():
         monkeypatch.setenv(ENV + k, v)
+    # The downward API gives it its pod's namespace: the release's.
+    (keys_ns,) = [e for e in container["env"] if e["name"] == ENV + "KEYS_NAMESPACE"]
+    assert keys_ns["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert deploy["metadata"]["namespace"] == NAMESPACE
+    monkeypatch.setenv(ENV + "KEYS_NAMESPACE", NAMESPACE)
     ns = parse(container.get("args", []))  # what `python -m kubepool.sagemaker_api` reads
-    assert (ns.port, ns.namespace, ns.s3_endpoint_url, ns.s3_credentials_secret) == (
-        9443, ["team-a", "team-b"], "http://minio:9000", "s3-keys")
+    assert (ns.port, ns.namespace, ns.s3_endpoint_url, ns.s3_credentials_secret, ns.keys_namespace) == (
+        9443, ["team-a", "team-b"], "http://minio:9000", "s3-keys", NAMESPACE)
     assert (ns.tls_cert, ns.tls_key) == ("/etc/kubepool/tls/tls.crt", "/etc/kubepool/tls/tls.key")
     volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == "api-tls"
@@ -68,12 +74,18 @@ def test_values_reach_the_server(render: Any, monkeypatch: Any) -> None:
 
 def test_least_rights(render: Any) -> None:
     objs = render(sagemaker_api=True)
-    assert _rules(objs) == {("kubepool.dev", "computepools"): {"get", "list"}, ("", "secrets"): {"list"},
+    assert _rules(objs) == {("kubepool.dev", "computepools"): {"get", "list"}, ("", "secrets"): {"get"},
                             ("", "serviceaccounts"): {"impersonate"}}
     bindings = _mine(objs, "ClusterRoleBinding")
     assert {b["roleRef"]["name"] for b in bindings} == {NAME, f"{NAME}-pools"}
     assert all(s == {"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}
-               for b in bindings for s in b["subjects"])
+               for b in bindings + _mine(objs, "RoleBinding") for s in b["subjects"])
+    # Secrets: one Role, in the release namespace, bound there; no cluster-wide role names them.
+    (keys_role,) = [r for r in _mine(objs, "Role") if any("secrets" in x["resources"] for x in r["rules"])]
+    assert keys_role["metadata"]["namespace"] == NAMESPACE
+    assert not [r for r in _mine(objs, "ClusterRole") if any("secrets" in x["resources"] for x in r["rules"])]
+    (keys_binding,) = [b for b in _mine(objs, "RoleBinding") if b["roleRef"]["name"] == keys_role["metadata"]["name"]]
+    assert keys_binding["metadata"]["namespace"] == NAMESPACE and keys_binding["roleRef"]["kind"] == "Role"
 
 
 def test_listed_namespaces_bind_the_key_rights_there_only(render: Any) -> None:
@@ -81,5 +93,6 @@ def test_listed_namespaces_bind_the_key_rights_there_only(render: Any) -> None:
                  ["--set", "operator.watchNamespaces={team-a,team-b}"]):
         objs = render(*args, sagemaker_api=True)
         assert [b["roleRef"]["name"] for b in _mine(objs, "ClusterRoleBinding")] == [f"{NAME}-pools"]
-        assert sorted(b["metadata"]["namespace"] for b in _mine(objs, "RoleBinding")) == ["team-a", "team-b"]
-        assert {b["roleRef"]["name"] for b in _mine(objs, "RoleBinding")} == {NAME}
+        impersonation = [b for b in _mine(objs, "RoleBinding") if b["roleRef"]["name"] == NAME]
+        assert sorted(b["metadata"]["namespace"] for b in impersonation) == ["team-a", "team-b"]
+        assert {b["roleRef"]["name"] for b in _mine(objs, "RoleBinding")} == {NAME, f"{NAME}-keys"}

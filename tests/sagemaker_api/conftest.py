@@ -17,6 +17,7 @@ from support.sagemaker_api import (  # noqa: F401 - REGION, USER_RULES, grant_us
     USER_RULES,
     Key,
     SageMakerApi,
+    delete_key,
     grant_user_rights,
     make_key,
     start_sagemaker_api,
@@ -32,6 +33,13 @@ def sagemaker_api(cluster: Any, crds: None,  # noqa: F811 - the shared fixture, 
 
 
 @pytest.fixture
-def sagemaker_key(kubectl: Any) -> Callable[..., Key]:
-    """`sagemaker_key(namespace, service_account=None, rights=True)`: see make_key."""
-    return lambda namespace, service_account=None, rights=True: make_key(kubectl, namespace, service_account, rights)
+def sagemaker_key(kubectl: Any) -> Iterator[Callable[..., Key]]:
+    """`sagemaker_key(namespace, service_account=None, rights=True)`: see make_key; the keys go with the test."""
+    made: list[Key] = []
+
+    def make(namespace: str, service_account: str | None = None, rights: bool = True) -> Key:
+        made.append(make_key(kubectl, namespace, service_account, rights))
+        return made[-1]
+    yield make
+    for key in made:
+        delete_key(kubectl, key)

@@ -1,6 +1,7 @@
 """`kubepool sagemaker create-key|env` against the local cluster's API server: the key Secret it makes is the
 documented one (kubepool.sagemaker_api.keys reads it back) and the SageMaker API server takes it; the variables
-are the release Service's; what is missing (the Service, the ServiceAccount) is refused before anything is made."""
+are the release Service's; the key's Secret goes in the release's namespace (the server's), bound to the command's
+namespace; what is missing (the Service, the ServiceAccount) is refused before anything is made."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def test_the_url_is_the_services_as_the_clients_reach_it() -> None:
     lines = smcli.exports("http://a:8080", None, ("KPID", "s/cr+t"))
     assert exported("\n".join(lines)) == {"AWS_ENDPOINT_URL_SAGEMAKER": "http://a:8080",
                                           "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": "http://a:8080",
-                                          "AWS_ACCESS_KEY_ID": "KPID", "AWS_SECRET_ACCESS_KEY": "s/cr+t"}
+                                          "AWS_ACCESS_KEY_ID": "KPID", "AWS_SECRET_ACCESS_KEY": "s/cr+t",
+                                          "SAGEMAKER_VALIDATE_ROLE": "false"}
     assert any(line.startswith("# AWS_ENDPOINT_URL_S3") for line in lines)
 
 
@@ -53,9 +55,9 @@ def test_the_variables_are_the_ones_boto3_reads(service: str, monkeypatch: pytes
     assert made.meta.endpoint_url == url
 
 
-def release_service(kubectl: Any, namespace: str, s3: str | None) -> None:
+def release_service(kubectl: Any, namespace: str, s3: str | None, release: str = "kp") -> None:
     """What the chart's Service looks like to the CLI: <release>-sagemaker-api in the release's namespace."""
-    meta: dict[str, Any] = {"name": "kp-sagemaker-api"}
+    meta: dict[str, Any] = {"name": f"{release}-sagemaker-api"}
     if s3:
         meta["annotations"] = {smcli.S3_ENDPOINT_ANNOTATION: s3}
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
@@ -67,32 +69,41 @@ def release_service(kubectl: Any, namespace: str, s3: str | None) -> None:
 @pytest.mark.api
 def test_create_key_makes_a_key_the_server_takes_and_env_prints_the_services_variables(
         cluster: Any, kubectl: Any, namespace: str, sagemaker_api: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from support.sagemaker_api import grant_user_rights
+    from support.sagemaker_api import KEYS_NAMESPACE, Key, delete_key, ensure_namespace, grant_user_rights
 
-    release_service(kubectl, namespace, "http://minio.data.svc:9000")
+    # The release lives where the session's server keeps its keys (its namespace), under a name of this test's.
+    name = f"r{namespace[-12:]}"
+    ensure_namespace(kubectl)
+    release_service(kubectl, KEYS_NAMESPACE, "http://minio.data.svc:9000", name)
     conn = ["--kubeconfig", str(cluster.kubeconfig), "-n", namespace]
-    release = ["--release", "kp", "--release-namespace", namespace]
-    url = f"http://kp-sagemaker-api.{namespace}.svc:8080"
+    release = ["--release", name, "--release-namespace", KEYS_NAMESPACE]
+    url = f"http://{name}-sagemaker-api.{KEYS_NAMESPACE}.svc:8080"
+    try:
+        assert cli.main(["sagemaker", "env", *conn, *release]) == 0
+        assert exported(capsys.readouterr().out) == {"AWS_ENDPOINT_URL_SAGEMAKER": url,
+                                                      "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": url,
+                                                      "AWS_ENDPOINT_URL_S3": "http://minio.data.svc:9000"}
 
-    assert cli.main(["sagemaker", "env", *conn, *release]) == 0
-    assert exported(capsys.readouterr().out) == {"AWS_ENDPOINT_URL_SAGEMAKER": url,
-                                                  "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": url,
-                                                  "AWS_ENDPOINT_URL_S3": "http://minio.data.svc:9000"}
-
-    kubectl("create", "serviceaccount", "trainer", "-n", namespace, check=True)
-    grant_user_rights(kubectl, namespace, "trainer")
-    assert cli.main(["sagemaker", "create-key", "--service-account", "trainer", *conn, *release]) == 0
-    env = exported(capsys.readouterr().out)
-    assert (env["AWS_ENDPOINT_URL_SAGEMAKER"], env["AWS_ENDPOINT_URL_S3"]) == (url, "http://minio.data.svc:9000")
-    secrets = kubectl.json("get", "secrets", "-n", namespace, "-l", f"{keys.KEY_LABEL}=true")["items"]
-    assert len(secrets) == 1
-    key = keys.parse_key_secret(secrets[0])
-    assert key == keys.AccessKey(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], namespace, "trainer")
-    assert base64.b64decode(secrets[0]["data"][keys.ACCESS_KEY_ID_FIELD]).decode() == env["AWS_ACCESS_KEY_ID"]
-    # The SageMaker API server takes it: a signed call answers (no job yet), as the namespace's trainer.
-    client = boto3.client("sagemaker", endpoint_url=sagemaker_api.endpoint, region_name=REGION,
-                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
-    assert client.list_training_jobs()["TrainingJobSummaries"] == []
+        kubectl("create", "serviceaccount", "trainer", "-n", namespace, check=True)
+        grant_user_rights(kubectl, namespace, "trainer")
+        assert cli.main(["sagemaker", "create-key", "--service-account", "trainer", *conn, *release]) == 0
+        env = exported(capsys.readouterr().out)
+        assert (env["AWS_ENDPOINT_URL_SAGEMAKER"], env["AWS_ENDPOINT_URL_S3"]) == (url, "http://minio.data.svc:9000")
+        assert env["SAGEMAKER_VALIDATE_ROLE"] == "false"
+        assert kubectl.json("get", "secrets", "-n", namespace, "-l", f"{keys.KEY_LABEL}=true")["items"] == []
+        secret = kubectl.json("get", "secret", "-n", KEYS_NAMESPACE, keys.secret_name(env["AWS_ACCESS_KEY_ID"]))
+        key = keys.parse_key_secret(secret)
+        assert key == keys.AccessKey(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], namespace, "trainer")
+        assert base64.b64decode(secret["data"][keys.ACCESS_KEY_ID_FIELD]).decode() == env["AWS_ACCESS_KEY_ID"]
+        # The SageMaker API server takes it: a signed call answers (no job yet), as the namespace's trainer.
+        client = boto3.client("sagemaker", endpoint_url=sagemaker_api.endpoint, region_name=REGION,
+                              aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+        assert client.list_training_jobs()["TrainingJobSummaries"] == []
+    finally:
+        kubectl("delete", "service", "-n", KEYS_NAMESPACE, f"{name}-sagemaker-api", "--ignore-not-found", check=True)
+        if "env" in locals():
+            delete_key(kubectl, Key(env["AWS_ACCESS_KEY_ID"], "", namespace))
 
 
 @pytest.mark.cluster
@@ -107,7 +118,7 @@ def test_what_is_missing_is_refused_before_a_key_is_made(cluster: Any, kubectl: 
     assert cli.main(["sagemaker", "create-key", "--service-account", "nobody", *conn, *release]) == 3
     assert f"ServiceAccount {namespace}/nobody not found" in capsys.readouterr().err
     assert cli.main(["sagemaker", "env", "--service-account", "x", *conn, *release]) == 2
-    assert "--service-account and --name are create-key's" in capsys.readouterr().err
+    assert "--service-account is create-key's" in capsys.readouterr().err
     assert kubectl.json("get", "secrets", "-n", namespace, "-l", f"{keys.KEY_LABEL}=true")["items"] == []
     # Without the S3 annotation the S3 line says what it is instead of guessing.
     assert cli.main(["sagemaker", "env", *conn, *release]) == 0

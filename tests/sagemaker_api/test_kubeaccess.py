@@ -1,42 +1,70 @@
-"""The server's reading of access keys (kubeaccess.KubeAccess.key) over a stand-in HTTP client: two Secrets
-claiming one key id grant nothing, malformed ones are skipped, and requests act as the key's ServiceAccount."""
+"""The server's reading of access keys (kubeaccess.KubeAccess.key) over a stand-in HTTP client: one `get` by
+name in the server's own namespace and nowhere else, a Secret elsewhere or without its bound namespace grants
+nothing, and requests act as the key's ServiceAccount."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
+
 from kubepool.kube.transport import Response
-from kubepool.sagemaker_api.keys import key_secret, new_key
+from kubepool.sagemaker_api import kubeaccess
+from kubepool.sagemaker_api.keys import NAMESPACE_ANNOTATION, key_secret, new_key
 from kubepool.sagemaker_api.kubeaccess import KubeAccess, impersonation
+
+OWN = "kubepool-system"
 
 
 class Http:
+    """The API server's Secrets by (namespace, name): a get answers what is there, anything else is refused."""
+
     def __init__(self, secrets: list[dict[str, Any]]) -> None:
-        self.secrets = secrets
-        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.secrets = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in secrets}
+        self.calls: list[tuple[str, str]] = []
 
     async def request(self, method: str, url: str, *, content: bytes | None = None, params: Any = None,
                       headers: Any = None) -> Response:
-        self.calls.append((url, dict(params or {})))
-        namespace = url.split("/")[4]
-        items = [x for x in self.secrets if x["metadata"]["namespace"] == namespace]
-        return Response(200, json.dumps({"items": items}).encode(), {})
+        self.calls.append((method, url))
+        parts = url.split("/")  # /api/v1/namespaces/<ns>/secrets/<name>
+        if method != "GET" or len(parts) != 7 or parts[5] != "secrets":
+            return Response(403, json.dumps({"reason": "Forbidden", "message": "no"}).encode(), {})
+        found = self.secrets.get((parts[4], parts[6]))
+        if found is None:
+            return Response(404, json.dumps({"reason": "NotFound", "message": "not found"}).encode(), {})
+        return Response(200, json.dumps(found).encode(), {})
 
     async def close(self) -> None: ...
 
 
-async def test_two_secrets_claiming_one_id_grant_nothing() -> None:
-    key_id, secret = new_key()
-    other_id, other_secret = new_key()
-    broken = key_secret("c", "broken", *new_key())
-    broken["data"]["secretAccessKey"] = "eA=="
-    http = Http([key_secret("a", "k", key_id, secret), key_secret("b", "k", key_id, secret),
-                 key_secret("c", "k2", other_id, other_secret, "trainer"), broken])
-    kube = KubeAccess(http, ("a", "b", "c"))  # type: ignore[arg-type]
-    assert await kube.key(key_id) is None
-    found = await kube.key(other_id)
+async def test_a_key_is_read_by_name_in_the_servers_namespace_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kubeaccess, "MIN_REFRESH_SECONDS", 0.0)
+    mine, tenants, unbound = new_key(), new_key(), new_key()
+    loose = key_secret(OWN, *unbound, "c")
+    del loose["metadata"]["annotations"][NAMESPACE_ANNOTATION]
+    # The tenant's Secret is well formed and labelled, but in the namespace it names: never read.
+    http = Http([key_secret(OWN, *mine, "c", "trainer"), key_secret("c", *tenants, "c"), loose])
+    kube = KubeAccess(http, OWN)  # type: ignore[arg-type]
+    found = await kube.key(mine[0])
     assert found is not None and (found.namespace, found.service_account) == ("c", "trainer")
     assert impersonation(found) == {"Impersonate-User": "system:serviceaccount:c:trainer"}
-    assert [u for u, _ in http.calls] == [f"/api/v1/namespaces/{n}/secrets" for n in "abc"]
-    assert all(p == {"labelSelector": "kubepool.dev/sagemaker-access-key=true"} for _, p in http.calls)
+    assert await kube.key(tenants[0]) is None
+    assert await kube.key(unbound[0]) is None
+    assert await kube.key("not-a-key-id") is None  # never asked for
+    assert http.calls == [("GET", f"/api/v1/namespaces/{OWN}/secrets/sagemaker-key-{i.lower()}")
+                          for i in (mine[0], tenants[0], unbound[0])]
+
+
+async def test_a_key_bound_outside_the_served_namespaces_grants_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kubeaccess, "MIN_REFRESH_SECONDS", 0.0)
+    a, b = new_key(), new_key()
+    kube = KubeAccess(Http([key_secret(OWN, *a, "team-a"), key_secret(OWN, *b, "team-b")]), OWN,  # type: ignore[arg-type]
+                      ["team-a"])
+    assert (await kube.key(a[0])) is not None
+    assert await kube.key(b[0]) is None
+
+
+def test_the_servers_namespace_is_required() -> None:
+    with pytest.raises(ValueError, match="required"):
+        KubeAccess(Http([]), "")  # type: ignore[arg-type]

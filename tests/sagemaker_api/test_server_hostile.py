@@ -3,6 +3,7 @@ botocore raises as ClientError with the right code, nothing is created and nothi
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.request
 from typing import Any
@@ -14,10 +15,11 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from kubepool.sagemaker_api.keys import KEY_LABEL
+from kubepool.sagemaker_api.keys import NAMESPACE_ANNOTATION, key_secret, new_key
 from kubepool.sagemaker_api.kubeaccess import KEYS_TTL_SECONDS
 from kubepool.sagemaker_api.server import MAX_BODY
 from support.operator_cluster import mljob, wait_for
+from support.sagemaker_api import KEYS_NAMESPACE, Key, delete_key
 
 pytestmark = [pytest.mark.cluster, pytest.mark.api]  # no operator, no pod: make test-fast
 ROLE = "arn:aws:iam::111122223333:role/default"
@@ -127,7 +129,7 @@ def test_a_deleted_key_stops_working(sagemaker_api: Any, sagemaker_key: Any, kub
     key = sagemaker_key(namespace)
     sm = sagemaker_api.client("sagemaker", key)
     assert sm.list_training_jobs()["TrainingJobSummaries"] == []
-    kubectl("delete", "secret", "-n", namespace, "-l", f"{KEY_LABEL}=true", check=True)
+    delete_key(kubectl, key)
 
     def refused() -> bool:
         try:
@@ -136,3 +138,24 @@ def test_a_deleted_key_stops_working(sagemaker_api: Any, sagemaker_key: Any, kub
             return bool(err.response["Error"]["Code"] == "UnrecognizedClientException")
         return False
     wait_for(refused, KEYS_TTL_SECONDS + 5, "the deleted key refused")
+
+
+def test_only_the_servers_namespace_mints_keys(sagemaker_api: Any, sagemaker_key: Any, kubectl: Any,
+                                               namespace: str) -> None:
+    """A well-formed key Secret in a tenant's namespace (who may create Secrets there could name any of its
+    ServiceAccounts) is never read; in the server's namespace a key without its bound namespace grants nothing."""
+    sagemaker_key(namespace)  # the namespace's default account has the user's rights: only the key is missing
+    key_id, secret = new_key()
+    tenant = key_secret(namespace, key_id, secret, namespace)
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant), check=True)
+    sm = sagemaker_api.client("sagemaker", Key(key_id, secret, namespace))
+    assert _code(sm.list_training_jobs) == "UnrecognizedClientException"
+    unbound = key_secret(KEYS_NAMESPACE, *new_key(), namespace)
+    del unbound["metadata"]["annotations"][NAMESPACE_ANNOTATION]
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(unbound), check=True)
+    loose = Key(*(base64.b64decode(unbound["data"][f]).decode() for f in ("accessKeyId", "secretAccessKey")),
+                namespace)
+    try:
+        assert _code(sagemaker_api.client("sagemaker", loose).list_training_jobs) == "UnrecognizedClientException"
+    finally:
+        delete_key(kubectl, loose)

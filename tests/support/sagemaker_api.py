@@ -1,6 +1,7 @@
 """The SageMaker-API server for tests: `python -m kubepool.sagemaker_api` as a subprocess on loopback against the
-local cluster (start_sagemaker_api), access keys (the documented Secret) whose ServiceAccount has the rights a
-SageMaker user's needs in its namespace (make_key), and boto3 clients signed with them (SageMakerApi.client).
+local cluster (start_sagemaker_api), access keys (the documented Secret, in the server's own namespace: KEYS_NAMESPACE
+for the servers tests start) bound to a namespace whose ServiceAccount has the rights a SageMaker user needs
+(make_key), and boto3 clients signed with them (SageMakerApi.client).
 tests/sagemaker_api/conftest.py makes fixtures of them."""
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from typing import Any
 import boto3
 import yaml
 
-from kubepool.sagemaker_api.keys import key_secret, new_key
+from kubepool.sagemaker_api.keys import key_secret, new_key, secret_name
 from support.operator_cluster import ROOT
 
 STARTUP_TIMEOUT_S = 30.0
 REGION = "us-west-2"
+# The servers tests start all keep their keys here, as the chart's keeps them in the release namespace (shared by
+# concurrent sessions: a key's Secret is named by its random id).
+KEYS_NAMESPACE = "kubepool-test-sagemaker-keys"
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class Key:
     key_id: str
     secret: str
     namespace: str
+    keys_namespace: str = KEYS_NAMESPACE
 
 
 @dataclass
@@ -60,13 +65,14 @@ def free_port(host: str) -> int:
 @contextmanager
 def start_sagemaker_api(kubeconfig: Path, log_path: Path, *args: str, host: str = "127.0.0.1",
                         ca_file: Path | None = None) -> Iterator[SageMakerApi]:
-    """The server in a subprocess (every namespace's keys count); stopped on exit. With `ca_file` it serves
-    HTTPS (args give --tls-cert and --tls-key) with a certificate that CA signed."""
+    """The server in a subprocess (its keys in KEYS_NAMESPACE, bound to any namespace); stopped on exit. With
+    `ca_file` it serves HTTPS (args give --tls-cert and --tls-key) with a certificate that CA signed."""
     port = free_port(host)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     with log_path.open("ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kubepool.sagemaker_api", "--host", host, "--port", str(port),
-                                 *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+                                 "--keys-namespace", KEYS_NAMESPACE, *args], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=ROOT)
     api = SageMakerApi(f"{'https' if ca_file else 'http'}://{host}:{port}", log_path)
     tls = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
     try:
@@ -110,12 +116,24 @@ def grant_user_rights(kubectl: Any, namespace: str, service_account: str) -> Non
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs), check=True)
 
 
-def make_key(kubectl: Any, namespace: str, service_account: str | None = None, rights: bool = True) -> Key:
-    """A new access key bound to `namespace` (and `service_account`, else `default`), its account given the
-    user's rights unless `rights` is False."""
+def ensure_namespace(kubectl: Any, namespace: str = KEYS_NAMESPACE) -> None:
+    """The namespace, made if missing (KEYS_NAMESPACE outlives sessions: concurrent ones share it)."""
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(ns), check=True)
+
+
+def make_key(kubectl: Any, namespace: str, service_account: str | None = None, rights: bool = True,
+             keys_namespace: str = KEYS_NAMESPACE) -> Key:
+    """A new access key (its Secret in `keys_namespace`, the server's) bound to `namespace` (and
+    `service_account`, else `default`), its account given the user's rights unless `rights` is False."""
     key_id, secret = new_key()
-    body = key_secret(namespace, f"sagemaker-key-{key_id.lower()[2:10]}", key_id, secret, service_account)
-    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body), check=True)
+    ensure_namespace(kubectl, keys_namespace)
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(key_secret(keys_namespace, key_id, secret, namespace,
+                                                                  service_account)), check=True)
     if rights:
         grant_user_rights(kubectl, namespace, service_account or "default")
-    return Key(key_id, secret, namespace)
+    return Key(key_id, secret, namespace, keys_namespace)
+
+
+def delete_key(kubectl: Any, key: Key) -> None:
+    kubectl("delete", "secret", "-n", key.keys_namespace, secret_name(key.key_id), "--ignore-not-found", check=True)

@@ -114,10 +114,10 @@ def build() -> argparse.ArgumentParser:
     sm.add_argument("action", choices=("create-key", "env"), metavar="create-key|env")
     sm.add_argument("--service-account", metavar="SA", help="create-key: the ServiceAccount (in the namespace) whose "
                     "rights the key's requests have (default: the namespace's default)")
-    sm.add_argument("--name", help="create-key: the key Secret's name (default sagemaker-key-<key id>)")
     sm.add_argument("--release", default="kubepool", help="the chart's release name (default %(default)s)")
     sm.add_argument("--release-namespace", default="kubepool-system",
-                    help="the release's namespace (default %(default)s)")
+                    help="the release's namespace, where its Service is and create-key puts the key's Secret "
+                         "(default %(default)s)")
     sm.add_argument("--endpoint", metavar="URL", help="the API's URL as the clients reach it (an Ingress, a "
                     "port-forward) instead of the Service's")
     sm.add_argument("--s3-endpoint", metavar="URL", help="the S3 endpoint the clients use (default: the Service's "

@@ -1,6 +1,8 @@
 """`kubepool sagemaker create-key|env`: what points SageMaker's own clients (boto3, the SageMaker Python SDK, the
 `aws` CLI) at the chart's SageMaker-compatible API server: the AWS SDKs' endpoint variables for its Service, and
-an access key (the documented Secret, kubepool.sagemaker_api.keys) bound to a namespace."""
+an access key (the documented Secret, kubepool.sagemaker_api.keys) bound to a namespace. The key's Secret goes in
+the release's namespace, the only one the server reads keys from: minting a key takes the right to create Secrets
+there (the platform team's), not only in the namespace it is bound to."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ S3_ENDPOINT_ANNOTATION = "kubepool.dev/s3-endpoint-url"
 # botocore's service-specific endpoint variables (AWS_ENDPOINT_URL_<service id>): CloudWatch Logs' service id is
 # cloudwatch-logs, so its variable is ..._CLOUDWATCH_LOGS (an AWS_ENDPOINT_URL_LOGS is read by no AWS SDK).
 API_VARIABLES = ("AWS_ENDPOINT_URL_SAGEMAKER", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")
+# The SageMaker Python SDK v3 checks a job's RoleArn with IAM before it calls CreateTrainingJob; a RoleArn names a
+# ServiceAccount here (docs/sagemaker-api.md), there is no IAM to ask: the SDK's own switch turns that check off.
+SDK_VARIABLES = ("SAGEMAKER_VALIDATE_ROLE=false",)
 S3_VARIABLE = "AWS_ENDPOINT_URL_S3"
 DEFAULT_RELEASE, DEFAULT_RELEASE_NAMESPACE = "kubepool", "kubepool-system"
 
@@ -46,6 +51,7 @@ def exports(api_url: str, s3_url: str | None, key: tuple[str, str] | None = None
                      "--s3-endpoint)")
     if key:
         lines += [f"export AWS_ACCESS_KEY_ID={key[0]}", f"export AWS_SECRET_ACCESS_KEY={shlex.quote(key[1])}"]
+        lines += [f"export {v}" for v in SDK_VARIABLES]
     return lines
 
 
@@ -79,8 +85,9 @@ def endpoints(args: argparse.Namespace, kube: Any) -> tuple[str, str | None]:
     return args.endpoint or service_url(svc), s3
 
 
-def create_key(kube: Any, namespace: str, service_account: str | None, name: str | None) -> tuple[str, str, str]:
-    """A new key Secret in `namespace` (bound to `service_account`, which must exist there); (name, id, secret)."""
+def create_key(kube: Any, keys_namespace: str, namespace: str, service_account: str | None) -> tuple[str, str, str]:
+    """A new key Secret in `keys_namespace` (the release's) bound to `namespace` (and to `service_account`, which
+    must exist there); (name, id, secret)."""
     from lightkube.resources.core_v1 import Secret, ServiceAccount
 
     from kubepool.kube.errors import NotFound
@@ -96,26 +103,26 @@ def create_key(kube: Any, namespace: str, service_account: str | None, name: str
                                "nobody (create it and give it the rights the key's users need)", 404) from None
             raise found from None
     key_id, secret = keys.new_key()
-    name = name or f"sagemaker-key-{key_id.lower()}"
-    body = keys.key_secret(namespace, name, key_id, secret, service_account)
+    body = keys.key_secret(keys_namespace, key_id, secret, namespace, service_account)
+    name = body["metadata"]["name"]
     try:
-        kube.client.create(Secret.from_dict(body), namespace=namespace)
-    except Exception as err:  # noqa: BLE001 - an existing name, no rights: the API's words
-        raise translate(err, f"Secret {namespace}/{name}") from None
+        kube.client.create(Secret.from_dict(body), namespace=keys_namespace)
+    except Exception as err:  # noqa: BLE001 - no rights there (not the platform team), no namespace: the API's words
+        raise translate(err, f"Secret {keys_namespace}/{name}") from None
     return name, key_id, secret
 
 
 def cmd_sagemaker(args: argparse.Namespace, kube: Any) -> int:
     if args.action == "env":
-        if args.service_account or args.name:
-            raise ValueError("sagemaker env: --service-account and --name are create-key's")
+        if args.service_account:
+            raise ValueError("sagemaker env: --service-account is create-key's")
         api_url, s3_url = endpoints(args, kube)
         print("\n".join(exports(api_url, s3_url)))
         return 0
     api_url, s3_url = endpoints(args, kube)  # before the key: a missing Service creates nothing
     namespace = kube.namespace
-    name, key_id, secret = create_key(kube, namespace, args.service_account, args.name)
-    print(f"# access key {key_id}: Secret {namespace}/{name}, acting as ServiceAccount "
-          f"{args.service_account or keys.DEFAULT_SERVICE_ACCOUNT}")
+    name, key_id, secret = create_key(kube, args.release_namespace, namespace, args.service_account)
+    print(f"# access key {key_id}: Secret {args.release_namespace}/{name}, acting as ServiceAccount "
+          f"{namespace}/{args.service_account or keys.DEFAULT_SERVICE_ACCOUNT}")
     print("\n".join(exports(api_url, s3_url, (key_id, secret))))
     return 0

@@ -10,7 +10,7 @@ import ssl
 from aiohttp import web
 
 from kubepool.kube.transport import AiohttpHttp
-from kubepool.sagemaker_api.kubeaccess import KubeAccess, connect
+from kubepool.sagemaker_api.kubeaccess import SA_DIR, KubeAccess, connect
 from kubepool.sagemaker_api.server import make_app
 from kubepool.sagemaker_api.translate import DataConfig
 
@@ -26,8 +26,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                 description="SageMaker-compatible API server (AWS JSON 1.1) for kubepool's MLJobs")
     p.add_argument("--host", default=_env("BIND_ADDRESS", "0.0.0.0"))
     p.add_argument("--port", type=int, default=int(_env("PORT", "8080")))
+    p.add_argument("--keys-namespace", default=_env("KEYS_NAMESPACE") or None,
+                   help="the server's own namespace, the only one whose Secrets (the access keys) it reads "
+                        "(default: its pod's namespace)")
     p.add_argument("--namespace", action="append", default=[n for n in _env("NAMESPACES").split(",") if n],
-                   help="a namespace whose access keys count (repeat; default every namespace)")
+                   help="a namespace access keys may be bound to (repeat; default every namespace)")
     p.add_argument("--tls-cert", default=_env("TLS_CERT") or None, help="PEM certificate: serve HTTPS")
     p.add_argument("--tls-key", default=_env("TLS_KEY") or None)
     p.add_argument("--s3-endpoint-url", default=_env("S3_ENDPOINT_URL") or None,
@@ -39,14 +42,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ns = p.parse_args(argv)
     if bool(ns.tls_cert) != bool(ns.tls_key):
         p.error("--tls-cert and --tls-key go together")
+    ns.keys_namespace = ns.keys_namespace or _pod_namespace()
+    if not ns.keys_namespace:
+        p.error("--keys-namespace: the server's own namespace, where the access keys are (not in a pod)")
     return ns
+
+
+def _pod_namespace() -> str | None:
+    path = SA_DIR / "namespace"
+    return path.read_text().strip() or None if path.is_file() else None
 
 
 def main(argv: list[str] | None = None) -> None:
     ns = parse(argv)
     logging.basicConfig(level=logging.DEBUG if ns.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kube = KubeAccess(AiohttpHttp(connect), ns.namespace)
+    kube = KubeAccess(AiohttpHttp(connect), ns.keys_namespace, ns.namespace)
     data = DataConfig(ns.s3_endpoint_url, ns.s3_credentials_secret)
     tls = None
     if ns.tls_cert:

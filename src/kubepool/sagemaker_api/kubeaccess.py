@@ -1,5 +1,5 @@
-"""The server's calls to the Kubernetes API. Its own identity only reads access-key Secrets (by label) and
-ComputePools; everything a request does (jobs, pods, logs) goes out impersonating the key's ServiceAccount, so
+"""The server's calls to the Kubernetes API. Its own identity only reads access-key Secrets (by name, in its own
+namespace) and ComputePools; everything a request does (jobs, pods, logs) goes out impersonating the key's ServiceAccount, so
 the cluster's RBAC decides what a key may do, and a key never reaches past its namespace."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lightkube.config.models import User
 from kubepool import naming
 from kubepool.kube.errors import KubeError, NotFound, Unreachable, status_error
 from kubepool.kube.transport import TRANSPORT_ERRORS, AiohttpHttp, Endpoint
-from kubepool.sagemaker_api.keys import KEY_LABEL, AccessKey, parse_key_secret
+from kubepool.sagemaker_api.keys import AccessKey, parse_key_secret, secret_name, valid_key_id
 
 Obj = dict[str, Any]
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -55,12 +55,15 @@ def connect() -> Endpoint:
 
 
 class KubeAccess:
-    def __init__(self, http: AiohttpHttp, namespaces: Sequence[str]) -> None:
+    def __init__(self, http: AiohttpHttp, keys_namespace: str, namespaces: Sequence[str] = ()) -> None:
+        if not keys_namespace:
+            raise ValueError("the namespace of the access keys (the server's own) is required")
         self.http = http
-        self.namespaces = tuple(namespaces)  # empty: every namespace
-        self._keys: dict[str, AccessKey] = {}
-        self._keys_read = -1e9  # when the last list of keys started
-        self._refreshing = asyncio.Lock()
+        self.keys_namespace = keys_namespace  # the only namespace whose Secrets the server reads
+        self.namespaces = tuple(namespaces)  # the namespaces a key may be bound to; empty: any
+        self._keys: dict[str, tuple[float, AccessKey | None]] = {}  # id -> (when its read started, the key)
+        self._last_read = -1e9
+        self._reading = asyncio.Lock()
 
     async def _call(self, method: str, path: str, what: str, *, body: Any = None,
                     headers: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None,
@@ -81,35 +84,40 @@ class KubeAccess:
 
     # -- the server's own identity --------------------------------------------------------------------------
     async def key(self, key_id: str) -> AccessKey | None:
-        """The access key with this id, from the labelled Secrets of the watched namespaces. The list is read
-        again when it is older than KEYS_TTL_SECONDS (a deleted key stops working then) and for an id it does not
-        hold, with a list that started after the request came (a key made just before it counts), at most one
-        every MIN_REFRESH_SECONDS (an unknown id cannot make the server flood the API server)."""
+        """The access key with this id: the Secret secret_name(key_id) of the server's own namespace, bound to a
+        namespace it serves. A key is read again when its read is older than KEYS_TTL_SECONDS (a deleted key stops
+        working then), and an id it does not hold with a read that started after the request came (a key made just
+        before it counts), at most one read every MIN_REFRESH_SECONDS (unknown ids cannot flood the API server)."""
+        if not valid_key_id(key_id):
+            return None  # never a read for what cannot be a key's id
         arrived = time.monotonic()
-        if key_id in self._keys and arrived - self._keys_read < KEYS_TTL_SECONDS:
-            return self._keys[key_id]
-        async with self._refreshing:
-            if self._keys_read < arrived:
-                wait = self._keys_read + MIN_REFRESH_SECONDS - time.monotonic()
+        held = self._keys.get(key_id)
+        if held and held[1] is not None and arrived - held[0] < KEYS_TTL_SECONDS:
+            return held[1]
+        async with self._reading:
+            held = self._keys.get(key_id)
+            if held is None or held[0] < arrived:
+                wait = self._last_read + MIN_REFRESH_SECONDS - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                await self.refresh_keys()
-        return self._keys.get(key_id)
+                started = self._last_read = time.monotonic()
+                found = await self.read_key(key_id)
+                # Entries past their TTL go: unknown ids cannot grow the map beyond a TTL's worth of reads.
+                self._keys = {i: e for i, e in self._keys.items() if started - e[0] < KEYS_TTL_SECONDS}
+                self._keys[key_id] = (started, found)
+        return self._keys[key_id][1]
 
-    async def refresh_keys(self) -> None:
-        started = time.monotonic()
-        found: dict[str, AccessKey] = {}
-        params = {"labelSelector": f"{KEY_LABEL}=true"}
-        for ns in self.namespaces or (None,):
-            path = f"/api/v1/namespaces/{ns}/secrets" if ns else "/api/v1/secrets"
-            items = (await self._call("GET", path, "access keys", params=params)).get("items") or []
-            for item in items:
-                k = parse_key_secret(item)
-                # Two Secrets claiming one id grant nothing: neither can be told from the other.
-                if k is not None:
-                    found[k.key_id] = k if k.key_id not in found else _ambiguous(k)
-        self._keys = {i: k for i, k in found.items() if k.namespace}
-        self._keys_read = started
+    async def read_key(self, key_id: str) -> AccessKey | None:
+        """One `get` of the key's Secret in the server's own namespace: it never reads (nor may it, by its RBAC)
+        a Secret anywhere else, so a Secret in a tenant's namespace is never a key."""
+        path = f"/api/v1/namespaces/{self.keys_namespace}/secrets/{secret_name(key_id)}"
+        try:
+            k = parse_key_secret(await self._call("GET", path, "access key"))
+        except NotFound:
+            return None
+        if k is None or k.key_id != key_id or (self.namespaces and k.namespace not in self.namespaces):
+            return None
+        return k
 
     async def pools(self) -> list[Obj]:
         return list((await self._call("GET", f"{_JOBS}/{naming.POOL_PLURAL}", "ComputePools")).get("items") or [])
@@ -148,6 +156,3 @@ class KubeAccess:
             raise
         return bytes(content).decode(errors="replace")
 
-
-def _ambiguous(k: AccessKey) -> AccessKey:
-    return AccessKey(k.key_id, k.secret, "", k.service_account)
