@@ -104,12 +104,12 @@ def floor_server() -> Iterator[str]:
 
 
 @contextmanager
-def api_server(kubeconfig: Path, log: Path) -> Iterator[str]:
+def api_server(kubeconfig: Path, log: Path, keys_namespace: str) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "kubepool.sagemaker_api", "--host", "127.0.0.1", "--port",
-                                 str(port)], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+                                 str(port), "--keys-namespace", keys_namespace], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     endpoint = f"http://127.0.0.1:{port}"
     try:
         import urllib.request
@@ -133,7 +133,7 @@ def measure(kubectl: Callable[..., str], kubeconfig: Path, describes: int, creat
     ns, pool = f"bench-sm-{uuid.uuid4().hex[:6]}", f"bench-sm-{uuid.uuid4().hex[:6]}"
     key_id, secret = new_key()
     docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-            {**key_secret(ns, "bench-key", key_id, secret)},
+            {**key_secret(ns, key_id, secret, ns)},  # the server's namespace is the job's here
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "sm", "namespace": ns},
              "rules": RULES},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -149,7 +149,7 @@ def measure(kubectl: Callable[..., str], kubeconfig: Path, describes: int, creat
             bare = sagemaker(floor, key_id, secret, describes)
             out["floor_describe"] = burst(describes, lambda i: bare.describe_training_job(TrainingJobName="j"))
             out["floor_create"] = burst(creates, lambda i: bare.create_training_job(**request(f"j-{i}", pool)))
-        with api_server(kubeconfig, Path(tempfile.mkdtemp(prefix="bench-sagemaker-api-")) / "server.log") as endpoint:
+        with api_server(kubeconfig, Path(tempfile.mkdtemp(prefix="bench-sagemaker-api-")) / "server.log", ns) as endpoint:
             sm = sagemaker(endpoint, key_id, secret, describes)
             sm.create_training_job(**request("described", pool))
             sm.describe_training_job(TrainingJobName="described")  # warm: the key read, the connections
