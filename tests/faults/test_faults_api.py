@@ -168,7 +168,9 @@ def test_refused_writes_then_recovery(cluster: Any, kubectl: Any, namespace: str
                                                     input=yaml.safe_dump(probe)).stderr, 30, "the policy in force")
         kubectl("apply", "-n", namespace, "-f", "-", check=True, input=yaml.safe_dump(job("refused", pool, sleep_cmd(1))))
         refused_from = time.monotonic()
-        time.sleep(12)  # the operator's status and pod writes fail meanwhile
+        # The operator's status and pod writes fail meanwhile: it meets the refusal and retries it, and lives on.
+        wait_for(lambda: operator.logs().count("write refused") >= 3, 60,
+                 "the operator's writes to be refused three times (the first and two retries)")
         assert operator.proc is not None and operator.proc.poll() is None, "the operator died"
         assert not kubectl.json("get", "pods", "-n", namespace)["items"]
     finally:
