@@ -10,13 +10,22 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from kubepool import objectmeta
-from kubepool.api import MLJob, MLJobStatus
+from kubepool.api import JobPhase, MLJob, MLJobStatus
 from kubepool.controller.jobstatus import decisive, ends, status_changed
 from kubepool.controller.view import JobKey
 from kubepool.kube.api import KubeApi
 
 STATUS_FLUSH_SECONDS = 1.0  # a job's status changes that are not decisive are written this late
+# ... or this late while its instances start (admitted, not yet RUNNING): a start quicker than this is written
+# once, with RUNNING; a slower one shows its progress.
+STARTUP_FLUSH_SECONDS = 10.0
 UNCHANGED = object()  # reserve(): the status needs no write
+
+
+def flush_delay(st: MLJobStatus) -> float:
+    """How late a change that is not decisive is written: STARTUP_FLUSH_SECONDS while the job's instances start."""
+    starting = st.phase is JobPhase.PENDING and st.admitted_at is not None
+    return STARTUP_FLUSH_SECONDS if starting else STATUS_FLUSH_SECONDS
 
 
 @dataclass
@@ -33,7 +42,7 @@ class StatusWriter:
 
     async def write(self, key: JobKey, job: MLJob, new: MLJobStatus) -> None:
         """Persist `new` as the job's status: at once when a decisive field changed (or a flush is due), else
-        STATUS_FLUSH_SECONDS later, this process reading `new` meanwhile."""
+        `flush_delay` later, this process reading `new` meanwhile."""
         uid = objectmeta.uid(job)
         changed = status_changed(job.status, new)
         unflushed = self.unflushed.get(uid)  # None: all written; False: a flush is scheduled; True: it is due
@@ -44,7 +53,7 @@ class StatusWriter:
             self.changed(key)
             if unflushed is None:
                 self.unflushed[uid] = False
-                asyncio.get_running_loop().call_later(STATUS_FLUSH_SECONDS, self._flush_due, key, uid)
+                asyncio.get_running_loop().call_later(flush_delay(new), self._flush_due, key, uid)
             return
         await self.api.patch_job_status(key[0], key[1], new.merge_patch(), uid, urgent=ends(job.status, new))
         self.written[uid] = new

@@ -182,6 +182,7 @@ async def test_job_events_trigger_a_pass_on_new_jobs_spec_changes_and_deletion_o
 
 async def test_instance_details_are_written_together_and_transitions_at_once(monkeypatch: Any) -> None:
     monkeypatch.setattr(statuswriter, "STATUS_FLUSH_SECONDS", 0.05)
+    monkeypatch.setattr(statuswriter, "STARTUP_FLUSH_SECONDS", 0.05)
     op, api, _ = state([job(targetInstances=2)])
     key = ("ns", "train")
     await reconcile_job(op, key)
@@ -204,6 +205,29 @@ async def test_instance_details_are_written_together_and_transitions_at_once(mon
     set_pods(op, key, [pod(0, "Succeeded", False), pod(1, "Running", True)])
     await reconcile_job(op, key)
     assert api.statuses["train"]["phase"] == "DONE" and api.urgent == ["train"], "the end: the urgent lanes"
+
+
+async def test_a_quick_start_is_written_twice_admitted_and_running(monkeypatch: Any) -> None:
+    """A start-up's progress waits STARTUP_FLUSH_SECONDS, not STATUS_FLUSH_SECONDS: a start quicker than that
+    writes the job's status twice (the floor), its progress folded into RUNNING; once RUNNING, the shorter wait."""
+    monkeypatch.setattr(statuswriter, "STATUS_FLUSH_SECONDS", 0.05)
+    monkeypatch.setattr(statuswriter, "STARTUP_FLUSH_SECONDS", 0.5)
+    op, api, _ = state([job(targetInstances=2)])
+    key = ("ns", "train")
+    await reconcile_job(op, key)
+    set_pods(op, key, [pod(0, "Running", True), pod(1, "Pending", False)])
+    await reconcile_job(op, key)
+    await asyncio.sleep(0.15)
+    assert api.calls.count(("status", "train")) == 1, "starting: progress not written after STATUS_FLUSH_SECONDS"
+    set_pods(op, key, [pod(0, "Running", True), pod(1, "Running", True)])
+    await reconcile_job(op, key)
+    assert api.calls.count(("status", "train")) == 2 and api.statuses["train"]["readyInstances"] == 2
+    await asyncio.sleep(0.6)
+    assert api.calls.count(("status", "train")) == 2, "the progress went with RUNNING"
+    set_pods(op, key, [pod(0, "Running", True), pod(1, "Running", False)])
+    await reconcile_job(op, key)
+    await asyncio.sleep(0.15)
+    assert api.calls.count(("status", "train")) == 3 and api.statuses["train"]["readyInstances"] == 1, "running: soon"
 
 
 async def test_a_pod_that_ended_is_handled_at_once_a_starting_one_after_the_burst_window() -> None:
