@@ -127,11 +127,28 @@ def _cluster_turn(request: pytest.FixtureRequest) -> Iterator[None]:
     namespace; a test marked `exclusive` disturbs the cluster for everyone (restarts its parts, floods it), so it
     runs alone (kubetest.cluster_turn). Taken before the test's function fixtures are set up, given back after
     they are torn down."""
-    if "cluster" not in request.fixturenames:
-        yield
+    if "cluster" not in request.fixturenames or _module_exclusive(request):
+        yield  # a module marked exclusive as a whole holds its turn already (_module_turn)
         return
     exclusive = request.node.get_closest_marker("exclusive") is not None
     with cluster_turn(request.getfixturevalue("cluster").state_dir, exclusive):
+        yield
+
+
+def _module_exclusive(request: pytest.FixtureRequest) -> bool:
+    marks = getattr(request.module, "pytestmark", [])
+    return any(m.name == "exclusive" for m in (marks if isinstance(marks, list) else [marks]))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module marked exclusive as a whole (`pytestmark`) holds one turn for all its tests and its module
+    fixtures: what those make cluster-wide (a ComputePool with warm capacity, whose placeholders every
+    namespace's operator would create in its own namespace) must not meet other tests."""
+    if not _module_exclusive(request):
+        yield
+        return
+    with cluster_turn(request.getfixturevalue("cluster").state_dir, exclusive=True):
         yield
 
 

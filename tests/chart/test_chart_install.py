@@ -163,6 +163,7 @@ def test_the_charts_sagemaker_api_answers_boto3_with_its_rights(kubectl: Any, re
     assert e.value.response["Error"]["Code"] == "UnrecognizedClientException"
 
 
+@pytest.mark.exclusive  # warm capacity: every running operator would make the pool's placeholder
 def test_the_charts_operator_keeps_warm_nodes(kubectl: Any, release: Release) -> None:
     """ComputePool minNodes under the chart's RBAC: the PriorityClass (create only) and a placeholder pod in the
     first watched namespace (the release's own is not watched here), gone again with minNodes 0."""

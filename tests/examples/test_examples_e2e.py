@@ -32,7 +32,8 @@ from kubepool.kube.errors import KubeError
 from support.examplekit import EXAMPLES, Env
 from support.operator_cluster import get_json, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.ray]
+# exclusive: examples/computepools.yaml's pool keeps a warm node, which every running operator would hold.
+pytestmark = [pytest.mark.cluster, pytest.mark.ray, pytest.mark.exclusive]
 
 JOB_TIMEOUT_S = 420.0  # generous for a loaded 2-core CI machine; a case takes about a minute there
 HOMOGENEOUS = naming.DEFAULT_GROUP

@@ -17,6 +17,9 @@ import yaml
 from kubepool import naming
 from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
 
+# exclusive: a pool's warm capacity is held by every running operator, in its own namespace (see above).
+pytestmark = pytest.mark.exclusive
+
 JOB_TIMEOUT_S = 360.0  # a Ray cluster on a loaded, shared 2-core machine
 POD_TIMEOUT_S = 120.0
 PAYLOAD = {"ok.py": "print('warm hello')\n__return__ = 1\n"}
