@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# v1.5.0 is the newest ray-operator module the Go proxy serves here (v1.7.0 answers 403).
+# v1.6.1: the newest ray-operator release the Go proxy serves here (v1.7.0's zip answers 403; the proxy's @v/list
+# names only v1.4.0 and v1.5.0, yet serves v1.6.0 and v1.6.1 when asked by version).
 # Builds the KubeRay operator (the Go peer kubepool is benchmarked against, and the optional backend) from
 # its Go module into the cache outside the repo, and copies its CRDs beside it. Prints the cache dir.
 set -euo pipefail
-KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
+KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.1}
 command -v go >/dev/null || { echo "error: Go >= 1.26 is required to build the KubeRay operator" >&2; exit 2; }
 export GOTOOLCHAIN=local CGO_ENABLED=0
 dir=${KUBEPOOL_CACHE:-$HOME/.cache/kubepool}/kuberay/$KUBERAY_VERSION

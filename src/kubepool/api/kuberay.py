@@ -1,5 +1,5 @@
 """Typed models of the parts of a KubeRay `ray.io/v1` RayCluster that kubepool writes (spec) and reads
-(status). Field names come from KubeRay v1.5.0's CRD schema (`crds/ray.io_rayclusters.yaml`; a unit test
+(status). Field names come from KubeRay v1.6.1's CRD schema (`crds/ray.io_rayclusters.yaml`; a unit test
 checks every field here exists there). Pod templates stay plain dicts: they are core PodTemplateSpecs that
 the pod builders already produce. Pure pydantic, no client."""
 
