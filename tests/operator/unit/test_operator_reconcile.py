@@ -212,22 +212,23 @@ async def test_a_quick_start_is_written_twice_admitted_and_running(monkeypatch: 
     writes the job's status twice (the floor), its progress folded into RUNNING; once RUNNING, the shorter wait."""
     monkeypatch.setattr(statuswriter, "STATUS_FLUSH_SECONDS", 0.05)
     monkeypatch.setattr(statuswriter, "STARTUP_FLUSH_SECONDS", 0.5)
-    op, api, _ = state([job(targetInstances=2)])
+    op, api, _ = state([job(targetInstances=2, minInstances=1)])
     key = ("ns", "train")
     await reconcile_job(op, key)
-    set_pods(op, key, [pod(0, "Running", True), pod(1, "Pending", False)])
+    set_pods(op, key, [pod(0, "Running", False), pod(1, "Pending", False)])
     await reconcile_job(op, key)
     await asyncio.sleep(0.15)
     assert api.calls.count(("status", "train")) == 1, "starting: progress not written after STATUS_FLUSH_SECONDS"
+    set_pods(op, key, [pod(0, "Running", True), pod(1, "Pending", False)])
+    await reconcile_job(op, key)
+    assert api.calls.count(("status", "train")) == 2 and api.statuses["train"]["phase"] == "RUNNING"
+    assert api.statuses["train"]["instances"][0]["phase"] == "Running", "the progress went with RUNNING"
+    await asyncio.sleep(0.6)
+    assert api.calls.count(("status", "train")) == 2, "nothing left to flush"
     set_pods(op, key, [pod(0, "Running", True), pod(1, "Running", True)])
     await reconcile_job(op, key)
-    assert api.calls.count(("status", "train")) == 2 and api.statuses["train"]["readyInstances"] == 2
-    await asyncio.sleep(0.6)
-    assert api.calls.count(("status", "train")) == 2, "the progress went with RUNNING"
-    set_pods(op, key, [pod(0, "Running", True), pod(1, "Running", False)])
-    await reconcile_job(op, key)
     await asyncio.sleep(0.15)
-    assert api.calls.count(("status", "train")) == 3 and api.statuses["train"]["readyInstances"] == 1, "running: soon"
+    assert api.calls.count(("status", "train")) == 3 and api.statuses["train"]["readyInstances"] == 2, "running: soon"
 
 
 async def test_a_pod_that_ended_is_handled_at_once_a_starting_one_after_the_burst_window() -> None:
