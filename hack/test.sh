@@ -67,7 +67,7 @@ trap 'say "interrupted"; exit 130' INT TERM
 
 workers=${KUBEPOOL_TEST_WORKERS:-2}
 parallel=()
-((workers > 1)) && parallel=(-n "$workers" --dist loadgroup)
+((workers > 1)) && parallel=(-n "$workers" --dist loadfile)
 say "pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone), on $workers worker(s)"
 deselect=()
 if [[ $realnode != 0 ]]; then

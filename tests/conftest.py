@@ -166,14 +166,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         controlplane.ensure_binaries(_reporter(session.config))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # `pytest -n N --dist loadgroup` (make test): a file's tests stay on one worker, one at a time (its module
-    # fixtures set up once, its fixed addresses used once at a time), unless the file names a group of its own,
-    # shared with the other files that use the same addresses (`xdist_group`).
-    by_file = getattr(config.option, "dist", "no") == "loadgroup"
+    # `pytest -n N --dist loadfile` (make test) keeps a file's tests on one worker, one at a time: its module
+    # fixtures set up once, its fixed addresses used once at a time. (Not loadgroup: pytest-xdist 3.8 marks a group
+    # by rewriting `item._nodeid`, which pytest 9 no longer reads, so its groups silently do nothing.)
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
-        if by_file and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -13,10 +13,8 @@ The SDK's telemetry is opted out in its own config file (it would call amazonaws
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +24,8 @@ import yaml
 
 from kubepool import naming
 from support.operator_cluster import Operator
-from support.s3 import CREDENTIALS, client, s3_server
-from support.sagemaker_api import REGION, start_sagemaker_api
+from support.s3 import CREDENTIALS, client
+from support.sagemaker_api import REGION, s3_with_data, sagemaker_api_with_s3, tar_members
 from support.sagemaker_clients import clients_env, clients_venv
 
 pytestmark = [pytest.mark.cluster]
@@ -106,11 +104,7 @@ result(what="stopped", status=sm.describe_training_job(TrainingJobName=name)["Tr
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    with s3_server("127.0.5.42") as url:  # the local nodes' pods share the host's network
-        s3 = client(url)
-        s3.create_bucket(Bucket=BUCKET)
-        for part in ("a.csv", "b.csv"):
-            s3.put_object(Bucket=BUCKET, Key=f"data/{part}", Body=b"x,y\n1,2\n")
+    with s3_with_data("127.0.5.42", BUCKET) as url:
         yield url
 
 
@@ -118,14 +112,8 @@ def s3_endpoint() -> Iterator[str]:
 def server_with_s3(cluster: Any, crds: None, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The server with the platform team's data settings: the S3 endpoint and the namespace's credentials Secret."""
     log = tmp_path_factory.mktemp("sagemaker-api-s3") / "server.log"
-    with start_sagemaker_api(cluster.kubeconfig, log, "--s3-endpoint-url", s3_endpoint,
-                             "--s3-credentials-secret", CREDENTIALS_SECRET) as api:
+    with sagemaker_api_with_s3(cluster.kubeconfig, log, s3_endpoint, CREDENTIALS_SECRET) as api:
         yield api
-
-
-def _members(blob: bytes) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
 
 def test_the_sagemaker_sdk_trains_fails_and_stops_jobs_unchanged(
@@ -164,7 +152,7 @@ def test_the_sagemaker_sdk_trains_fails_and_stops_jobs_unchanged(
     assert pool in kubectl("get", "mljobs", "-n", namespace, "-o", "yaml", check=True).stdout
     assert trained["model_data"] == f"s3://{BUCKET}/out/{trained['job']}/output/model.tar.gz"
     blob = client(s3_endpoint).get_object(Bucket=BUCKET, Key=trained["model_data"].split("/", 3)[3])["Body"].read()
-    assert json.loads(_members(blob)["model.json"]) == {"trained_by": "algo-2", "epochs": 3}
+    assert json.loads(tar_members(blob)["model.json"]) == {"trained_by": "algo-2", "epochs": 3}
 
     failed = results["failed"]
     assert failed["raised"] == "UnexpectedStatusException", context

@@ -11,10 +11,8 @@ drivers as the channels `code` and `sm_drivers`, and runs them with ContainerEnt
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,15 +22,15 @@ import yaml
 
 from kubepool import naming
 from support.operator_cluster import Operator
-from support.s3 import CREDENTIALS, client, s3_server
-from support.sagemaker_api import REGION, start_sagemaker_api
+from support.s3 import CREDENTIALS, client
+from support.sagemaker_api import REGION, s3_with_data, sagemaker_api_with_s3, tar_members
 from support.sagemaker_clients import V3_PINS, clients_env, clients_venv
 
 pytestmark = [pytest.mark.cluster]
 BUCKET = "sagemaker-kp3"
 CREDENTIALS_SECRET = "s3-keys"
 SDK_TIMEOUT_S = 300
-INSTANCE_TYPE = "ml.r5.24xlarge"
+INSTANCE_TYPE = "ml.r5.8xlarge"  # HIGHMEM_X64_M: a family no other test makes a pool of (test_sdk_v2 has HIGHMEM_X64_L)
 
 TRAIN = """\
 import json, os, sys
@@ -73,32 +71,23 @@ print("RESULT " + json.dumps({"job": job.training_job_name, "status": job.traini
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    with s3_server("127.0.5.43") as url:  # the local nodes' pods share the host's network
-        s3 = client(url)
-        s3.create_bucket(Bucket=BUCKET)
-        for part in ("a.csv", "b.csv"):
-            s3.put_object(Bucket=BUCKET, Key=f"data/{part}", Body=b"x,y\n1,2\n")
+    with s3_with_data("127.0.5.43", BUCKET) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
 def server_with_s3(cluster: Any, crds: None, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The server with the platform team's data settings: the S3 endpoint and the namespace's credentials Secret."""
     log = tmp_path_factory.mktemp("sagemaker-api-v3") / "server.log"
-    with start_sagemaker_api(cluster.kubeconfig, log, "--s3-endpoint-url", s3_endpoint,
-                             "--s3-credentials-secret", CREDENTIALS_SECRET) as api:
+    with sagemaker_api_with_s3(cluster.kubeconfig, log, s3_endpoint, CREDENTIALS_SECRET) as api:
         yield api
-
-
-def _members(blob: bytes) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
 
 def test_the_sdk_v3_model_trainer_trains_a_two_group_job_unchanged(
         kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, sagemaker_key: Any, server_with_s3: Any,
         s3_endpoint: str, tmp_path: Path) -> None:
     venv = clients_venv(V3_PINS)
-    pool = compute_pool("cpu", max_nodes=2, instanceFamily="HIGHMEM_X64_L", resources={"cpu": "500m", "memory": "1Gi"})
+    pool = compute_pool("cpu", max_nodes=2, instanceFamily="HIGHMEM_X64_M", resources={"cpu": "500m", "memory": "1Gi"})
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": CREDENTIALS_SECRET,
               "labels": {naming.LABEL_CREDENTIALS: "true"}}, "stringData": CREDENTIALS}
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(secret), check=True)
@@ -130,4 +119,4 @@ def test_the_sdk_v3_model_trainer_trains_a_two_group_job_unchanged(
     assert pool in kubectl("get", "mljobs", "-n", namespace, "-o", "yaml", check=True).stdout
     assert trained["model"] == f"s3://{BUCKET}/out/{trained['job']}/output/model.tar.gz"
     blob = client(s3_endpoint).get_object(Bucket=BUCKET, Key=trained["model"].split("/", 3)[3])["Body"].read()
-    assert json.loads(_members(blob)["model.json"]) == {"trained_by": "algo-2", "epochs": 3}
+    assert json.loads(tar_members(blob)["model.json"]) == {"trained_by": "algo-2", "epochs": 3}

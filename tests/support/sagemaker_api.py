@@ -6,11 +6,13 @@ tests/sagemaker_api/conftest.py makes fixtures of them."""
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import ssl
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -137,3 +139,29 @@ def make_key(kubectl: Any, namespace: str, service_account: str | None = None, r
 
 def delete_key(kubectl: Any, key: Key) -> None:
     kubectl("delete", "secret", "-n", key.keys_namespace, secret_name(key.key_id), "--ignore-not-found", check=True)
+
+
+# What the SDK tests share: a training bucket with two data files on a moto server, the server run with the
+# platform team's data settings (that endpoint and a credentials Secret), and the files of a model.tar.gz.
+@contextmanager
+def s3_with_data(address: str, bucket: str) -> Iterator[str]:
+    from support.s3 import client, s3_server
+
+    with s3_server(address) as url:  # the local nodes' pods share the host's network
+        s3 = client(url)
+        s3.create_bucket(Bucket=bucket)
+        for part in ("a.csv", "b.csv"):
+            s3.put_object(Bucket=bucket, Key=f"data/{part}", Body=b"x,y\n1,2\n")
+        yield url
+
+
+@contextmanager
+def sagemaker_api_with_s3(kubeconfig: Path, log_path: Path, s3_endpoint: str, credentials_secret: str) -> Iterator[Any]:
+    with start_sagemaker_api(kubeconfig, log_path, "--s3-endpoint-url", s3_endpoint,
+                             "--s3-credentials-secret", credentials_secret) as api:
+        yield api
+
+
+def tar_members(blob: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
