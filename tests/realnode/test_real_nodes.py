@@ -224,7 +224,7 @@ def test_chart_operator_runs_a_two_instance_xgboost_job_behind_its_network_polic
                                         "6379").stdout.strip()
             if phase == "RUNNING" and not operator_deleted:
                 # The operator's pod dies mid-job: its Deployment starts another, which carries the job on.
-                rkubectl("delete", "pods", "-n", system_ns, "-l", f"app.kubernetes.io/instance={rel}", "--wait=false",
+                rkubectl("delete", "pods", "-n", system_ns, "-l", f"app.kubernetes.io/instance={rel},app.kubernetes.io/component=operator", "--wait=false",
                          check=True)
                 operator_deleted = True
         pods = rkubectl.json("get", "pods", "-n", jobs_ns)["items"]
@@ -237,7 +237,7 @@ def test_chart_operator_runs_a_two_instance_xgboost_job_behind_its_network_polic
             {"real-node-1", "real-node-2"}
         assert operator_deleted, "the job never showed RUNNING"
         assert intruder and intruder.startswith("blocked"), f"a pod of another namespace reached Ray's GCS: {intruder}"
-        (op,) = [p for p in rkubectl.json("get", "pods", "-n", system_ns)["items"]
+        (op,) = [p for p in rkubectl.json("get", "pods", "-n", system_ns, "-l", "app.kubernetes.io/component=operator")["items"]
                  if not p["metadata"].get("deletionTimestamp")]
         assert op["spec"]["containers"][0]["image"].endswith("kubepool/operator:dev")
         assert op["status"]["containerStatuses"][0]["imageID"], "the operator ran from the imported image"

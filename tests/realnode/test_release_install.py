@@ -118,7 +118,7 @@ def test_fresh_install_from_oci_pulls_from_the_registry_and_runs_a_job(
         # Both images came from the registry: the pods name it, and containerd resolved the registry's digests.
         op_digest, _ = _manifest(local_registry, "operator")
         rt_digest, _ = _manifest(local_registry, "runtime")
-        (op,) = [p for p in rkubectl.json("get", "pods", "-n", system_ns)["items"] if not p["metadata"].get("deletionTimestamp")]
+        (op,) = [p for p in rkubectl.json("get", "pods", "-n", system_ns, "-l", "app.kubernetes.io/component=operator")["items"] if not p["metadata"].get("deletionTimestamp")]
         assert op["spec"]["containers"][0]["image"] == f"{path}/operator:{VERSION}"
         assert op["status"]["containerStatuses"][0]["imageID"] == f"{path}/operator@{op_digest}"
         (inst,) = [p for p in pods if p["metadata"]["name"].startswith("released-")]

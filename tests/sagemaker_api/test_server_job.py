@@ -25,6 +25,7 @@ from support.sagemaker_api import REGION, Key, SageMakerApi, make_key, start_sag
 pytestmark = [pytest.mark.cluster]
 JOB_TIMEOUT_S = 240.0
 SHARDS = [f"part-{i}.csv" for i in range(4)]
+DATA, MODELS = "sm-job-data", "sm-job-models"
 TRAIN = """\
 import json, os
 host, group = os.environ["SM_CURRENT_HOST"], os.environ["SM_CURRENT_INSTANCE_GROUP"]
@@ -54,10 +55,11 @@ def setup(cluster: Any, crds: None, kubectl: Any, tmp_path_factory: pytest.TempP
     with kubectl.fresh_namespace(f"t-sagemaker-api-{uuid.uuid4().hex[:6]}") as ns, \
             s3_server("127.0.5.42") as endpoint:
         s3 = client(endpoint)
-        for bucket in ("data", "models"):
+        # moto keeps one store per process, and a worker runs other modules first: buckets of this module's own
+        for bucket in (DATA, MODELS):
             s3.create_bucket(Bucket=bucket)
         for name in SHARDS:
-            s3.put_object(Bucket="data", Key=f"train/{name}", Body=b"x,y\n1,2\n")
+            s3.put_object(Bucket=DATA, Key=f"train/{name}", Body=b"x,y\n1,2\n")
         creds = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-keys",
                  "labels": {naming.LABEL_CREDENTIALS: "true"}}, "stringData": CREDENTIALS}
         kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(creds), check=True)
@@ -83,10 +85,10 @@ def _request(name: str, pool: str, **over: Any) -> dict[str, Any]:
             {"InstanceGroupName": "reader", "InstanceType": pool, "InstanceCount": 1},
             {"InstanceGroupName": "trainer", "InstanceType": "ml.r5.2xlarge", "InstanceCount": 2}]},
         "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
-            "S3DataType": "S3Prefix", "S3Uri": "s3://data/train/", "S3DataDistributionType": "ShardedByS3Key",
+            "S3DataType": "S3Prefix", "S3Uri": f"s3://{DATA}/train/", "S3DataDistributionType": "ShardedByS3Key",
             "InstanceGroupNames": ["trainer"]}}}],
-        "OutputDataConfig": {"S3OutputPath": "s3://models/runs"},
-        "CheckpointConfig": {"S3Uri": f"s3://models/ckpt/{name}"},
+        "OutputDataConfig": {"S3OutputPath": f"s3://{MODELS}/runs"},
+        "CheckpointConfig": {"S3Uri": f"s3://{MODELS}/ckpt/{name}"},
         "StoppingCondition": {"MaxRuntimeInSeconds": 200},
         "Tags": [{"Key": "team", "Value": "ml"}],
         **over,
@@ -130,14 +132,14 @@ def test_completed_with_the_model_the_script_saved(setup: dict[str, Any], comple
     assert d["ResourceConfig"] == _request("hetero", setup["pool"])["ResourceConfig"]  # as given
     assert d["TrainingStartTime"] <= d["TrainingEndTime"] and d["TrainingTimeInSeconds"] >= 0
     uri = d["ModelArtifacts"]["S3ModelArtifacts"]
-    assert uri == "s3://models/runs/hetero/output/model.tar.gz"
-    model = _members(setup["s3"].get_object(Bucket="models", Key=uri[len("s3://models/"):])["Body"].read())
+    assert uri == f"s3://{MODELS}/runs/hetero/output/model.tar.gz"
+    model = _members(setup["s3"].get_object(Bucket=MODELS, Key=uri[len(f"s3://{MODELS}/"):])["Body"].read())
     saved = {name: json.loads(blob) for name, blob in model.items()}
     assert sorted(saved) == ["algo-2.json", "algo-3.json"]  # the trainer group's hosts
     shards = [s for v in saved.values() for s in v["shards"]]
     assert sorted(shards) == SHARDS and all(len(v["shards"]) == 2 for v in saved.values())  # sharded, disjoint
     assert {(v["lr"], v["env"]) for v in saved.values()} == {("0.1", "test")}
-    ckpt = setup["s3"].list_objects_v2(Bucket="models", Prefix="ckpt/hetero/")["Contents"]
+    ckpt = setup["s3"].list_objects_v2(Bucket=MODELS, Prefix="ckpt/hetero/")["Contents"]
     assert {o["Key"].rsplit("/", 1)[1] for o in ckpt} >= {"algo-1.txt", "algo-2.txt", "algo-3.txt"}
 
 
