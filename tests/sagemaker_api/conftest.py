@@ -13,6 +13,7 @@ import pytest
 
 from support.operator_fixtures import apply, compute_pool, crds, operator  # noqa: F401 - shared, registered here
 from support.sagemaker_api import (  # noqa: F401 - REGION, USER_RULES, grant_user_rights: also importable from here
+    CREDENTIALS_SECRET,
     REGION,
     USER_RULES,
     Key,
@@ -20,6 +21,8 @@ from support.sagemaker_api import (  # noqa: F401 - REGION, USER_RULES, grant_us
     delete_key,
     grant_user_rights,
     make_key,
+    s3_with_data,
+    sagemaker_api_with_s3,
     start_sagemaker_api,
 )
 
@@ -43,3 +46,20 @@ def sagemaker_key(kubectl: Any) -> Iterator[Callable[..., Key]]:
     yield make
     for key in made:
         delete_key(kubectl, key)
+
+
+# The SDK modules' data: a moto server at the module's S3_ADDRESS with its BUCKET, and a server with those data
+# settings (moto keeps one store per process: each module names a bucket of its own).
+@pytest.fixture(scope="module")
+def s3_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
+    with s3_with_data(request.module.S3_ADDRESS, request.module.BUCKET) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def server_with_s3(cluster: Any, crds: None, s3_endpoint: str,  # noqa: F811 - the shared fixture, as a parameter
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[SageMakerApi]:
+    """The server with the platform team's data settings: the S3 endpoint and the namespace's credentials Secret."""
+    log = tmp_path_factory.mktemp("sagemaker-api-s3") / "server.log"
+    with sagemaker_api_with_s3(cluster.kubeconfig, log, s3_endpoint, CREDENTIALS_SECRET) as api:
+        yield api

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,12 @@ import yaml
 from kubepool import naming
 from support.operator_cluster import Operator
 from support.s3 import CREDENTIALS, client
-from support.sagemaker_api import REGION, s3_with_data, sagemaker_api_with_s3, tar_members
+from support.sagemaker_api import CREDENTIALS_SECRET, REGION, tar_members
 from support.sagemaker_clients import clients_env, clients_venv
 
 pytestmark = [pytest.mark.cluster]
 BUCKET = "sagemaker-kp"
-CREDENTIALS_SECRET = "s3-keys"
+S3_ADDRESS = "127.0.5.42"  # conftest's s3_endpoint: the local nodes' pods share the host's network
 SDK_TIMEOUT_S = 420
 INSTANCE_TYPE = "ml.r5.24xlarge"
 
@@ -100,20 +99,6 @@ sleeper.latest_training_job.stop()
 sleeper.latest_training_job.wait(logs="None")
 result(what="stopped", status=sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"])
 """
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with s3_with_data("127.0.5.42", BUCKET) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def server_with_s3(cluster: Any, crds: None, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The server with the platform team's data settings: the S3 endpoint and the namespace's credentials Secret."""
-    log = tmp_path_factory.mktemp("sagemaker-api-s3") / "server.log"
-    with sagemaker_api_with_s3(cluster.kubeconfig, log, s3_endpoint, CREDENTIALS_SECRET) as api:
-        yield api
 
 
 def test_the_sagemaker_sdk_trains_fails_and_stops_jobs_unchanged(

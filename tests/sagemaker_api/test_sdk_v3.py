@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,12 @@ import yaml
 from kubepool import naming
 from support.operator_cluster import Operator
 from support.s3 import CREDENTIALS, client
-from support.sagemaker_api import REGION, s3_with_data, sagemaker_api_with_s3, tar_members
+from support.sagemaker_api import CREDENTIALS_SECRET, REGION, tar_members
 from support.sagemaker_clients import V3_PINS, clients_env, clients_venv
 
 pytestmark = [pytest.mark.cluster]
 BUCKET = "sagemaker-kp3"
-CREDENTIALS_SECRET = "s3-keys"
+S3_ADDRESS = "127.0.5.43"  # conftest's s3_endpoint: the local nodes' pods share the host's network
 SDK_TIMEOUT_S = 300
 INSTANCE_TYPE = "ml.r5.8xlarge"  # HIGHMEM_X64_M: a family no other test makes a pool of (test_sdk_v2 has HIGHMEM_X64_L)
 
@@ -67,20 +66,6 @@ job = trainer._latest_training_job  # the SDK's own documented handle (ModelTrai
 print("RESULT " + json.dumps({"job": job.training_job_name, "status": job.training_job_status,
                               "model": job.model_artifacts.s3_model_artifacts}), flush=True)
 """
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with s3_with_data("127.0.5.43", BUCKET) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def server_with_s3(cluster: Any, crds: None, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The server with the platform team's data settings: the S3 endpoint and the namespace's credentials Secret."""
-    log = tmp_path_factory.mktemp("sagemaker-api-v3") / "server.log"
-    with sagemaker_api_with_s3(cluster.kubeconfig, log, s3_endpoint, CREDENTIALS_SECRET) as api:
-        yield api
 
 
 def test_the_sdk_v3_model_trainer_trains_a_two_group_job_unchanged(

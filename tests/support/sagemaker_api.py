@@ -141,6 +141,9 @@ def delete_key(kubectl: Any, key: Key) -> None:
     kubectl("delete", "secret", "-n", key.keys_namespace, secret_name(key.key_id), "--ignore-not-found", check=True)
 
 
+CREDENTIALS_SECRET = "s3-keys"  # the namespace's S3 credentials Secret, as the platform team keeps it
+
+
 # What the SDK tests share: a training bucket with two data files on a moto server, the server run with the
 # platform team's data settings (that endpoint and a credentials Secret), and the files of a model.tar.gz.
 @contextmanager
