@@ -10,8 +10,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 
+from kubepool import naming
 from support.operator_fixtures import apply, compute_pool, crds, operator  # noqa: F401 - shared, registered here
+from support.s3 import CREDENTIALS
 from support.sagemaker_api import (  # noqa: F401 - REGION, USER_RULES, grant_user_rights: also importable from here
     CREDENTIALS_SECRET,
     REGION,
@@ -63,3 +66,12 @@ def server_with_s3(cluster: Any, crds: None, s3_endpoint: str,  # noqa: F811 - t
     log = tmp_path_factory.mktemp("sagemaker-api-s3") / "server.log"
     with sagemaker_api_with_s3(cluster.kubeconfig, log, s3_endpoint, CREDENTIALS_SECRET) as api:
         yield api
+
+
+@pytest.fixture
+def s3_credentials(kubectl: Any, namespace: str) -> str:
+    """The test namespace's S3 credentials Secret (support.s3's keys), which server_with_s3's jobs read."""
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": CREDENTIALS_SECRET,
+              "labels": {naming.LABEL_CREDENTIALS: "true"}}, "stringData": CREDENTIALS}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(secret), check=True)
+    return CREDENTIALS_SECRET

@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kubepool import naming
 from support.operator_cluster import Operator
-from support.s3 import CREDENTIALS, client
-from support.sagemaker_api import CREDENTIALS_SECRET, REGION, tar_members
+from support.s3 import client
+from support.sagemaker_api import REGION, tar_members
 from support.sagemaker_clients import clients_env, clients_venv
 
 pytestmark = [pytest.mark.cluster]
@@ -103,14 +102,11 @@ result(what="stopped", status=sm.describe_training_job(TrainingJobName=name)["Tr
 
 def test_the_sagemaker_sdk_trains_fails_and_stops_jobs_unchanged(
         kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, sagemaker_key: Any, server_with_s3: Any,
-        s3_endpoint: str, tmp_path: Path) -> None:
+        s3_credentials: str, s3_endpoint: str, tmp_path: Path) -> None:
     venv = clients_venv()
     # The SDK parses ml.* instance types; the server runs an ml.* type on the first pool of its family. No other
     # test makes a HIGHMEM_X64_L pool (ml.r5.24xlarge's family); small instances, so the three jobs fit together.
     pool = compute_pool("cpu", max_nodes=3, instanceFamily="HIGHMEM_X64_L", resources={"cpu": "500m", "memory": "1Gi"})
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": CREDENTIALS_SECRET,
-              "labels": {naming.LABEL_CREDENTIALS: "true"}}, "stringData": CREDENTIALS}
-    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(secret), check=True)
     key = sagemaker_key(namespace)
     src = tmp_path / "src"
     src.mkdir()

@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kubepool import naming
 from support.operator_cluster import Operator
-from support.s3 import CREDENTIALS, client
-from support.sagemaker_api import CREDENTIALS_SECRET, REGION, tar_members
+from support.s3 import client
+from support.sagemaker_api import REGION, tar_members
 from support.sagemaker_clients import V3_PINS, clients_env, clients_venv
 
 pytestmark = [pytest.mark.cluster]
@@ -70,12 +69,9 @@ print("RESULT " + json.dumps({"job": job.training_job_name, "status": job.traini
 
 def test_the_sdk_v3_model_trainer_trains_a_two_group_job_unchanged(
         kubectl: Any, namespace: str, operator: Operator, compute_pool: Any, sagemaker_key: Any, server_with_s3: Any,
-        s3_endpoint: str, tmp_path: Path) -> None:
+        s3_credentials: str, s3_endpoint: str, tmp_path: Path) -> None:
     venv = clients_venv(V3_PINS)
     pool = compute_pool("cpu", max_nodes=2, instanceFamily="HIGHMEM_X64_M", resources={"cpu": "500m", "memory": "1Gi"})
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": CREDENTIALS_SECRET,
-              "labels": {naming.LABEL_CREDENTIALS: "true"}}, "stringData": CREDENTIALS}
-    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(secret), check=True)
     key = sagemaker_key(namespace)
     src = tmp_path / "src"
     src.mkdir()
