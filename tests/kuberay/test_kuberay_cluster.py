@@ -15,11 +15,11 @@ import yaml
 from kubepool import naming
 from kubepool.api.kuberay import LABEL_CLUSTER, LABEL_GROUP, LABEL_NODE_TYPE, kuberay_instance_id
 from kubepool.runtime_cluster import scale_patch
-from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+from support.operator_cluster import GATE_S, JOB_WAIT_S, Operator, get_json, mljob, wait_for, wait_phase
 
 pytestmark = pytest.mark.cluster
 
-JOB_TIMEOUT_S = 420.0  # a Ray cluster of 3 on a loaded, shared 2-core machine
+JOB_TIMEOUT_S = JOB_WAIT_S
 PAYLOAD = {
     "ok.py": "import ray, socket\nray.init()\nprint('nodes', len(ray.nodes()), 'on', socket.gethostname())\n"
              "__return__ = len(ray.nodes())\n",
@@ -56,7 +56,7 @@ def _rayclusters(kubectl: Any, ns: str) -> list[str]:
 def test_three_instances_done_on_process_nodes(kubectl: Any, env: dict[str, Any]) -> None:
     ns = env["ns"]
     _apply(kubectl, ns, mljob("tri", computePool=env["pool"], targetInstances=3, backend="kuberay",
-                              entrypoint={"file": "ok.py"}, code={"configMap": "payload"}, instancesTimeoutSeconds=240))
+                              entrypoint={"file": "ok.py"}, code={"configMap": "payload"}, instancesTimeoutSeconds=GATE_S))
     rc = wait_for(lambda: "tri" in _rayclusters(kubectl, ns) and get_json(kubectl, ns, "raycluster", "tri"), 60,
                   "the RayCluster")
     assert rc["metadata"]["ownerReferences"][0]["kind"] == "MLJob"
@@ -90,7 +90,7 @@ def test_two_groups_worker_groups_then_delete_job(kubectl: Any, env: dict[str, A
     groups = [{"name": "instance_group_1", "computePool": pool, "instanceCount": 2},
               {"name": "extra", "computePool": pool, "instanceCount": 1}]
     _apply(kubectl, ns, mljob("two", instanceGroups=groups, backend="kuberay", entrypoint={"file": "sleep.py"},
-                              args=["600"], code={"configMap": "payload"}, instancesTimeoutSeconds=240))
+                              args=["600"], code={"configMap": "payload"}, instancesTimeoutSeconds=GATE_S))
     rc = wait_for(lambda: "two" in _rayclusters(kubectl, ns) and get_json(kubectl, ns, "raycluster", "two"), 60,
                   "the RayCluster")
     got = [(g["groupName"], g["replicas"], g["minReplicas"], g["maxReplicas"]) for g in rc["spec"]["workerGroupSpecs"]]
@@ -109,7 +109,7 @@ def test_scale_cluster_resizes_the_worker_group(kubectl: Any, env: dict[str, Any
     ns = env["ns"]
     _apply(kubectl, ns, mljob("elastic", computePool=env["pool"], targetInstances=3, backend="kuberay",
                               entrypoint={"file": "sleep.py"}, args=["600"], code={"configMap": "payload"},
-                              instancesTimeoutSeconds=240))
+                              instancesTimeoutSeconds=GATE_S))
     assert wait_phase(kubectl, ns, "elastic", {"RUNNING", "FAILED"}, JOB_TIMEOUT_S, env["op"])["phase"] == "RUNNING"
 
     def resize(size: int) -> None:  # the patch runtime_cluster.scale_cluster sends from inside the job
@@ -148,7 +148,7 @@ def test_resizing_the_first_of_two_groups_keeps_the_other_groups_pod(kubectl: An
     ns, pool = env["ns"], env["pool"]
     groups = [{"name": "a", "computePool": pool, "instanceCount": 1}, {"name": "b", "computePool": pool, "instanceCount": 1}]
     _apply(kubectl, ns, mljob("pair", instanceGroups=groups, backend="kuberay", entrypoint={"file": "sleep.py"},
-                              args=["600"], code={"configMap": "payload"}, instancesTimeoutSeconds=240))
+                              args=["600"], code={"configMap": "payload"}, instancesTimeoutSeconds=GATE_S))
     assert wait_phase(kubectl, ns, "pair", {"RUNNING", "FAILED"}, JOB_TIMEOUT_S, env["op"])["phase"] == "RUNNING"
 
     def resize(size: int) -> None:
@@ -185,7 +185,7 @@ def test_head_failure_keeps_its_message(kubectl: Any, env: dict[str, Any]) -> No
     """KubeRay deletes a failed head at once; kubepool's finalizer keeps it until the status has its exit."""
     ns = env["ns"]
     _apply(kubectl, ns, mljob("boom", computePool=env["pool"], targetInstances=2, backend="kuberay",
-                              entrypoint={"file": "fail.py"}, code={"configMap": "payload"}, instancesTimeoutSeconds=240))
+                              entrypoint={"file": "fail.py"}, code={"configMap": "payload"}, instancesTimeoutSeconds=GATE_S))
     st = wait_phase(kubectl, ns, "boom", {"DONE", "FAILED"}, JOB_TIMEOUT_S, env["op"])
     assert (st["phase"], st["reason"]) == ("FAILED", "HeadFailed"), st
     assert "boom-42 from the head" in st["message"]
@@ -200,7 +200,7 @@ def test_pod_settings_reach_kuberays_pods_and_suspend_deletes_the_cluster_until_
     ns = env["ns"]
     _apply(kubectl, ns, mljob("pause", computePool=env["pool"], targetInstances=1, backend="kuberay",
                               entrypoint={"file": "sleep.py"}, args=["20"], code={"configMap": "payload"},
-                              instancesTimeoutSeconds=240, podLabels={"team": "ray"},
+                              instancesTimeoutSeconds=GATE_S, podLabels={"team": "ray"},
                               podAnnotations={"example.com/owner": "ml"}))
     st = wait_phase(kubectl, ns, "pause", {"RUNNING", "DONE", "FAILED"}, JOB_TIMEOUT_S, env["op"])
     assert st["phase"] == "RUNNING", st

@@ -16,10 +16,10 @@ from kubepool import contract, naming
 from kubepool.api.kuberay import RAYCLUSTER_CRD
 from kubepool.local import kwok
 from kubetest import Kubectl
-from support.operator_cluster import ROOT, Operator, get_json, mljob, wait_for, wait_phase
+from support.operator_cluster import GATE_S, JOB_WAIT_S, ROOT, Operator, get_json, mljob, wait_for, wait_phase
 from support.spare_cluster import spare_cluster
 
-JOB_TIMEOUT_S = 360.0  # a Ray cluster of 3 on a loaded, shared 2-core machine (load average > 10)
+JOB_TIMEOUT_S = JOB_WAIT_S
 PAYLOAD = {
     "ok.py": "import socket\nprint('hello from', socket.gethostname())\n__return__ = 42\n",
     # Runs until the instances' joined probes (every 2 s, slower on a loaded machine) have shown RUNNING.
@@ -38,7 +38,7 @@ def payload(kubectl: Any, namespace: str) -> str:
 
 def spec(pool: str, file: str = "ok.py", *args: str, **extra: Any) -> dict[str, Any]:
     return {"computePool": pool, "entrypoint": {"file": file}, "args": list(args), "code": {"configMap": "payload"},
-            "instancesTimeoutSeconds": 180, **extra}
+            "instancesTimeoutSeconds": GATE_S, **extra}
 
 
 def pods_of(kubectl: Any, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -113,7 +113,7 @@ def test_two_groups_pods_and_contract_then_delete_leaves_nothing(kubectl: Any, n
               {"name": "gpu_group", "computePool": gpu, "instanceCount": 1}]
     apply(mljob("hetero", entrypoint={"file": "sleep.py"}, args=["60"], code={"configMap": "payload"},
                 instanceGroups=groups, distributionInstanceGroups=["gpu_group"], mode="sagemaker",
-                instancesTimeoutSeconds=180))
+                instancesTimeoutSeconds=GATE_S))
     pods = wait_for(lambda: (p := pods_of(kubectl, namespace, "hetero")) and len(p) == 3 and p, 60, "3 pods")
     by_group: dict[str, list[dict[str, Any]]] = {}
     for p in pods:

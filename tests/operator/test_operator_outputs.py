@@ -19,11 +19,11 @@ import yaml
 from kubepool import naming
 from kubepool.runtime import ownership
 from kubepool.sagemaker import Estimator, InstanceGroup
-from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+from support.operator_cluster import GATE_S, JOB_WAIT_S, Operator, get_json, mljob, wait_for, wait_phase
 from support.s3 import CREDENTIALS, client, s3_server
 
 pytestmark = [pytest.mark.cluster]
-JOB_TIMEOUT_S = 300.0
+JOB_TIMEOUT_S = JOB_WAIT_S
 TRAIN = """\
 import json, os
 host = os.environ["SM_CURRENT_HOST"]
@@ -196,13 +196,13 @@ def test_head_mode_done_waits_for_a_worker_still_keeping_its_outputs(cluster: An
         pool = compute_pool("cpu", max_nodes=2)
         apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": {"slow.py": SLOW_WORKER}})
         apply(mljob("slow", computePool=pool, targetInstances=2, entrypoint={"file": "slow.py"},
-                    code={"configMap": "payload"}, instancesTimeoutSeconds=240,
+                    code={"configMap": "payload"}, instancesTimeoutSeconds=GATE_S,
                     output={"s3": {"uri": f"s3://models/{namespace}", "endpointUrl": endpoint,
                                    "credentialsSecret": _credentials(kubectl, namespace)}}))
         st = wait_phase(kubectl, namespace, "slow", {"DONE", "FAILED"}, JOB_TIMEOUT_S, op)
+        assert (st["phase"], st["reason"]) == ("DONE", "Completed"), json.dumps(st, indent=1)
         worker = get_json(kubectl, namespace, "pod", naming.pod_name("slow", naming.DEFAULT_GROUP, 1, 0))
         model = client(endpoint).get_object(Bucket="models", Key=f"{namespace}/slow/output/model.tar.gz")["Body"].read()
-        assert (st["phase"], st["reason"]) == ("DONE", "Completed"), json.dumps(st, indent=1)
         assert worker["status"]["phase"] == "Succeeded" and not worker["metadata"].get("deletionTimestamp"), worker["status"]
         assert len(_members(model).get("weights.bin", b"")) == SLOW_WORKER_MB << 20, sorted(_members(model))
     finally:

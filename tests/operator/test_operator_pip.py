@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from support.operator_cluster import Operator, mljob, wait_phase
+from support.operator_cluster import GATE_S, JOB_WAIT_S, Operator, mljob, wait_phase
 from support.wheels import (
     NUMPY_PIN,
     PROBE,
@@ -27,7 +27,7 @@ from support.wheels import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ray]
-JOB_TIMEOUT_S = 360.0
+JOB_TIMEOUT_S = JOB_WAIT_S
 SCRIPT = f"""\
 import ray
 import {PROBE_MODULE}
@@ -64,7 +64,7 @@ def test_requirements_reach_every_instance_from_a_wheelhouse(kubectl: Any, names
     _configmaps(kubectl, namespace, tmp_path)
     apply(mljob("pip-ok", computePool=pool, targetInstances=2, entrypoint={"file": "probe.py"},
                 code={"configMap": "payload"}, pipRequirements=[f"{PROBE}==0.1"],
-                pipOptions={"wheelhouse": {"configMap": {"name": "wheels"}}}, instancesTimeoutSeconds=240))
+                pipOptions={"wheelhouse": {"configMap": {"name": "wheels"}}}, instancesTimeoutSeconds=GATE_S))
     st = wait_phase(kubectl, namespace, "pip-ok", {"DONE", "FAILED"}, JOB_TIMEOUT_S, operator)
     assert st["phase"] == "DONE", json.dumps(st, indent=1)
     head = kubectl("logs", "-n", namespace, "pip-ok-homogeneouscluster-0", "--tail=-1").stdout
@@ -153,7 +153,7 @@ def test_a_pin_of_an_image_package_wins_on_every_instance_and_leaves_the_image_a
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "payload"}, "data": {"pin.py": PIN_SCRIPT}}
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
     common = {"computePool": pool, "targetInstances": 2, "entrypoint": {"file": "pin.py"},
-              "code": {"configMap": "payload"}, "pipOptions": {"indexUrl": numpy_index}, "instancesTimeoutSeconds": 240}
+              "code": {"configMap": "payload"}, "pipOptions": {"indexUrl": numpy_index}, "instancesTimeoutSeconds": GATE_S}
     apply(mljob("pin-ray", pipRequirements=[f"numpy=={NUMPY_PIN}", f"pyarrow=={PYARROW_PIN}"], **common))
     apply(mljob("pin-sm", mode="sagemaker", pipRequirements=[f"numpy=={NUMPY_PIN}"], **common))
     for job in ("pin-ray", "pin-sm"):

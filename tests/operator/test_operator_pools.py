@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from kubepool import naming
-from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+from support.operator_cluster import GATE_S, JOB_WAIT_S, Operator, get_json, mljob, wait_for, wait_phase
 
 # exclusive: a pool's warm capacity is held by every running operator, in its own namespace (see above).
 pytestmark = pytest.mark.exclusive
 
-JOB_TIMEOUT_S = 360.0  # a Ray cluster on a loaded, shared 2-core machine
+JOB_TIMEOUT_S = JOB_WAIT_S
 POD_TIMEOUT_S = 120.0
 PAYLOAD = {"ok.py": "print('warm hello')\n__return__ = 1\n"}
 
@@ -32,7 +32,7 @@ def _payload(kubectl: Any, namespace: str) -> None:
 
 def _job(name: str, pool: str, instances: int) -> dict[str, Any]:
     return mljob(name, computePool=pool, entrypoint={"file": "ok.py"}, code={"configMap": "payload"},
-                 targetInstances=instances, instancesTimeoutSeconds=240)
+                 targetInstances=instances, instancesTimeoutSeconds=GATE_S)
 
 
 def placeholders(kubectl: Any, namespace: str, pool: str) -> list[dict[str, Any]]:

@@ -13,10 +13,10 @@ import pytest
 import sagemaker_training  # noqa: F401 - a dev dependency the pods import: missing, the module fails, never skips
 import yaml
 
-from support.operator_cluster import Operator, mljob, wait_phase
+from support.operator_cluster import GATE_S, JOB_WAIT_S, Operator, mljob, wait_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ray]
-JOB_TIMEOUT_S = 360.0
+JOB_TIMEOUT_S = JOB_WAIT_S
 SCRIPT = """\
 import json, os
 from sagemaker_training import environment
@@ -53,7 +53,7 @@ def test_toolkit_reads_the_same_answers_on_every_instance(kubectl: Any, namespac
     groups = [{"name": "data_group", "computePool": cpu, "instanceCount": 2, "instanceType": "ml.c5.xlarge"},
               {"name": "dnn_group", "computePool": gpu, "instanceCount": 1}]
     apply(mljob("toolkit", entrypoint={"file": "train.py"}, code={"configMap": "payload"}, mode="sagemaker",
-                instanceGroups=groups, distributionInstanceGroups=["dnn_group"], instancesTimeoutSeconds=240,
+                instanceGroups=groups, distributionInstanceGroups=["dnn_group"], instancesTimeoutSeconds=GATE_S,
                 hyperParameters={"epochs": "3", "lr": "0.05", "name": '"resnet"', "flags": '{"a": [1, 2]}'},
                 channels=[{"name": "train", "source": {"configMap": {"name": "train-data"}}, "inputMode": "FastFile",
                            "instanceGroups": ["data_group"]}]))

@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 
 from kubepool import naming
-from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+from support.operator_cluster import GATE_S, JOB_WAIT_S, Operator, get_json, mljob, wait_for, wait_phase
 
-JOB_TIMEOUT_S = 420.0  # two Ray node joins and a leave on a loaded, shared 2-core machine
+JOB_TIMEOUT_S = JOB_WAIT_S
 
 # The payload reports what it saw; between the two resizes it holds the third node a while, so the test can
 # see the third pod Running from outside.
@@ -43,7 +43,7 @@ def test_scale_cluster_from_the_payload_adds_then_removes_a_pod(kubectl: Any, na
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cm), check=True)
     pool = compute_pool("cpu", max_nodes=3)
     apply(mljob("elastic", computePool=pool, targetInstances=2, entrypoint={"file": "scale.py"},
-                code={"configMap": "scale-payload"}, instancesTimeoutSeconds=240))
+                code={"configMap": "scale-payload"}, instancesTimeoutSeconds=GATE_S))
 
     # Grown: a third pod, on a third node, Running while the payload holds it.
     grown = wait_for(lambda: (p := _live_pods(kubectl, namespace, "elastic")) and len(p) == 3
@@ -92,7 +92,7 @@ def test_scale_cluster_of_the_first_of_two_groups_keeps_every_identity(kubectl: 
     pool = compute_pool("cpu", max_nodes=3)
     groups = [{"name": "a", "computePool": pool, "instanceCount": 1}, {"name": "b", "computePool": pool, "instanceCount": 1}]
     apply(mljob("twogroups", instanceGroups=groups, entrypoint={"file": "groups.py"}, code={"configMap": "scale-groups"},
-                instancesTimeoutSeconds=240))
+                instancesTimeoutSeconds=GATE_S))
 
     b_uids: set[str] = set()
     grown: list[dict[str, Any]] = []
