@@ -23,6 +23,7 @@ from prometheus_client.utils import floatToGoString
 
 import kubepool
 from kubepool.api import ComputePoolStatus, JobPhase, MLJobStatus
+from kubepool.controller import vocabulary
 from kubepool.controller.jobstatus import ends
 
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
@@ -81,6 +82,11 @@ class PoolSeries(Collector):
             counts = self._counts.setdefault((name, labels), [0.0] * (len(_WAIT_BUCKETS) + 2))
             counts[bisect.bisect_left(_WAIT_BUCKETS, value)] += 1  # a bucket counts what is ≤ its bound
             counts[-1] += value
+
+    def ensure_finished(self, many: list[tuple[str, ...]]) -> None:
+        with self._lock:
+            for labels in many:
+                self._finished.setdefault(labels, 0.0)
 
     def count_finished(self, labels: tuple[str, ...]) -> None:
         with self._lock:
@@ -175,8 +181,9 @@ def observe_job(created: str | None, pool: str, prev: MLJobStatus | None, new: M
 
 # A series Prometheus has never seen at 0 shows no increase at its first observation (rate() needs two samples):
 # the first job a pool finishes, queues or fails would be missing from the dashboard. Every pool's job series
-# exist, at 0, from the moment the pool does.
+# exist, at 0, from the moment the pool does: kubepool_mljobs_finished_total's for each way a job can end.
 _FINISHED = tuple(str(p) for p in JobPhase if p.finished)
+_FINISH_LABELS = [(str(phase), reason) for phase, reasons in vocabulary.FINISH_REASONS.items() for reason in reasons]
 
 
 def _job_series(name: str) -> list[tuple[str, tuple[str, ...]]]:
@@ -186,6 +193,7 @@ def _job_series(name: str) -> list[tuple[str, tuple[str, ...]]]:
 def set_pool(name: str, max_nodes: int, st: ComputePoolStatus) -> None:
     for series, labels in _job_series(name):
         POOLS.ensure(series, labels)
+    POOLS.ensure_finished([(name, phase, reason) for phase, reason in _FINISH_LABELS])
     POOLS.set_gauges(name, [max_nodes, st.instances_in_use or 0, st.queued_jobs or 0, st.ready_nodes or 0,
                             st.warm_instances or 0])
 

@@ -4,8 +4,9 @@ reader sees where a word comes from and a new one has one home."""
 
 from __future__ import annotations
 
-from kubepool.api.mljob import JOB_CONDITION_TYPES
+from kubepool.api.mljob import JOB_CONDITION_TYPES, JobPhase
 from kubepool.contract import INSTANCES_UNAVAILABLE as _INSTANCES_UNAVAILABLE
+from kubepool.contract import RUNTIME_FAILURE_REASONS
 
 # Limits.
 MESSAGE_MAX = 2048  # status.message: enough for a traceback's tail, small enough for `kubectl get -o yaml`
@@ -53,6 +54,16 @@ NOT_SUSPENDED = "NotSuspended"
 
 # An instance entry's phase while its pod is being deleted and still runs (as kubectl says).
 TERMINATING = "Terminating"
+
+# The reasons a job ends with, by its final phase (jobsteps' finish calls; the runtime's own for FAILED): a pool's
+# kubepool_mljobs_finished_total series exist for each from the pool's start (metrics.set_pool).
+FINISH_REASONS: dict[JobPhase, tuple[str, ...]] = {
+    JobPhase.DONE: (COMPLETED, WORKERS_CUT_OFF),
+    JobPhase.FAILED: tuple(dict.fromkeys((
+        HEAD_FAILED, INSTANCE_FAILED, INSTANCES_LOST, INSTANCES_UNAVAILABLE, DEADLINE_EXCEEDED, KUBERAY_NOT_INSTALLED,
+        CREDENTIALS_NOT_ALLOWED, VOLUME_NOT_SHARED, *sorted(RUNTIME_FAILURE_REASONS)))),
+    JobPhase.CANCELLED: (CANCELLED,),
+}
 
 
 def cut(text: str | None) -> str | None:

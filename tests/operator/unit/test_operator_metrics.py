@@ -3,6 +3,7 @@ shipped Grafana dashboard names a metric the operator exports."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from datetime import timedelta
@@ -10,8 +11,9 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, Histogram
 
+from kubepool import contract
 from kubepool.api import JobPhase, MLJobStatus
-from kubepool.controller import metrics
+from kubepool.controller import jobsteps, metrics, vocabulary
 from support.factories import T0
 
 CREATED = "2026-01-01T12:00:00Z"  # T0
@@ -73,9 +75,33 @@ def test_a_pools_job_series_exist_at_zero_so_its_first_failure_shows() -> None:
     metrics.set_pool("fresh-pool", 2, ComputePoolStatus())
     assert count("kubepool_mljob_duration_seconds_count", pool="fresh-pool", phase="FAILED") == 0.0
     assert count("kubepool_mljob_queued_seconds_count", pool="fresh-pool") == 0.0
+    ends = [(str(phase), reason) for phase, reasons in vocabulary.FINISH_REASONS.items() for reason in reasons]
+    assert {"Completed", "HeadFailed", "PipInstallFailed", "Cancelled"} <= {r for _, r in ends}
+    for phase, reason in ends:  # the first job the pool finishes, any way, is an increase rate() sees
+        assert count("kubepool_mljobs_finished_total", pool="fresh-pool", phase=phase, reason=reason) == 0.0, (phase, reason)
     metrics.forget_pool("fresh-pool")
     assert count("kubepool_mljob_duration_seconds_count", pool="fresh-pool", phase="FAILED") is None
+    assert count("kubepool_mljobs_finished_total", pool="fresh-pool", phase="FAILED", reason="HeadFailed") is None
     assert count("kubepool_pool_max_instances", pool="fresh-pool") is None
+
+
+def test_every_way_a_job_ends_has_its_finished_series() -> None:
+    """Each (phase, reason) jobsteps finishes a job with, and each reason the runtime names, is in
+    vocabulary.FINISH_REASONS: a new way to end gets its kubepool_mljobs_finished_total series from a pool's start."""
+    tree = ast.parse((Path(jobsteps.__file__)).read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "finish"]
+    ends = set()
+    for call in calls:
+        phase, reason = call.args[0], call.args[1]
+        assert isinstance(phase, ast.Attribute), ast.unparse(call)
+        if isinstance(reason, ast.Attribute):
+            ends.add((JobPhase[phase.attr], getattr(vocabulary, reason.attr)))
+        else:  # the runtime's own reason (runtime_failure_reason)
+            ends.update((JobPhase[phase.attr], r) for r in contract.RUNTIME_FAILURE_REASONS)
+    assert len(ends) >= 10, ends
+    declared = {(phase, r) for phase, reasons in vocabulary.FINISH_REASONS.items() for r in reasons}
+    assert ends <= declared, ends - declared
 
 
 def test_pool_series_scrape_as_prometheus_clients_own_metrics() -> None:
