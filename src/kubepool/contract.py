@@ -106,6 +106,11 @@ SHM_DIR = "/dev/shm"
 OPERATOR_MOUNT_DIRS = (CONTRACT_DIR, KUBEPOOL_DIR, DEFAULT_BASE_DIR, TMP_DIR, SHM_DIR, TERMINATION_MESSAGE_PATH)
 OPERATOR_VOLUMES = ("contract", "tmp", "base", "result", "dshm", "payload", "output", "checkpoints", "pip", "wheelhouse")
 OPERATOR_VOLUME_PREFIX = "channel-"  # channel-<index>
+# envFrom's Secrets are mounted read-only too, so the runtime knows their values (ENV_SECRET_DIRS) though the
+# operator never reads a Secret: volume envfrom-<index> at ENV_FROM_SECRETS_DIR/<index>.
+ENV_FROM_VOLUME_PREFIX = "envfrom-"
+ENV_FROM_SECRETS_DIR = f"{KUBEPOOL_DIR}/envfrom"
+OPERATOR_VOLUME_PREFIXES = (OPERATOR_VOLUME_PREFIX, ENV_FROM_VOLUME_PREFIX)
 DEFAULT_RAY_TEMP_DIR = "/tmp/ray"
 RAY_READY_FILE = "ray_current_cluster"  # `ray start` writes it into its --temp-dir once the node is up
 DEFAULT_HEAD_LOST_TIMEOUT_SECONDS = 60.0

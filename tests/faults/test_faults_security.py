@@ -19,9 +19,13 @@ import yaml
 from faultkit import job, pod_running, record, sleep_cmd, wait_terminal
 
 from kubepool import contract, naming
+from kubepool.controller.builders import build_instance_pods
 from kubepool.controller.builders.pods import CREDENTIAL_KEYS, secret_hints
+from kubepool.controller.config import OperatorConfig
 from kubepool.local import controlplane
 from kubepool.runtime import redact, result
+from support.factories import job as job_model
+from support.factories import pool as pool_model
 from support.operator_cluster import ROOT, Operator, get_json, wait_phase
 
 
@@ -111,6 +115,7 @@ def test_restricted_namespace_ray_token_netpol_no_exposure(cluster: Any, kubectl
 
 
 SECRET = "hunter2-Secret-Value-9f3a"
+API_SECRET = "envfrom-Api-Key-51c7"
 
 
 def test_the_operator_says_where_the_pods_secrets_are() -> None:
@@ -138,6 +143,25 @@ def test_the_runtime_keeps_secret_values_out_of_its_messages(tmp_path: Path) -> 
     assert "lr 0.1" in out and json.loads(out)["error"].startswith("RuntimeError: login with [redacted] failed")
 
 
+def test_an_envfrom_secrets_values_are_redacted_from_its_mount(tmp_path: Path) -> None:
+    """An envFrom Secret's variables are its keys, which nobody names to the runtime: its values come from the
+    Secret's mount (builders/envfrom.py), laid out as the kubelet writes a secret volume (key -> ..data/key)."""
+    [pod] = build_instance_pods(job_model(envFrom=[{"secretRef": {"name": "api"}}]), {"cpu": pool_model()}, granted=1,
+                                attempt=0, cfg=OperatorConfig(default_image="img:1"))
+    container = pod["spec"]["containers"][0]
+    [mount] = [m for m in container["volumeMounts"] if m["name"].startswith(contract.ENV_FROM_VOLUME_PREFIX)]
+    hint = next(e["value"] for e in container["env"] if e["name"] == contract.ENV_SECRET_DIRS)
+    assert mount["mountPath"] in hint.split(":"), hint
+    root = tmp_path / mount["mountPath"].lstrip("/")
+    (root / "..2026_12_05_08_00_00.1").mkdir(parents=True)
+    (root / "..2026_12_05_08_00_00.1" / "API_KEY").write_text(SECRET)
+    (root / "..data").symlink_to("..2026_12_05_08_00_00.1")
+    (root / "API_KEY").symlink_to("..data/API_KEY")
+    env = {contract.ENV_SECRET_DIRS: ":".join(str(tmp_path / d.lstrip("/")) for d in hint.split(":")), "API_KEY": SECRET}
+    out = redact.redact(f"RuntimeError: the API refused key {SECRET}", redact.secret_values(env))
+    assert out == "RuntimeError: the API refused key [redacted]", out
+
+
 def test_the_termination_log_leaves_the_secret_values_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The termination message is what the operator quotes in the job's status and Events: written redacted."""
     monkeypatch.setenv(contract.ENV_SECRET_ENV, "TOKEN")
@@ -153,18 +177,21 @@ def test_a_secret_in_a_failing_payload_never_reaches_status_or_events(kubectl: A
     """A payload fails with its Secret's value in the exception (a log-in error quoting the token): the job FAILS
     saying why, and neither its status (message, conditions, instances) nor its Events carry the value."""
     kubectl("create", "secret", "generic", "db", f"--from-literal=password={SECRET}", "-n", namespace, check=True)
-    kubectl("create", "configmap", "payload", "-n", namespace,
-            "--from-literal=fail.py=import os\nraise RuntimeError('cannot log in with ' + os.environ['TOKEN'])\n", check=True)
+    # An envFrom Secret too: its variable is a key of the Secret, named to nobody (#39).
+    kubectl("create", "secret", "generic", "api", f"--from-literal=API_KEY={API_SECRET}", "-n", namespace, check=True)
+    kubectl("create", "configmap", "payload", "-n", namespace, "--from-literal=fail.py=import os\nraise RuntimeError("
+            "'cannot log in with ' + os.environ['TOKEN'] + ' nor ' + os.environ['API_KEY'])\n", check=True)
     body = job("leaky", small_pool(max_nodes=1), ["unused"], code={"configMap": "payload"},
-               env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}])
+               env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}],
+               envFrom=[{"secretRef": {"name": "api"}}])
     body["spec"]["entrypoint"] = {"file": "fail.py"}
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body), check=True)
     status = wait_terminal(kubectl, namespace, ["leaky"], 180)["leaky"]
     assert status["phase"] == "FAILED", status
-    assert "cannot log in with [redacted]" in status.get("message", ""), status
+    assert "cannot log in with [redacted] nor [redacted]" in status.get("message", ""), status
     pod = status["instances"][0]["pod"]
     term = get_json(kubectl, namespace, "pod", pod)["status"]["containerStatuses"][0]["state"]["terminated"]
     events = get_json(kubectl, namespace, "events")["items"]
     assert [e for e in events if e["involvedObject"].get("name") == "leaky" and e["type"] == "Warning"], events
     for where, text in (("status", json.dumps(status)), ("Events", json.dumps(events)), ("termination message", term.get("message", ""))):
-        assert SECRET not in text, f"the Secret's value reached the job's {where}: {text[:2000]}"
+        assert SECRET not in text and API_SECRET not in text, f"a Secret's value reached the job's {where}: {text[:2000]}"

@@ -12,7 +12,7 @@ from pydantic import Field, JsonValue
 
 from kubepool.api.common import LONG_STR, QUALIFIED_NAME_PATTERN, SHORT_STR, Model
 from kubepool.api.k8stypes import k8s
-from kubepool.contract import OPERATOR_ENV, OPERATOR_MOUNT_DIRS, OPERATOR_VOLUME_PREFIX, OPERATOR_VOLUMES
+from kubepool.contract import OPERATOR_ENV, OPERATOR_MOUNT_DIRS, OPERATOR_VOLUME_PREFIXES, OPERATOR_VOLUMES
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -42,13 +42,13 @@ def _key_rules(what: str, prefixes: tuple[str, ...], exact: tuple[str, ...] = ()
     return rules
 
 
-_OURS = "v.name in " + repr(list(OPERATOR_VOLUMES)) + f" || v.name.startsWith('{OPERATOR_VOLUME_PREFIX}')"
+_OURS = "v.name in " + repr(list(OPERATOR_VOLUMES)) + "".join(f" || v.name.startsWith('{p}')" for p in OPERATOR_VOLUME_PREFIXES)
 VOLUME_RULES: list[JsonValue] = [
     {"rule": "self.all(v, self.exists_one(w, w.name == v.name))", "message": "volumes names must be unique"},
     # The operator creates the pods, so a hostPath here would give any MLJob author the node's files.
     {"rule": "!self.exists(v, has(v.hostPath))", "message": "volumes must not be hostPath: it reaches the node's files"},
     {"rule": f"!self.exists(v, {_OURS})",
-     "message": "volumes must not use the operator's volume names (" + ", ".join(OPERATOR_VOLUMES) + f", {OPERATOR_VOLUME_PREFIX}*)"},
+     "message": "volumes must not use the operator's volume names (" + ", ".join([*OPERATOR_VOLUMES, *(p + "*" for p in OPERATOR_VOLUME_PREFIXES)]) + ")"},
 ]
 _UNDER = " || ".join(f"m.mountPath == '{d}' || m.mountPath.startsWith('{d}/')" for d in OPERATOR_MOUNT_DIRS)
 MOUNT_RULES: list[JsonValue] = [

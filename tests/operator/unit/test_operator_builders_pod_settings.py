@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubepool import naming
+from kubepool import contract, naming
 from kubepool.controller.builders import build_instance_pods
 from kubepool.controller.builders.podsettings import merged_by
 from kubepool.controller.builders.raycluster import build_raycluster
@@ -133,3 +133,31 @@ def test_kuberay_templates_carry_each_groups_settings() -> None:
 
 def test_merged_by_replaces_in_place_and_appends() -> None:
     assert merged_by(lambda x: x[0], ["a1", "b1", "c1"], ["b2", "d2"]) == ["a1", "b2", "c1", "d2"]
+
+
+def test_envfrom_secrets_are_mounted_for_the_runtimes_redaction() -> None:
+    """The Secrets of envFrom (job and group levels) are also mounted read-only, once each, optional only where every
+    reference is, under the operator's directory, and named in KUBEPOOL_SECRET_DIRS: the runtime reads their values
+    there to keep them out of the job's status and Events (#39), though the operator never reads a Secret."""
+    job_level = {"envFrom": [{"secretRef": {"name": "db", "optional": True}}, {"configMapRef": {"name": "settings"}},
+                             {"prefix": "API_", "secretRef": {"name": "api"}}]}
+    group = {**GROUPS[0], "envFrom": [{"secretRef": {"name": "db"}}, {"secretRef": {"name": "extra", "optional": True}}]}
+    pods = build_instance_pods(job(instanceGroups=[group, TRAIN], mode="sagemaker", **job_level), POOLS, granted=3,
+                               attempt=0, cfg=CFG)
+    by_group = {p["metadata"]["labels"][naming.LABEL_GROUP]: p for p in pods}
+    root = contract.ENV_FROM_SECRETS_DIR
+    expected = {"data": [("db", False), ("api", False), ("extra", True)],
+                "train": [("db", True), ("api", False), ("train-secrets", False)]}
+    for name, secrets in expected.items():
+        pod = by_group[name]
+        ours = [v for v in pod["spec"]["volumes"] if v["name"].startswith(contract.ENV_FROM_VOLUME_PREFIX)]
+        assert ours == [{"name": f"envfrom-{i}", "secret": {"secretName": s, **({"optional": True} if opt else {})}}
+                        for i, (s, opt) in enumerate(secrets)], name
+        mounts = [m for m in _container(pod)["volumeMounts"] if m["name"].startswith(contract.ENV_FROM_VOLUME_PREFIX)]
+        assert mounts == [{"name": f"envfrom-{i}", "mountPath": f"{root}/{i}", "readOnly": True} for i in range(len(secrets))]
+        dirs = _env(pod)[contract.ENV_SECRET_DIRS]["value"].split(":")
+        assert [d for d in dirs if d.startswith(root)] == [f"{root}/{i}" for i in range(len(secrets))], name
+        names = [v["name"] for v in pod["spec"]["volumes"]]
+        assert len(names) == len(set(names)), names
+    [plain] = build_instance_pods(job(envFrom=[{"configMapRef": {"name": "settings"}}]), POOLS, granted=1, attempt=0, cfg=CFG)
+    assert not [v for v in plain["spec"]["volumes"] if v["name"].startswith(contract.ENV_FROM_VOLUME_PREFIX)]

@@ -18,6 +18,7 @@ from kubepool.controller.builders.common import (
     pool_image,
     pool_named,
 )
+from kubepool.controller.builders.envfrom import env_from_secret_volumes
 from kubepool.controller.builders.jobcontract import channel_mount_path, results_store
 from kubepool.controller.builders.pip import pip_env, pip_volumes
 from kubepool.controller.builders.podsettings import PodSettingsOf, kueue_placement, pod_settings
@@ -156,8 +157,8 @@ def secret_hints(env: list[Obj], credentials: list[str], volumes: list[Obj], mou
                  store: bool = False) -> list[Obj]:
     """Where the container's Secret values are, for the runtime to keep them out of its termination message (the
     job's status and Events are built from it): variables from a secretKeyRef or a credentialsSecret, and the
-    mounts of secret volumes. A user's envFrom secretRef is not named here: its keys are the Secret's, which the
-    operator never reads."""
+    mounts of secret volumes (a user's envFrom Secrets among them: envfrom.py mounts them, since their variables
+    are the Secret's keys, which the operator never reads)."""
     names = [e["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})]
     names += list(CREDENTIAL_KEYS) if credentials else []
     names += [contract.RESULTS_STORE_ENV_PREFIX + k for k in CREDENTIAL_KEYS] if store else []
@@ -210,6 +211,8 @@ def build_instance_pod(job: MLJob, pool: ComputePool, inst: Placement, *, attemp
     svc = naming.service_name(ref.name)
     mine = pod_settings(job, inst.group)
     volumes, mounts = _volumes(job, inst, ref, mine)
+    env_vols, env_mounts = env_from_secret_volumes(mine.env_from)  # their values, for the runtime's redaction
+    volumes, mounts = volumes + env_vols, mounts + env_mounts
     pod_sc, container_sc = _security(cfg.run_as_user)
     container: Obj = {
         "name": CONTAINER,
