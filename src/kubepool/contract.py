@@ -1,8 +1,8 @@
 """The runtime contract: what the operator tells every instance of a job, and how the runtime reads it.
 
-One JSON document per job (`JobContract`, mounted from the job's contract ConfigMap at `CONTRACT_PATH`)
-plus a few per-pod env vars (`ENV_INSTANCE_ID`, `ENV_POD_IP`, ...). The operator builds it with
-`build_contract`; the runtime reads it with `load_contract` and `JobContract.identity`. Pure and typed:
+One JSON document per job (`JobContract`, mounted from the job's Secret at `CONTRACT_PATH`)
+plus a few per-pod env vars (`ENV_INSTANCE_ID`, `ENV_POD_IP`, ...). The operator builds it as
+`JobContract(...)` (the instances, head address and Service name derive from the rest); the runtime reads it with `load_contract` and `JobContract.identity`. Pure and typed:
 pydantic only, no Kubernetes client, no Ray.
 """
 
@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kubepool import naming
 
@@ -285,9 +285,10 @@ class JobContract(BaseModel):
                                       "(Unix seconds): the instances timeout counts from here, on the head's gate as in the "
                                       "operator's status (one clock), not from the head's own start")
     groups: list[Group]
-    instances: list[Instance]
-    head_address: str = Field(alias="headAddress", description="DNS name of instance 0")
-    service_name: str = Field(alias="serviceName")
+    # Derived when not given (`_derive`): a job never resized, of attempt 0, has these from its name and groups.
+    instances: list[Instance] = Field(default_factory=list, description="default: `build_instances(jobName, groups)`")
+    head_address: str = Field("", alias="headAddress", description="DNS name of instance 0")
+    service_name: str = Field("", alias="serviceName")
     channels: list[Channel] = Field(default_factory=list)
     hyperparameters: dict[str, str] = Field(default_factory=dict)
     entrypoint: Entrypoint = Field(default_factory=Entrypoint)
@@ -302,6 +303,31 @@ class JobContract(BaseModel):
                                              "Secret in the job's namespace (RESULTS_STORE_ENV_PREFIX)")
     pip_requirements: list[str] = Field(default_factory=list, alias="pipRequirements",
                                         description="installed by every instance into PIP_DIR before anything starts")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        """Fills in the parts derived from the others, where not given: the instances (`build_instances`; a resized
+        job or a retry passes its own), instance 0's DNS name as the head's address, the job's Service. So one
+        constructor builds the operator's document and the tests' alike, and a new field touches the model only."""
+        if not isinstance(data, dict):
+            return data
+        name = data.get("job_name", data.get("jobName"))
+        if not isinstance(name, str):
+            return data  # the field's own validation says what is missing
+        out = dict(data)
+        if "instances" not in out:
+            try:
+                groups = [g if isinstance(g, Group) else Group.model_validate(g) for g in out.get("groups") or ()]
+            except (ValidationError, TypeError):
+                return data  # the field's own validation says what is wrong
+            out["instances"] = build_instances(name, groups)
+        if "head_address" not in out and "headAddress" not in out:
+            first = out["instances"][0] if out["instances"] else None
+            out["head_address"] = "" if first is None else first.dns if isinstance(first, Instance) else first.get("dns", "")
+        if "service_name" not in out and "serviceName" not in out:
+            out["service_name"] = naming.service_name(name)
+        return out
 
     @property
     def is_hetero(self) -> bool:
@@ -355,9 +381,11 @@ def effective_min_wait(min_wait: float, target: int, timeout: float) -> float:
     return min(3 * math.log2(target), timeout / 10)
 
 
-def build_instances(job_name: str, groups: Sequence[Group], ids: Mapping[str, Sequence[int]] | None = None) -> list[Instance]:
+def build_instances(job_name: str, groups: Sequence[Group], ids: Mapping[str, Sequence[int]] | None = None,
+                    attempt: int = 0) -> list[Instance]:
     """Instances in instance id order; instance 0 (the head) is the first group's first instance. `ids`: each
-    group's instance ids in rank order (default: consecutive in group order, as for a job never resized)."""
+    group's instance ids in rank order (default: consecutive in group order, as for a job never resized); pods
+    carry `attempt`'s names."""
     svc = naming.service_name(job_name)
     out: list[Instance] = []
     for g in groups:
@@ -370,57 +398,11 @@ def build_instances(job_name: str, groups: Sequence[Group], ids: Mapping[str, Se
                     rank_in_group=r,
                     host=naming.sagemaker_host(iid),
                     dns=f"{naming.sagemaker_host(iid)}.{svc}",
-                    pod=naming.pod_name(job_name, g.name, r),
+                    pod=naming.pod_name(job_name, g.name, r, attempt),
                 )
             )
     # Id order: a group grown later appends its new hosts, so the others keep their place in `hosts`.
     return sorted(out, key=lambda i: i.instance_id)
-
-
-def build_contract(
-    *,
-    job_name: str,
-    namespace: str,
-    job_uid: str,
-    groups: Sequence[Group],
-    target_instances: int,
-    min_instances: int,
-    instances_timeout_seconds: int = naming.DEFAULT_INSTANCES_TIMEOUT_SECONDS,
-    channels: Sequence[Channel] = (),
-    hyperparameters: Mapping[str, str] | None = None,
-    entrypoint: Entrypoint | None = None,
-    mode: RunMode = RunMode.HEAD,
-    distribution_instance_groups: Sequence[str] = (),
-    ray: RaySettings | None = None,
-    min_wait_seconds: float = -1,
-    pip_requirements: Sequence[str] = (),
-    output: OutputTarget | None = None,
-    checkpoint_s3: OutputTarget | None = None,
-    instance_ids: Mapping[str, Sequence[int]] | None = None,
-) -> JobContract:
-    instances = build_instances(job_name, groups, instance_ids)
-    return JobContract(
-        job_name=job_name,
-        namespace=namespace,
-        job_uid=job_uid,
-        target_instances=target_instances,
-        min_instances=min_instances,
-        instances_timeout_seconds=instances_timeout_seconds,
-        min_wait_seconds=min_wait_seconds,
-        groups=list(groups),
-        instances=instances,
-        head_address=instances[0].dns if instances else "",
-        service_name=naming.service_name(job_name),
-        channels=list(channels),
-        pip_requirements=list(pip_requirements),
-        output=output,
-        checkpoint_s3=checkpoint_s3,
-        hyperparameters=dict(hyperparameters or {}),
-        entrypoint=entrypoint or Entrypoint(),
-        mode=mode,
-        distribution_instance_groups=list(distribution_instance_groups),
-        ray=ray or RaySettings(),
-    )
 
 
 def parse_contract(text: str) -> JobContract:

@@ -163,7 +163,7 @@ def test_channel_distribution_comes_from_the_contract(
 ) -> None:
     from kubepool import contract
 
-    doc = contract.build_contract(
+    doc = contract.JobContract(
         job_name="j",
         namespace="ns",
         job_uid="u",

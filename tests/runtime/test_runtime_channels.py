@@ -10,7 +10,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from kubepool.contract import Channel, ChannelSource, Distribution, Group, JobContract, build_contract, shard
+from kubepool.contract import Channel, ChannelSource, Distribution, Group, JobContract, shard
 from kubepool.runtime import channels
 from support.s3 import s3_server
 
@@ -18,7 +18,7 @@ S3_HOST = "127.0.5.20"
 
 
 def contract(chans: list[Channel]) -> JobContract:
-    return build_contract(
+    return JobContract(
         job_name="j", namespace="ns", job_uid="u",
         groups=[Group(name="a", instance_type="t", count=3), Group(name="b", instance_type="t", count=2)],
         target_instances=5, min_instances=5, channels=chans,

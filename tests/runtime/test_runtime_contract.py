@@ -11,7 +11,7 @@ from kubepool.contract import (
     ENV_INSTANCE_ID,
     Group,
     JobContract,
-    build_contract,
+    build_instances,
     effective_min_wait,
     load_contract,
     parse_contract,
@@ -19,7 +19,7 @@ from kubepool.contract import (
 
 
 def two_groups() -> JobContract:
-    return build_contract(
+    return JobContract(
         job_name="job", namespace="ns", job_uid="u",
         groups=[Group(name="instance_group_1", instance_type="ml.c5.18xlarge", count=2, cpus=1.5),
                 Group(name="instance_group_2", instance_type="ml.p3dn.24xlarge", count=1, gpus=8)],
@@ -35,6 +35,18 @@ def test_identity() -> None:
     assert c.identity(0).is_head and c.head_address == "algo-1.job-svc" and c.instances[1].dns == "algo-2.job-svc"
     with pytest.raises(ValueError):
         c.identity(3)
+
+
+def test_given_instances_are_kept_and_the_head_is_the_first() -> None:
+    """A resized job's ids and a retry's pod names come in as `instances`: the model derives only what is missing."""
+    groups = two_groups().groups
+    resized = build_instances("job", groups, {"instance_group_1": [0, 3], "instance_group_2": [1]}, attempt=2)
+    c = JobContract(job_name="job", namespace="ns", groups=groups, instances=resized, target_instances=3, min_instances=2)
+    assert [(i.instance_id, i.group, i.host) for i in c.instances] == [
+        (0, "instance_group_1", "algo-1"), (1, "instance_group_2", "algo-2"), (3, "instance_group_1", "algo-4")]
+    assert [i.pod for i in c.instances] == ["job-instance-group-1-0-r2", "job-instance-group-2-0-r2", "job-instance-group-1-1-r2"]
+    assert (c.head_address, c.service_name) == ("algo-1.job-svc", "job-svc")
+    assert parse_contract(c.dumps()) == c and parse_contract(two_groups().dumps()) == two_groups()
 
 
 def test_whole_cpus_round_up() -> None:

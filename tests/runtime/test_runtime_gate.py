@@ -153,10 +153,10 @@ def test_the_gate_decides_as_snowflakes_launcher(monkeypatch: pytest.MonkeyPatch
 def test_the_timeout_counts_from_the_gates_start_not_admission() -> None:
     """instancesTimeoutSeconds is the gate's own budget from when it starts: a job admitted long ago (a slow pip
     install, a big download) still gets all of it."""
-    from kubepool.contract import Entrypoint, Group, build_contract
+    from kubepool.contract import Entrypoint, Group, JobContract
 
-    c = build_contract(job_name="j", namespace="n", job_uid="u", groups=[Group(name="g", instance_type="cpu", count=2)],
-                       target_instances=2, min_instances=2, instances_timeout_seconds=120, entrypoint=Entrypoint(path="m.py"))
+    c = JobContract(job_name="j", namespace="n", job_uid="u", groups=[Group(name="g", instance_type="cpu", count=2)],
+                    target_instances=2, min_instances=2, instances_timeout_seconds=120, entrypoint=Entrypoint(path="m.py"))
     admitted_long_ago = c.model_copy(update={"admitted_at": 1000.0})
     spec = spec_from_env(admitted_long_ago.target_instances, admitted_long_ago.min_instances,
                          admitted_long_ago.instances_timeout_seconds, admitted_long_ago.min_wait_seconds, {})
@@ -167,11 +167,11 @@ def test_the_timeout_counts_from_the_gates_start_not_admission() -> None:
 
 
 def test_launcher_builds_its_gate_from_the_jobs_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kubepool.contract import Entrypoint, Group, build_contract
+    from kubepool.contract import Entrypoint, Group, JobContract
     from kubepool.runtime import gate, launcher
 
-    c = build_contract(job_name="j", namespace="n", job_uid="u", groups=[Group(name="g", instance_type="cpu", count=3)],
-                       target_instances=3, min_instances=2, instances_timeout_seconds=120, entrypoint=Entrypoint(path="m.py"))
+    c = JobContract(job_name="j", namespace="n", job_uid="u", groups=[Group(name="g", instance_type="cpu", count=3)],
+                    target_instances=3, min_instances=2, instances_timeout_seconds=120, entrypoint=Entrypoint(path="m.py"))
     seen: list[GateSpec] = []
 
     class FakeRay:

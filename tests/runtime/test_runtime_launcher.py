@@ -75,11 +75,11 @@ def test_result_file(tmp_path: Path) -> None:
 
 def test_instances_that_never_join_fail_the_head_as_instances_unavailable(monkeypatch: pytest.MonkeyPatch,
                                                                            tmp_path: Path) -> None:
-    from kubepool.contract import ENV_PAYLOAD_DIR, INSTANCES_UNAVAILABLE, Group, RunMode, build_contract
+    from kubepool.contract import ENV_PAYLOAD_DIR, INSTANCES_UNAVAILABLE, Group, JobContract, RunMode
     from kubepool.runtime import gate, launcher
 
-    c = build_contract(job_name="j", namespace="ns", job_uid="u", groups=[Group(name="a", instance_type="t", count=2)],
-                       target_instances=2, min_instances=2).model_copy(update={"mode": RunMode.HEAD})
+    c = JobContract(job_name="j", namespace="ns", job_uid="u", groups=[Group(name="a", instance_type="t", count=2)],
+                    target_instances=2, min_instances=2).model_copy(update={"mode": RunMode.HEAD})
 
     def never_joined(*_: object) -> int:
         raise gate.InstancesTimeoutError("waiting for 2 instances, only 1 available")
@@ -92,13 +92,13 @@ def test_instances_that_never_join_fail_the_head_as_instances_unavailable(monkey
 def test_a_container_entrypoint_runs_with_its_own_arguments_a_program_with_the_hyperparameters(payload: Path) -> None:
     """SageMaker runs ContainerEntrypoint + ContainerArguments as given (the SDK v3's `/bin/bash -c .../sm_train.sh`:
     `bash --epochs 3 -c` fails); the hyperparameters are arguments only of a program run as the toolkit runs it."""
-    from kubepool.contract import ENV_PAYLOAD_DIR, Group, RunMode, build_contract
+    from kubepool.contract import ENV_PAYLOAD_DIR, Group, JobContract, RunMode
     from kubepool.runtime import launcher
 
     def run(ep: Entrypoint, **hps: str) -> ExecutionResult:
-        c = build_contract(job_name="j", namespace="ns", job_uid="u", groups=[Group(name="a", instance_type="t", count=1)],
-                           target_instances=1, min_instances=1, entrypoint=ep, mode=RunMode.SAGEMAKER,
-                           hyperparameters={"epochs": "3", **hps})
+        c = JobContract(job_name="j", namespace="ns", job_uid="u", groups=[Group(name="a", instance_type="t", count=1)],
+                        target_instances=1, min_instances=1, entrypoint=ep, mode=RunMode.SAGEMAKER,
+                        hyperparameters={"epochs": "3", **hps})
         return launcher.execute(c, {ENV_PAYLOAD_DIR: str(payload), "SM_USER_ARGS": json.dumps(["--epochs", "3"])})
 
     own = run(Entrypoint(command=[sys.executable, "-c", "import sys; sys.exit(sys.argv[1:] != ['-x'])"], args=["-x"]))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kubepool.contract import Group, JobContract, OutputTarget, build_contract
+from kubepool.contract import Group, JobContract, OutputTarget
 from kubepool.runtime import outputs
 from kubepool.runtime.sagemaker import Layout
 from support.s3 import CREDENTIALS, client, s3_server
@@ -29,8 +29,8 @@ def endpoint() -> Iterator[str]:
 
 def contract(target: OutputTarget, groups: int = 1, count: int = 2) -> JobContract:
     gs = [Group(name=f"g{i}", instance_type="ml.m5.large", count=count) for i in range(groups)]
-    return build_contract(job_name="train", namespace="ns", job_uid="u", groups=gs, target_instances=groups * count,
-                          min_instances=groups * count, output=target)
+    return JobContract(job_name="train", namespace="ns", job_uid="u", groups=gs, target_instances=groups * count,
+                       min_instances=groups * count, output=target)
 
 
 def members(blob: bytes) -> dict[str, bytes]:
@@ -138,8 +138,8 @@ def test_instances_ending_together_leave_an_aggregate_with_both(tmp_path: Path, 
 
 
 def test_no_output_location_keeps_nothing(tmp_path: Path) -> None:
-    c = build_contract(job_name="train", namespace="ns", job_uid="u", groups=[Group(name="g", instance_type="x", count=1)],
-                       target_instances=1, min_instances=1)
+    c = JobContract(job_name="train", namespace="ns", job_uid="u", groups=[Group(name="g", instance_type="x", count=1)],
+                    target_instances=1, min_instances=1)
     assert outputs.keep(c, c.identity(0), Layout(tmp_path), {}) == []
 
 

@@ -41,7 +41,6 @@ from kubepool.contract import (
     JobContract,
     RaySettings,
     RunMode,
-    build_contract,
 )
 
 IPS = ["127.0.5.2", "127.0.5.3", "127.0.5.4"]
@@ -173,7 +172,7 @@ def kill_leftovers(marker: Path) -> None:
 
 
 def job(mode: RunMode, groups: list[Group], entrypoint: Entrypoint, **kw: object) -> JobContract:
-    c = build_contract(
+    c = JobContract(
         job_name="rt", namespace="ns", job_uid="u", groups=groups, entrypoint=entrypoint, mode=mode, ray=RAY,
         target_instances=kw.pop("target", 3), min_instances=kw.pop("minimum", 3), **kw,  # type: ignore[arg-type]
     )

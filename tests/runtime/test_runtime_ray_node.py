@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kubepool.contract import Group, JobContract, RaySettings, build_contract
+from kubepool.contract import Group, JobContract, RaySettings
 from kubepool.runtime.ray_node import NodeSpec, RayStartError, ray_env, start_args, start_node
 
 
 def job(auth: str = "token") -> JobContract:
-    return build_contract(
+    return JobContract(
         job_name="j", namespace="ns", job_uid="u",
         groups=[Group(name="cpu", instance_type="t", count=1, cpus=2, memory_bytes=4 << 30), Group(name="gpu", instance_type="g", count=1, gpus=1)],
         target_instances=2, min_instances=2, ray=RaySettings(auth_mode=auth),

@@ -19,7 +19,6 @@ from kubepool.contract import (
     Group,
     JobContract,
     RunMode,
-    build_contract,
 )
 from kubepool.jobs.results import RemoteError, ResultUnavailable, decode, stored_result
 from kubepool.runtime import result_store
@@ -31,9 +30,9 @@ ENV = {ENV_POD_NAME: "j-0-0", ENV_NAMESPACE: "team"}
 
 
 def contract(mode: RunMode = RunMode.HEAD) -> JobContract:
-    return build_contract(job_name="j", namespace="team", job_uid="u", target_instances=3, min_instances=3,
-                          groups=[Group(name="g", instance_type="cpu", count=3)], entrypoint=Entrypoint(path="m.py"),
-                          mode=mode)
+    return JobContract(job_name="j", namespace="team", job_uid="u", target_instances=3, min_instances=3,
+                       groups=[Group(name="g", instance_type="cpu", count=3)], entrypoint=Entrypoint(path="m.py"),
+                       mode=mode)
 
 
 class Recorder:

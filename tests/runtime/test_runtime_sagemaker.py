@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kubepool.contract import Channel, ChannelSource, Entrypoint, Group, JobContract, RunMode, build_contract
+from kubepool.contract import Channel, ChannelSource, Entrypoint, Group, JobContract, RunMode
 from kubepool.runtime import sagemaker
 from kubepool.runtime.sagemaker import Layout
 
@@ -41,7 +41,7 @@ LAYOUT = Layout(Path("/opt/ml"))
 
 
 def hetero(**kw: object) -> JobContract:
-    return build_contract(
+    return JobContract(
         job_name="hello",
         namespace="ns",
         job_uid="u",
@@ -66,7 +66,7 @@ def test_resourceconfig_matches_the_real_heterogeneous_file() -> None:
 
 
 def test_homogeneous_env_matches_the_real_log() -> None:
-    c = build_contract(
+    c = JobContract(
         job_name="j", namespace="ns", job_uid="u", groups=[Group(name="homogeneousCluster", instance_type="ml.g5.2xlarge", count=1)],
         target_instances=1, min_instances=1, entrypoint=Entrypoint(path="train.py"),
     )
@@ -123,7 +123,7 @@ def test_channels_per_group_and_dirs() -> None:
 
 
 def test_distribution_group_and_torchrun_env() -> None:
-    c = build_contract(
+    c = JobContract(
         job_name="j", namespace="ns", job_uid="u",
         groups=[Group(name="cpu", instance_type="ml.c5.xlarge", count=1), Group(name="gpu", instance_type="ml.p3.2xlarge", count=2)],
         target_instances=3, min_instances=3, hyperparameters={"sagemaker_distribution_instance_groups": '["gpu"]'},
@@ -188,7 +188,7 @@ def test_twelve_hosts_are_in_the_order_the_toolkit_documents_and_reads(tmp_path:
     from sagemaker_training import environment
 
     assert "sorted lexicographically" in " ".join((environment.Environment.__doc__ or "").split())
-    c = build_contract(job_name="twelve", namespace="ns", job_uid="u", groups=[
+    c = JobContract(job_name="twelve", namespace="ns", job_uid="u", groups=[
         Group(name="a", instance_type="ml.m5.large", count=5), Group(name="b", instance_type="ml.m5.large", count=7)],
         target_instances=12, min_instances=12, entrypoint=Entrypoint(path="train.py"), mode=RunMode.SAGEMAKER)
     expected = sorted(f"algo-{n}" for n in range(1, 13))

@@ -28,7 +28,6 @@ from kubepool.contract import (
     Group,
     JobContract,
     RunMode,
-    build_contract,
 )
 from kubepool.runtime import sagemaker, script_mode
 from kubepool.runtime.sagemaker import Layout
@@ -50,7 +49,7 @@ def sdk_hyperparameters(program: str = "train.py", **extra: Any) -> dict[str, st
 
 
 def contract(hps: dict[str, str], entry: Entrypoint | None = None, count: int = 1) -> JobContract:
-    return build_contract(
+    return JobContract(
         job_name="job-1", namespace="ns", job_uid="u", groups=[Group(name="train", instance_type="ml.m5.xlarge",
                                                                      count=count)],
         target_instances=count, min_instances=count, entrypoint=entry or Entrypoint(path="train.py"),

@@ -1,5 +1,5 @@
 """Builds the runtime contract (`kubepool.contract.JobContract`) of one job attempt from its spec and
-pools, with `contract.build_contract`. Pure."""
+pools: one `contract.JobContract(...)`. Pure."""
 
 from __future__ import annotations
 
@@ -87,14 +87,18 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
     """
     ref, spec = JobRef.of(job), job.spec
     ep = spec.entrypoint
-    doc = contract.build_contract(
+    groups = _groups(job, pools, laid_out(job, layout))
+    store_target, store_secret = results_store(job, store)
+    return contract.JobContract(
         job_name=ref.name,
         namespace=ref.namespace,
         job_uid=ref.uid,
-        groups=_groups(job, pools, laid_out(job, layout)),
+        groups=groups,
+        instances=contract.build_instances(ref.name, groups, instance_ids(job), attempt),
         target_instances=spec.resolved_target(),
         min_instances=spec.resolved_min(),
         instances_timeout_seconds=spec.instances_timeout_seconds,
+        admitted_at=admitted_at.timestamp() if admitted_at is not None else None,
         channels=[_channel(c) for c in spec.channels or []],
         hyperparameters=spec.hyper_parameters,
         entrypoint=contract.Entrypoint(
@@ -107,20 +111,11 @@ def build_job_contract(job: MLJob, pools: dict[str, ComputePool], *, attempt: in
         checkpoint_s3=contract.OutputTarget(location=spec.checkpoint.s3.uri, s3_uri=spec.checkpoint.s3.uri,
                                             s3_endpoint_url=spec.checkpoint.s3.endpoint_url)
         if spec.checkpoint is not None and spec.checkpoint.s3 is not None else None,
+        results_store=store_target,
+        results_store_secret=store_secret,
         distribution_instance_groups=list(spec.distribution_instance_groups or []),
-        instance_ids=instance_ids(job),
         ray=contract.RaySettings(auth_mode=spec.ray.auth_mode, dashboard=spec.ray.dashboard,
                                  gcs_port=naming.RAY_GCS_PORT + port_shift,
                                  dashboard_port=naming.RAY_DASHBOARD_PORT + port_shift,
                                  client_port=naming.RAY_CLIENT_PORT + port_shift),
     )
-    if admitted_at is not None:
-        doc = doc.model_copy(update={"admitted_at": admitted_at.timestamp()})
-    target, secret = results_store(job, store)
-    if target is not None:
-        doc = doc.model_copy(update={"results_store": target, "results_store_secret": secret})
-    if not attempt:
-        return doc
-    instances = [i.model_copy(update={"pod": naming.pod_name(ref.name, i.group, i.rank_in_group, attempt)})
-                 for i in doc.instances]
-    return doc.model_copy(update={"instances": instances})
