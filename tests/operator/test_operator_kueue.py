@@ -144,15 +144,16 @@ def test_kueue_admits_queued_mljobs_by_quota_evicts_and_readmits_them(
 POD_READY_TIMEOUT_S = 8  # Kueue's waitForPodsReady timeout in the test below
 
 
-def _queue(kubectl: Any, namespace: str, name: str, flavor_spec: dict[str, Any]) -> tuple[str, str]:
-    """A ResourceFlavor of `flavor_spec`, a ClusterQueue giving it quota for one CPU_X64_S instance, and its
-    LocalQueue `name`; returns (LocalQueue, ClusterQueue)."""
+def _queue(kubectl: Any, namespace: str, name: str, flavor_spec: dict[str, Any], instances: int = 1) -> tuple[str, str]:
+    """A ResourceFlavor of `flavor_spec`, a ClusterQueue giving it quota for `instances` CPU_X64_S instances, and
+    its LocalQueue `name`; returns (LocalQueue, ClusterQueue)."""
     cq = f"kp-{uuid.uuid4().hex[:6]}"
+    cpu, memory = str(3 * instances), f"{13 * instances}Gi"
     objs = [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": cq}, "spec": flavor_spec},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
          "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
-             {"name": cq, "resources": [{"name": "cpu", "nominalQuota": "3"}, {"name": "memory", "nominalQuota": "13Gi"}]}]}]}},
+             {"name": cq, "resources": [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory}]}]}]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
          "spec": {"clusterQueue": cq}},
     ]  # fmt: skip
@@ -268,6 +269,50 @@ def test_kueue_never_assigns_a_flavor_that_contradicts_the_pool(
         # Kueue's flavorassigner.go: "flavor %s doesn't match node affinity".
         assert f"flavor {cq} doesn't match node affinity" in reserved["message"], reserved
         assert _spec_suspend(kubectl, ns, "clash") and not _pods(kubectl, ns, "clash")
+    finally:
+        kubectl("delete", "localqueue", q, "-n", ns, "--wait=false")
+        kubectl("delete", "clusterqueue", cq, "--wait=false")
+        kubectl("delete", "resourceflavor", cq, "--wait=false")
+
+
+# Each instance checks what it was told: its contract's target and instances, and Snowflake's instance count.
+COUNTS = ("import os, sys; from kubepool.contract import load_contract; c, _ = load_contract(); "
+          "seen = (c.target_instances, len(c.instances), os.environ['SNOWFLAKE_JOBS_COUNT']); "
+          "print('seen', seen, flush=True); sys.exit(0 if seen == (2, 2, '2') else 3)")
+
+
+def test_kueue_admits_a_job_partially_down_to_min_instances(
+        kubectl: Any, namespace: str, kueue_operator: Operator, compute_pool: Any, kueue_manager: kueue.Kueue) -> None:
+    """Kueue's partial admission: a ClusterQueue with quota for 2 instances, a job of targetInstances 3 and
+    minInstances 2 (its Workload's pod set: count 3, minCount 2). Kueue itself admits 2 (its podSetAssignment's
+    count) and the job runs with 2 though its pool has room for 3: two pods, a status of 2, a contract of 2 (each
+    instance checks it), to DONE, and an Event says so."""
+    ns, pool = namespace, compute_pool("cpu", max_nodes=3)  # the pool could run 3: Kueue's admission decides
+    q, cq = _queue(kubectl, ns, "pair", {}, instances=2)
+    try:
+        wait_for(lambda: _conditions(get_json(kubectl, "default", "clusterqueue", cq)).get("Active") == "True", 60,
+                 "the ClusterQueue Active")
+
+        def explain() -> str:
+            return f"\nKueue's log (tail):\n{kueue_manager.logs()[-2500:]}\noperator's log (tail):\n{kueue_operator.logs()[-2500:]}"
+
+        job = mljob("partial", computePool=pool, mode="parallel", targetInstances=3, minInstances=2,
+                    entrypoint={"command": ["python", "-c", COUNTS]})
+        job["metadata"]["labels"] = {naming.LABEL_KUEUE_QUEUE: q}
+        kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job), check=True)
+        wl = wait_for(lambda: (w := _workload(kubectl, ns, "partial")) and (w.get("status") or {}).get("admission") and w,
+                      JOB_TIMEOUT_S, f"the job's Workload admitted{explain()}")
+        [pod_set] = wl["spec"]["podSets"]
+        assert (pod_set["count"], pod_set.get("minCount")) == (3, 2), pod_set
+        [assigned] = wl["status"]["admission"]["podSetAssignments"]
+        assert assigned["count"] == 2, assigned  # Kueue's scheduler reduced it to what the quota holds
+        st = wait_phase(kubectl, ns, "partial", {"DONE", "FAILED"}, JOB_TIMEOUT_S, kueue_operator)
+        assert st["phase"] == "DONE", json.dumps(st, indent=1) + explain()
+        assert (st["targetInstances"], len(st["instances"])) == (2, 2), st
+        assert sorted(p["metadata"]["labels"][naming.LABEL_INSTANCE] for p in _pods(kubectl, ns, "partial")) == ["0", "1"]
+        events = get_json(kubectl, ns, "events", "--field-selector", "involvedObject.name=partial,reason=KueuePartialAdmission")
+        [event] = events["items"]
+        assert "Kueue admitted 2 of the 3 instances" in event["message"] and "runs with 2 instances" in event["message"], event
     finally:
         kubectl("delete", "localqueue", q, "-n", ns, "--wait=false")
         kubectl("delete", "clusterqueue", cq, "--wait=false")

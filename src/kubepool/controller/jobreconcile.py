@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kubepool import objectmeta
 from kubepool.api import Backend, ComputePool, JobPhase, MLJob, MLJobStatus
 from kubepool.api.kuberay import RAYCLUSTER_CRD
-from kubepool.controller import admission, metrics, vocabulary
+from kubepool.controller import admission, kueue, metrics, vocabulary
 from kubepool.controller.builders.common import Placement, placement_of, pools_of
 from kubepool.controller.builders.pods import credentials_secrets, shared_claims
 from kubepool.controller.jobchildren import apply_plan, release_pods
@@ -55,6 +55,10 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
         # and the pass that change brings decides from there.
         if await kueue_step(op, key, job, job.status, layout):
             return
+        # Where Kueue admitted fewer instances than the job counts (partial admission), the job runs with those.
+        queued, job = job, kueue.as_admitted(job) if op.cfg.kueue else job
+        if job is not queued:
+            layout = placement_of(job)
         prev = job.status
         pods = op.view.pods(key, objectmeta.uid(job))
         op.children.pods_seen(objectmeta.uid(job), pods)
@@ -80,7 +84,7 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
         if ends(prev, new) or instances_ready_changed(prev, new):
             # Its Workload finished at once (Kueue's next job starts), or its PodsReady written (a status change
             # brings no pass of its own)
-            await kueue_step(op, key, job, new)
+            await kueue_step(op, key, queued, new)
         op.queue.wake_at(key, plan.wake_at)
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 

@@ -12,7 +12,9 @@ While admitted, the Workload's PodsReady condition says whether every instance t
 mode: joined the Ray cluster; the job's InstancesReady condition), so Kueue's waitForPodsReady evicts and requeues
 a job whose instances cannot all start. The ResourceFlavors Kueue assigned to each pod set reach that group's
 instances (their nodeLabels as nodeSelector, their tolerations) through the job's placement annotation, written
-with the resume and removed with the suspend, as Kueue's own integrations write the admission into the job."""
+with the resume and removed with the suspend, as Kueue's own integrations write the admission into the job. So does
+a partial admission's count (the Workload's minCount, where the job can start with fewer): the job runs with the
+instances Kueue admitted (`as_admitted`), as Kueue's batch Job integration lowers a Job's parallelism."""
 
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ from kubepool import naming
 from kubepool.api import JobPhase, MLJob, MLJobStatus
 from kubepool.api.podsettings import SUBDOMAIN_PATTERN
 from kubepool.controller import vocabulary
+from kubepool.controller.builders.podsettings import kueue_placement
 
 Obj = dict[str, Any]
 ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED = "Admitted", "QuotaReserved", "Evicted", "Finished"
+PARTIAL_ADMISSION = "KueuePartialAdmission"  # the job's Event when Kueue admitted fewer instances than it counts
 # Kueue's PodsReady condition and its reasons (sigs.k8s.io/kueue apis/kueue/v1beta2, workload_types.go).
 PODS_READY, WAIT_FOR_START, WAIT_FOR_RECOVERY, STARTED, RECOVERED = (
     "PodsReady", "WaitForStart", "WaitForRecovery", "Started", "Recovered")
@@ -61,8 +65,8 @@ def condition(workload: Obj, kind: str) -> bool:
                for c in (workload.get("status") or {}).get("conditions") or [])
 
 
-def _counts(pod_sets: list[Obj]) -> list[tuple[str, int]]:
-    return [(str(p.get("name")), int(p.get("count", 0))) for p in pod_sets]
+def _counts(pod_sets: list[Obj]) -> list[tuple[str, int, int | None]]:
+    return [(str(p.get("name")), int(p.get("count", 0)), p.get("minCount")) for p in pod_sets]
 
 
 def finished_condition(job: MLJob, now: datetime) -> Obj:
@@ -225,14 +229,20 @@ def placement(workload: Obj, flavors: dict[str, Obj], pools_selector: dict[str, 
     as Kueue's integrations apply an admission (podset.FromAssignment, then Merge). Raises ValueError, as Kueue
     refuses to start such a job, when a flavor's nodeLabels contradict each other or the group's pool's
     nodeSelector (`pools_selector`: pod set name: the pool's nodeSelector), when a flavor is missing, or when Kueue
-    admitted fewer instances than a pod set counts (the Workload sets no minCount: no partial admission)."""
-    counts = {str(p.get("name")): int(p.get("count", 0)) for p in workload.get("spec", {}).get("podSets") or []}
+    admitted fewer instances than a pod set's minCount (its count, where it has none). A partial admission (fewer,
+    down to minCount) adds the pod set's admitted `count`, the instances the group runs with (Kueue's
+    podset.FromAssignment: the assignment's count, else the pod set's)."""
+    pod_sets = {str(p.get("name")): p for p in workload.get("spec", {}).get("podSets") or []}
     out: dict[str, Obj] = {}
     for a in ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
         name = str(a.get("name"))
-        if a.get("count") is not None and int(a["count"]) < counts.get(name, 0):
-            raise ValueError(f"Kueue admitted {a['count']} of the {counts[name]} instances of group {name}: "
-                             "an MLJob is admitted whole (its Workload sets no minCount)")
+        full = int((pod_sets.get(name) or {}).get("count", 0))
+        count = full if a.get("count") is None else int(a["count"])
+        least = (pod_sets.get(name) or {}).get("minCount")
+        if count < (full if least is None else int(least)):
+            raise ValueError(f"Kueue admitted {count} of the {full} instances of group {name}: "
+                             + ("an MLJob is admitted whole where its Workload sets no minCount" if least is None
+                                else f"fewer than the pod set's minCount {least}"))
         selector = dict(pools_selector.get(name) or {})
         tolerations: list[Obj] = []
         for flavor in flavors_of(workload).get(name, []):
@@ -245,9 +255,54 @@ def placement(workload: Obj, flavors: dict[str, Obj], pools_selector: dict[str, 
                                      f"nodeSelector {k}={selector[k]}")
             tolerations += [t for t in spec.get("tolerations") or [] if t not in tolerations]
         extra = {k: v for k, v in selector.items() if k not in (pools_selector.get(name) or {})}
-        if extra or tolerations:
-            out[name] = {**({"nodeSelector": extra} if extra else {}), **({"tolerations": tolerations} if tolerations else {})}
+        short = {"count": count} if count < full else {}
+        if extra or tolerations or short:
+            out[name] = {**({"nodeSelector": extra} if extra else {}), **({"tolerations": tolerations} if tolerations else {}),
+                         **short}
     return out
+
+
+def partial_admission(workload: Obj, placed: dict[str, Obj]) -> str:
+    """What the job's Event says when Kueue admitted fewer instances than it counts ("" when it admitted all)."""
+    full = {str(p.get("name")): int(p.get("count", 0)) for p in workload.get("spec", {}).get("podSets") or []}
+    cut = {name: int(p["count"]) for name, p in placed.items() if "count" in p}
+    if not cut:
+        return ""
+    groups = ", ".join(f"{n} of the {full.get(name, 0)} instances of group {name}" for name, n in cut.items())
+    runs = sum(cut.get(name, n) for name, n in full.items())
+    return (f"Kueue admitted {groups} (partial admission, down to its Workload's minCount): the job runs with "
+            f"{runs} instances")
+
+
+def as_admitted(job: MLJob) -> MLJob:
+    """The job as Kueue admitted it: a group that its admission gave fewer instances than it counts (partial
+    admission; the count in its placement annotation, written with the resume) runs that many, never more. As
+    Kueue's batch Job integration lowers a Job's parallelism to the admitted count (RunWithPodSetsInfo) and
+    restores it with the suspend, but the job's own spec is left as written: the count goes with the annotation
+    when the job is suspended, so a re-admission runs with its own count. minInstances is lowered with it where
+    it was raised past the admitted count after the admission. The job itself where nothing is cut."""
+    if not queue_of(job):
+        return job
+    spec = job.spec
+    if spec.instance_groups:
+        groups = [g.model_copy(update={"instance_count": cap})
+                  if (cap := _admitted_count(job, g.name)) is not None and cap < g.instance_count else g
+                  for g in spec.instance_groups]
+        if all(g is h for g, h in zip(groups, spec.instance_groups, strict=True)):
+            return job
+        cut = spec.model_copy(update={"instance_groups": groups})
+    else:
+        cap = _admitted_count(job, naming.DEFAULT_GROUP)
+        if cap is None or cap >= spec.resolved_target():
+            return job
+        cut = spec.model_copy(update={"target_instances": cap})
+    least = min(spec.resolved_min(), cut.resolved_target())
+    return job.model_copy(update={"spec": cut.model_copy(update={"min_instances": least})})
+
+
+def _admitted_count(job: MLJob, group: str) -> int | None:
+    count = kueue_placement(job, naming.dns_label(group)).get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else None
 
 
 def released_status(workload: Obj, now: datetime) -> Obj:

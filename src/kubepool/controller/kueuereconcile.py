@@ -90,6 +90,12 @@ async def _suspend(op: OperatorState, key: JobKey, job: MLJob, steps: kueue.Step
                           type="Warning", reason="KueueAdmissionRefused", message=message)
             return False
         wanted = json.dumps(placed, sort_keys=True) if placed else None
+        short = kueue.partial_admission(admitted, placed)
+        if short:
+            log.info("MLJob %s/%s: %s", ns, name, short)
+            op.post_event({"apiVersion": naming.API_VERSION, "kind": naming.MLJOB_KIND,
+                           "metadata": {"name": name, "namespace": ns, "uid": uid}},
+                          type="Normal", reason=kueue.PARTIAL_ADMISSION, message=short)
     if wanted is None and not had:
         await op.api.set_job_suspend(ns, name, bool(steps.suspend), uid)
     else:

@@ -188,11 +188,98 @@ def test_an_admission_the_job_cannot_honour_is_refused_with_its_reason() -> None
         kueue.placement(wl, {"spot": SPOT}, selectors)
     with pytest.raises(ValueError, match="ResourceFlavor spot .* not found"):
         kueue.placement(wl, {}, {})
-    # Partial admission: the Workload sets no minCount, so an admission of fewer instances is refused, never run short.
+    # The Workload sets no minCount (minInstances is the whole job), so an admission of fewer instances is
+    # refused, never run short.
     assert all("minCount" not in p for p in build_workload(j, POOLS, CFG, "team-a")["spec"]["podSets"])
     partial = _admitted(j, [{"name": "data-loaders", "count": 2, "flavors": {"cpu": "on-demand"}}])
     with pytest.raises(ValueError, match="admitted 2 of the 3 instances of group data-loaders"):
         kueue.placement(partial, {"on-demand": ON_DEMAND}, {})
+
+
+MAIN = naming.dns_label(naming.DEFAULT_GROUP)
+
+
+def _sets(j: MLJob) -> list[tuple[str, int, int | None]]:
+    return [(p["name"], p["count"], p.get("minCount")) for p in build_workload(j, POOLS, CFG, "team-a")["spec"]["podSets"]]
+
+
+def test_the_workload_lets_kueue_admit_down_to_min_instances_on_one_pod_set() -> None:
+    """Kueue's partial admission: a pod set's minCount (at least 1, at most its count, on one pod set only:
+    Kueue's Workload type and webhook). The job may start with any prefix of at least minInstances instances, so
+    the minCount goes on the last pod set and covers only the instances past minInstances that it holds."""
+    assert _sets(queued(targetInstances=3, minInstances=2)) == [(MAIN, 3, 2)]
+    assert _sets(queued(targetInstances=3, minInstances=1)) == [(MAIN, 3, 1)]
+    assert _sets(queued(targetInstances=3)) == [(MAIN, 3, None)]  # minInstances defaults to the target: whole
+    assert _sets(queued(targetInstances=3, minInstances=3)) == [(MAIN, 3, None)]
+    assert _sets(queued(instanceGroups=GROUPS)) == [("trainers", 2, None), ("data-loaders", 3, None)]
+    assert _sets(queued(instanceGroups=GROUPS, minInstances=4)) == [("trainers", 2, None), ("data-loaders", 3, 2)]
+    # Below the last group's own instances, Kueue can still only cut that group, and never to none of it.
+    assert _sets(queued(instanceGroups=GROUPS, minInstances=1)) == [("trainers", 2, None), ("data-loaders", 3, 1)]
+    single_last = [GROUPS[1], {**GROUPS[0], "instanceCount": 1}]
+    assert _sets(queued(instanceGroups=single_last, minInstances=2)) == [("data-loaders", 3, None), ("trainers", 1, None)]
+
+
+def _annotated(j: MLJob, placed: dict[str, Any]) -> MLJob:
+    return j.model_copy(update={"metadata": {**j.metadata, "annotations": {
+        podsettings.ANNOTATION_KUEUE_PLACEMENT: json.dumps(placed)}}})
+
+
+def test_a_partial_admission_runs_the_job_with_the_admitted_instances_never_more() -> None:
+    """Kueue admitted 2 of 3 (podSetAssignments[].count, down to minCount 2): the count travels in the job's
+    placement annotation (written with the resume) and the job runs as if it counted 2: its layout, pods,
+    contract target, status and its claim on the pool, which grants no more than 2 though the pool has room
+    for 3. Fewer than minCount is refused."""
+    from kubepool.controller import admission
+    from kubepool.controller.builders.common import placement_of
+    from kubepool.controller.builders.jobcontract import build_job_contract
+    from kubepool.controller.jobstatus import Observed, compute_job_status
+    from kubepool.controller.view import claim_of
+
+    j = queued(targetInstances=3, minInstances=2)
+    wl = _admitted(j, [{"name": MAIN, "count": 2, "flavors": {"cpu": "on-demand"}}])
+    placed = kueue.placement(wl, {"on-demand": {"spec": {}}}, {MAIN: {}})
+    assert placed == {MAIN: {"count": 2}}
+    assert kueue.partial_admission(wl, placed) == (
+        f"Kueue admitted 2 of the 3 instances of group {MAIN} (partial admission, down to its Workload's minCount): "
+        "the job runs with 2 instances")
+    run = kueue.as_admitted(_annotated(queued(suspend=False, targetInstances=3, minInstances=2), placed))
+    assert (run.spec.resolved_target(), run.spec.resolved_min()) == (2, 2)
+    assert [p.instance_id for p in placement_of(run)] == [0, 1]
+    assert len(build_instance_pods(run, POOLS, granted=3, attempt=0, cfg=CFG)) == 2
+    assert build_job_contract(run, POOLS).target_instances == 2
+    claim = claim_of(run, "ns", "train")
+    assert admission.decide(claim, [], {"cpu": 3}) == admission.Decision(True, granted=2)
+    st = compute_job_status(run, Observed(pods=[], now=T0, decision=admission.Decision(True, granted=2)))
+    assert (st.target_instances, len(st.instances)) == (2, 2)
+    # A resize past the admission (scale_cluster) still runs no more than Kueue admitted.
+    grown = run.model_copy(update={"spec": run.spec.model_copy(update={"target_instances": 3})})
+    assert kueue.as_admitted(_annotated(grown, placed)).spec.resolved_target() == 2
+    # Below minCount: refused (the job stays suspended, KueueAdmissionRefused).
+    short = _admitted(j, [{"name": MAIN, "count": 1}])
+    with pytest.raises(ValueError, match=f"admitted 1 of the 3 instances of group {MAIN}: fewer than the pod set's minCount 2"):
+        kueue.placement(short, {}, {MAIN: {}})
+
+
+def test_a_readmission_runs_with_its_own_count_and_only_a_queued_job_is_cut() -> None:
+    """The count goes with the suspend (the annotation is removed): readmitted whole, the job runs whole; the
+    annotation on a job no LocalQueue names cuts nothing; a grouped job's admitted group is cut, the others not."""
+    j = queued(suspend=False, targetInstances=3, minInstances=2)
+    whole = kueue.placement(_admitted(j, [{"name": MAIN, "count": 3}]), {}, {MAIN: {}})
+    assert whole == {} and kueue.partial_admission(_admitted(j, []), whole) == ""
+    assert kueue.as_admitted(j) is j and kueue.as_admitted(_annotated(j, whole)).spec.resolved_target() == 3
+    unqueued = job(targetInstances=3, minInstances=2)
+    assert kueue.as_admitted(_annotated(unqueued, {MAIN: {"count": 2}})).spec.resolved_target() == 3
+    grouped = _annotated(queued(instanceGroups=GROUPS, minInstances=4), {"data-loaders": {"count": 2}})
+    cut = kueue.as_admitted(grouped)
+    assert [(g.name, g.instance_count) for g in cut.spec.instance_groups or []] == [("trainers", 2), ("data_loaders", 2)]
+    assert cut.spec.resolved_min() == 4
+
+
+def test_a_queued_workload_of_another_min_count_is_replaced() -> None:
+    """minInstances may change while the job waits: its Workload (no quota yet) is replaced, as for another count."""
+    old = workload(queued(targetInstances=3, minInstances=2))
+    raised = queued(targetInstances=3, minInstances=3)
+    assert kueue.decide(raised, [old], build_workload(raised, POOLS, CFG, "team-a"), T0).delete == (old["metadata"]["name"],)
 
 
 def test_the_sdks_queue_and_labels_name_the_localqueue_with_spec_overrides_too() -> None:

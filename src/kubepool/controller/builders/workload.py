@@ -1,6 +1,7 @@
 """Kueue's Workload of an MLJob: one pod set per instance group, each with the group's instance count and the
 pod template Kueue reads its quota from (the instance's requests, node selector and tolerations, as the
-operator will create the pods). Pure."""
+operator will create the pods), and the minCount that lets Kueue admit fewer instances (partial admission)
+where the job can start with fewer. Pure."""
 
 from __future__ import annotations
 
@@ -32,7 +33,27 @@ def pod_sets(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig,
                                     "resources": container["resources"]}],
                     **{k: spec[k] for k in _TEMPLATE_SPEC_KEYS if spec.get(k)}}
         out[name] = {"name": name, "count": 1, "template": {"spec": template}}
-    return list(out.values())
+    sets = list(out.values())
+    least = min_count(job, layout)
+    if least is not None:
+        sets[-1]["minCount"] = least
+    return sets
+
+
+def min_count(job: MLJob, layout: Sequence[Placement] | None = None) -> int | None:
+    """The minCount of the Workload's last pod set (None: the job is admitted whole). A job of N instances and
+    minInstances M < N may start with any count in [M, N] of its instances' prefix (the head first), as the
+    pools admit it; Kueue reduces at most one pod set (its Workload webhook: "at most one podSet can use
+    minCount"), to at least 1. So the instances Kueue may leave out are the layout's tail that belongs to its last
+    pod set, at most N - M of them and never that pod set's last instance."""
+    placed = laid_out(job, layout)
+    if not placed:
+        return None
+    last = naming.dns_label(placed[-1].group)
+    tail = next((n for n, p in enumerate(reversed(placed)) if naming.dns_label(p.group) != last), len(placed))
+    in_last = sum(1 for p in placed if naming.dns_label(p.group) == last)
+    spare = min(len(placed) - job.spec.resolved_min(), tail, in_last - 1)
+    return in_last - spare if spare > 0 else None
 
 
 def build_workload(job: MLJob, pools: dict[str, ComputePool], cfg: OperatorConfig, queue: str,
