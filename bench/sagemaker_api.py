@@ -32,7 +32,7 @@ from botocore.exceptions import ClientError
 
 from bench import stats
 from bench.cluster import BenchCluster, describe_machine, free_port, machine_line
-from kubepool.sagemaker_api.keys import key_secret, new_key
+from kubepool.sagemaker_api.keys import DEFAULT_KEYS_SECRET, key_entry, keys_secret, new_key
 
 RESULTS = Path(__file__).with_name("results")
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def measure(kubectl: Callable[..., str], kubeconfig: Path, describes: int, creat
     ns, pool = f"bench-sm-{uuid.uuid4().hex[:6]}", f"bench-sm-{uuid.uuid4().hex[:6]}"
     key_id, secret = new_key()
     docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-            {**key_secret(ns, key_id, secret, ns)},  # the server's namespace is the job's here
+            keys_secret(ns, DEFAULT_KEYS_SECRET, key_entry(key_id, secret, ns)),  # the server's namespace is the job's here
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "sm", "namespace": ns},
              "rules": RULES},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",

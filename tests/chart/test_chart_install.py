@@ -140,11 +140,12 @@ def test_operator_pod_runs_the_controller_under_the_charts_account(kubectl: Any,
 
 def test_the_charts_sagemaker_api_answers_boto3_with_its_rights(kubectl: Any, release: Release) -> None:
     """The chart's SageMaker API server, in its pod under its own account: it reads the access key in its own
-    (the release's) namespace and acts as the key's ServiceAccount in the watched namespace it is bound to (a job
+    (the release's) namespace, the one Secret its Role names, and acts as the key's ServiceAccount in the watched namespace it is bound to (a job
     it cannot find is ResourceNotFound, not AccessDenied: the key's account may read MLJobs there); a key Secret
     put in the tenant's namespace is unknown to it."""
-    key = make_key(kubectl, release.jobs_namespace, keys_namespace=release.namespace)
-    outside = make_key(kubectl, release.jobs_namespace, keys_namespace=release.jobs_namespace)
+    keys_secret = f"{release.service_account}-sagemaker-api-keys"  # the chart's: <fullname>-sagemaker-api-keys
+    key = make_key(kubectl, release.jobs_namespace, keys_namespace=release.namespace, keys_secret_=keys_secret)
+    outside = make_key(kubectl, release.jobs_namespace, keys_namespace=release.jobs_namespace, keys_secret_=keys_secret)
     api = SageMakerApi(f"http://127.0.0.1:{release.sagemaker_api_port}", Path("/dev/null"))
     sm = api.client("sagemaker", key)
 

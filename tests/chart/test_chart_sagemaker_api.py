@@ -1,18 +1,23 @@
 """The SageMaker API server's objects in the chart (templates/sagemaker-api.yaml), offline: on by default as
 `<release>-sagemaker-api` on port 8080 with the operator's image, its selector apart from the operator's, its
-settings reaching the process that reads them, and its rights: exactly reading ComputePools, getting Secrets (the
-access keys) in the release namespace only, and impersonating ServiceAccounts, in the listed namespaces only when
-there are some."""
+settings reaching the process that reads them, and its rights: exactly reading ComputePools, getting one Secret (the
+access keys', which its Service names for the CLI) in the release namespace only, and impersonating
+ServiceAccounts, in the listed namespaces only when there are some."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 from chartlib import NAMESPACE, RELEASE, by_kind, is_sagemaker_api
 
+from kubepool.cli.sagemaker import KEYS_SECRET_ANNOTATION
 from kubepool.sagemaker_api.__main__ import ENV, parse
+from support.operator_cluster import wait_for
 
 NAME = f"{RELEASE}-kubepool-sagemaker-api"
+KEYS = f"{NAME}-keys"
 
 
 def _mine(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -62,8 +67,8 @@ def test_values_reach_the_server(render: Any, monkeypatch: Any) -> None:
     assert deploy["metadata"]["namespace"] == NAMESPACE
     monkeypatch.setenv(ENV + "KEYS_NAMESPACE", NAMESPACE)
     ns = parse(container.get("args", []))  # what `python -m kubepool.sagemaker_api` reads
-    assert (ns.port, ns.namespace, ns.s3_endpoint_url, ns.s3_credentials_secret, ns.keys_namespace) == (
-        9443, ["team-a", "team-b"], "http://minio:9000", "s3-keys", NAMESPACE)
+    assert (ns.port, ns.namespace, ns.s3_endpoint_url, ns.s3_credentials_secret, ns.keys_namespace, ns.keys_secret) == (
+        9443, ["team-a", "team-b"], "http://minio:9000", "s3-keys", NAMESPACE, KEYS)
     assert (ns.tls_cert, ns.tls_key) == ("/etc/kubepool/tls/tls.crt", "/etc/kubepool/tls/tls.key")
     volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == "api-tls"
@@ -83,6 +88,13 @@ def test_least_rights(render: Any) -> None:
     # Secrets: one Role, in the release namespace, bound there; no cluster-wide role names them.
     (keys_role,) = [r for r in _mine(objs, "Role") if any("secrets" in x["resources"] for x in r["rules"])]
     assert keys_role["metadata"]["namespace"] == NAMESPACE
+    # One Secret by name (RBAC takes no prefix): not the operator's nor any other Secret of the namespace. The
+    # server reads it (its setting) and the CLI adds keys to it (the Service's annotation).
+    assert [x.get("resourceNames") for x in keys_role["rules"] if "secrets" in x["resources"]] == [[KEYS]]
+    (deploy,), (svc,) = _mine(objs, "Deployment"), _mine(objs, "Service")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert {"name": ENV + "KEYS_SECRET", "value": KEYS} in container["env"]
+    assert svc["metadata"]["annotations"][KEYS_SECRET_ANNOTATION] == KEYS
     assert not [r for r in _mine(objs, "ClusterRole") if any("secrets" in x["resources"] for x in r["rules"])]
     (keys_binding,) = [b for b in _mine(objs, "RoleBinding") if b["roleRef"]["name"] == keys_role["metadata"]["name"]]
     assert keys_binding["metadata"]["namespace"] == NAMESPACE and keys_binding["roleRef"]["kind"] == "Role"
@@ -96,3 +108,28 @@ def test_listed_namespaces_bind_the_key_rights_there_only(render: Any) -> None:
         impersonation = [b for b in _mine(objs, "RoleBinding") if b["roleRef"]["name"] == NAME]
         assert sorted(b["metadata"]["namespace"] for b in impersonation) == ["team-a", "team-b"]
         assert {b["roleRef"]["name"] for b in _mine(objs, "RoleBinding")} == {NAME, f"{NAME}-keys"}
+
+
+@pytest.mark.cluster
+def test_the_servers_account_gets_the_keys_secret_and_no_other(render: Any, kubectl: Any, namespace: str) -> None:
+    """The chart's keys Role and RoleBinding, as rendered, applied in a namespace of the test cluster: the API
+    server (RBAC's authorizer) lets the SageMaker API server's ServiceAccount get the keys Secret, and no other
+    Secret of the namespace (the operator's, a key Secret of the old one-per-key form), nor list or watch them."""
+    rendered = render(sagemaker_api=True)
+    objs = [o for o in _mine(rendered, "Role") + _mine(rendered, "RoleBinding") if o["metadata"]["name"] == KEYS]
+    assert [o["kind"] for o in objs] == ["Role", "RoleBinding"], objs
+    for o in objs:
+        o["metadata"]["namespace"] = namespace
+        for s in o.get("subjects") or []:
+            s["namespace"] = namespace
+        kubectl("apply", "-f", "-", input=json.dumps(o), check=True)
+    who = f"system:serviceaccount:{namespace}:{NAME}"
+
+    def may(verb: str, what: str) -> bool:
+        return bool(kubectl("auth", "can-i", verb, what, "-n", namespace, "--as", who).stdout.strip() == "yes")
+
+    wait_for(lambda: may("get", f"secrets/{KEYS}"), 30, f"the keys Role in force for {who}")
+    for other in (f"secrets/{RELEASE}-kubepool", "secrets/sagemaker-key-kpaaaaaaaaaaaaaaaaaa", "secrets/s3-keys"):
+        assert not may("get", other), other
+    assert not may("list", "secrets") and not may("watch", "secrets")
+    assert not may("update", f"secrets/{KEYS}") and not may("patch", f"secrets/{KEYS}")

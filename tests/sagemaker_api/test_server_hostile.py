@@ -15,11 +15,11 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from kubepool.sagemaker_api.keys import NAMESPACE_ANNOTATION, key_secret, new_key
+from kubepool.sagemaker_api.keys import key_entry, keys_secret, new_key
 from kubepool.sagemaker_api.kubeaccess import KEYS_TTL_SECONDS
 from kubepool.sagemaker_api.server import MAX_BODY
 from support.operator_cluster import mljob, wait_for
-from support.sagemaker_api import KEYS_NAMESPACE, Key, delete_key
+from support.sagemaker_api import KEYS_NAMESPACE, KEYS_SECRET, Key, add_entry, delete_key
 
 pytestmark = [pytest.mark.cluster, pytest.mark.api]  # no operator, no pod: make test-fast
 ROLE = "arn:aws:iam::111122223333:role/default"
@@ -142,19 +142,26 @@ def test_a_deleted_key_stops_working(sagemaker_api: Any, sagemaker_key: Any, kub
 
 def test_only_the_servers_namespace_mints_keys(sagemaker_api: Any, sagemaker_key: Any, kubectl: Any,
                                                namespace: str) -> None:
-    """A well-formed key Secret in a tenant's namespace (who may create Secrets there could name any of its
-    ServiceAccounts) is never read; in the server's namespace a key without its bound namespace grants nothing."""
+    """A well-formed keys Secret in a tenant's namespace (who may create Secrets there could name any of its
+    ServiceAccounts) is never read, nor another Secret of the server's namespace; in the keys Secret a key without
+    its bound namespace grants nothing."""
     sagemaker_key(namespace)  # the namespace's default account has the user's rights: only the key is missing
     key_id, secret = new_key()
-    tenant = key_secret(namespace, key_id, secret, namespace)
+    tenant = keys_secret(namespace, KEYS_SECRET, key_entry(key_id, secret, namespace))
     kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant), check=True)
     sm = sagemaker_api.client("sagemaker", Key(key_id, secret, namespace))
     assert _code(sm.list_training_jobs) == "UnrecognizedClientException"
-    unbound = key_secret(KEYS_NAMESPACE, *new_key(), namespace)
-    del unbound["metadata"]["annotations"][NAMESPACE_ANNOTATION]
-    kubectl("apply", "-f", "-", input=yaml.safe_dump(unbound), check=True)
-    loose = Key(*(base64.b64decode(unbound["data"][f]).decode() for f in ("accessKeyId", "secretAccessKey")),
-                namespace)
+    stray_id, stray_secret = new_key()
+    stray = keys_secret(KEYS_NAMESPACE, f"stray-{namespace}"[:63], key_entry(stray_id, stray_secret, namespace))
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(stray), check=True)
+    try:
+        sm = sagemaker_api.client("sagemaker", Key(stray_id, stray_secret, namespace))
+        assert _code(sm.list_training_jobs) == "UnrecognizedClientException"
+    finally:
+        kubectl("delete", "secret", "-n", KEYS_NAMESPACE, stray["metadata"]["name"], "--ignore-not-found")
+    loose = Key(*new_key(), namespace)
+    add_entry(kubectl, KEYS_NAMESPACE, KEYS_SECRET, {loose.key_id: base64.b64encode(
+        json.dumps({"secretAccessKey": loose.secret}).encode()).decode()})
     try:
         assert _code(sagemaker_api.client("sagemaker", loose).list_training_jobs) == "UnrecognizedClientException"
     finally:

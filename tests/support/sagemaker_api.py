@@ -1,12 +1,13 @@
 """The SageMaker-API server for tests: `python -m kubepool.sagemaker_api` as a subprocess on loopback against the
-local cluster (start_sagemaker_api), access keys (the documented Secret, in the server's own namespace: KEYS_NAMESPACE
-for the servers tests start) bound to a namespace whose ServiceAccount has the rights a SageMaker user needs
+local cluster (start_sagemaker_api), access keys (entries of the documented Secret, in the server's own namespace: KEYS_SECRET
+of KEYS_NAMESPACE for the servers tests start) bound to a namespace whose ServiceAccount has the rights a SageMaker user needs
 (make_key), and boto3 clients signed with them (SageMakerApi.client).
 tests/sagemaker_api/conftest.py makes fixtures of them."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import ssl
@@ -24,7 +25,7 @@ from typing import Any
 import boto3
 import yaml
 
-from kubepool.sagemaker_api.keys import key_secret, new_key, secret_name
+from kubepool.sagemaker_api.keys import key_entry, keys_secret, keys_secret_name, new_key
 from support.operator_cluster import ROOT
 
 STARTUP_TIMEOUT_S = 30.0
@@ -32,6 +33,7 @@ REGION = "us-west-2"
 # The servers tests start all keep their keys here, as the chart's keeps them in the release namespace (shared by
 # concurrent sessions: a key's Secret is named by its random id).
 KEYS_NAMESPACE = "kubepool-test-sagemaker-keys"
+KEYS_SECRET = keys_secret_name("kubepool-test-sagemaker-api")  # each key one more entry (its id random)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Key:
     secret: str
     namespace: str
     keys_namespace: str = KEYS_NAMESPACE
+    keys_secret: str = KEYS_SECRET
 
 
 @dataclass
@@ -67,13 +70,13 @@ def free_port(host: str) -> int:
 @contextmanager
 def start_sagemaker_api(kubeconfig: Path, log_path: Path, *args: str, host: str = "127.0.0.1",
                         ca_file: Path | None = None) -> Iterator[SageMakerApi]:
-    """The server in a subprocess (its keys in KEYS_NAMESPACE, bound to any namespace); stopped on exit. With
+    """The server in a subprocess (its keys in KEYS_SECRET of KEYS_NAMESPACE, bound to any namespace); stopped on exit. With
     `ca_file` it serves HTTPS (args give --tls-cert and --tls-key) with a certificate that CA signed."""
     port = free_port(host)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     with log_path.open("ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kubepool.sagemaker_api", "--host", host, "--port", str(port),
-                                 "--keys-namespace", KEYS_NAMESPACE, *args], env=env, stdout=log,
+                                 "--keys-namespace", KEYS_NAMESPACE, "--keys-secret", KEYS_SECRET, *args], env=env, stdout=log,
                                 stderr=subprocess.STDOUT, cwd=ROOT)
     api = SageMakerApi(f"{'https' if ca_file else 'http'}://{host}:{port}", log_path)
     tls = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
@@ -124,21 +127,31 @@ def ensure_namespace(kubectl: Any, namespace: str = KEYS_NAMESPACE) -> None:
     kubectl("apply", "-f", "-", input=yaml.safe_dump(ns), check=True)
 
 
+def add_entry(kubectl: Any, keys_namespace: str, keys_secret_: str, entry: dict[str, str]) -> None:
+    """`entry` added to the keys Secret (made if missing) by a merge patch: the other keys stay."""
+    made = kubectl("create", "-f", "-", input=yaml.safe_dump(keys_secret(keys_namespace, keys_secret_, entry)))
+    if made.returncode != 0:
+        assert "AlreadyExists" in made.stderr, made.stderr
+        kubectl("patch", "secret", keys_secret_, "-n", keys_namespace, "--type", "merge", "-p",
+                json.dumps({"data": entry}), check=True)
+
+
 def make_key(kubectl: Any, namespace: str, service_account: str | None = None, rights: bool = True,
-             keys_namespace: str = KEYS_NAMESPACE) -> Key:
-    """A new access key (its Secret in `keys_namespace`, the server's) bound to `namespace` (and
+             keys_namespace: str = KEYS_NAMESPACE, keys_secret_: str = KEYS_SECRET) -> Key:
+    """A new access key (an entry of the keys Secret in `keys_namespace`, the server's) bound to `namespace` (and
     `service_account`, else `default`), its account given the user's rights unless `rights` is False."""
     key_id, secret = new_key()
     ensure_namespace(kubectl, keys_namespace)
-    kubectl("apply", "-f", "-", input=yaml.safe_dump(key_secret(keys_namespace, key_id, secret, namespace,
-                                                                  service_account)), check=True)
+    add_entry(kubectl, keys_namespace, keys_secret_, key_entry(key_id, secret, namespace, service_account))
     if rights:
         grant_user_rights(kubectl, namespace, service_account or "default")
-    return Key(key_id, secret, namespace, keys_namespace)
+    return Key(key_id, secret, namespace, keys_namespace, keys_secret_)
 
 
 def delete_key(kubectl: Any, key: Key) -> None:
-    kubectl("delete", "secret", "-n", key.keys_namespace, secret_name(key.key_id), "--ignore-not-found", check=True)
+    """The key's entry removed (a JSON patch's remove: the other keys stay; gone already is fine)."""
+    kubectl("patch", "secret", key.keys_secret, "-n", key.keys_namespace, "--type", "json", "-p",
+            json.dumps([{"op": "remove", "path": f"/data/{key.key_id}"}]))
 
 
 CREDENTIALS_SECRET = "s3-keys"  # the namespace's S3 credentials Secret, as the platform team keeps it

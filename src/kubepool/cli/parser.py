@@ -116,7 +116,7 @@ def build() -> argparse.ArgumentParser:
                     "rights the key's requests have (default: the namespace's default)")
     sm.add_argument("--release", default="kubepool", help="the chart's release name (default %(default)s)")
     sm.add_argument("--release-namespace", default="kubepool-system",
-                    help="the release's namespace, where its Service is and create-key puts the key's Secret "
+                    help="the release's namespace, where its Service and its keys Secret (create-key adds to it) are "
                          "(default %(default)s)")
     sm.add_argument("--endpoint", metavar="URL", help="the API's URL as the clients reach it (an Ingress, a "
                     "port-forward) instead of the Service's")

@@ -1,8 +1,8 @@
 """`kubepool sagemaker create-key|env`: what points SageMaker's own clients (boto3, the SageMaker Python SDK, the
 `aws` CLI) at the chart's SageMaker-compatible API server: the AWS SDKs' endpoint variables for its Service, and
-an access key (the documented Secret, kubepool.sagemaker_api.keys) bound to a namespace. The key's Secret goes in
-the release's namespace, the only one the server reads keys from: minting a key takes the right to create Secrets
-there (the platform team's), not only in the namespace it is bound to."""
+an access key (an entry of the documented Secret, kubepool.sagemaker_api.keys) bound to a namespace. The keys'
+Secret is in the release's namespace, the only Secret the server reads: minting a key takes the right to write it
+(the platform team's), not only rights in the namespace the key is bound to."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ from kubepool.sagemaker_api import keys
 SERVICE_SUFFIX = "-sagemaker-api"  # the chart's Service: <release>-sagemaker-api
 # On the Service: the S3-compatible endpoint the platform team gave the jobs, for the clients' AWS_ENDPOINT_URL_S3.
 S3_ENDPOINT_ANNOTATION = "kubepool.dev/s3-endpoint-url"
+# On the Service (the chart sets it): the Secret of the server's access keys, which create-key adds each key to.
+KEYS_SECRET_ANNOTATION = "kubepool.dev/sagemaker-keys-secret"
+# create-key reads the keys Secret, then adds its key only if the Secret is still that version (its
+# resourceVersion): concurrent create-keys never overwrite each other's key; the one that lost tries again.
+CREATE_KEY_ATTEMPTS = 5
 # botocore's service-specific endpoint variables (AWS_ENDPOINT_URL_<service id>): CloudWatch Logs' service id is
 # cloudwatch-logs, so its variable is ..._CLOUDWATCH_LOGS (an AWS_ENDPOINT_URL_LOGS is read by no AWS SDK).
 API_VARIABLES = ("AWS_ENDPOINT_URL_SAGEMAKER", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")
@@ -76,21 +81,30 @@ def release_service(kube: Any, release: str, namespace: str) -> dict[str, Any]:
     return doc
 
 
-def endpoints(args: argparse.Namespace, kube: Any) -> tuple[str, str | None]:
-    """(the API's URL, S3's URL or None): the flags first, else the release's Service."""
+def endpoints(args: argparse.Namespace, kube: Any) -> tuple[str, str | None, dict[str, Any] | None]:
+    """(the API's URL, S3's URL or None, the release's Service or None): the flags first, else the Service's."""
     if args.endpoint and args.s3_endpoint:
-        return args.endpoint, args.s3_endpoint
+        return args.endpoint, args.s3_endpoint, None
     svc = release_service(kube, args.release, args.release_namespace)
     s3 = args.s3_endpoint or ((svc.get("metadata") or {}).get("annotations") or {}).get(S3_ENDPOINT_ANNOTATION)
-    return args.endpoint or service_url(svc), s3
+    return args.endpoint or service_url(svc), s3, svc
 
 
-def create_key(kube: Any, keys_namespace: str, namespace: str, service_account: str | None) -> tuple[str, str, str]:
-    """A new key Secret in `keys_namespace` (the release's) bound to `namespace` (and to `service_account`, which
-    must exist there); (name, id, secret)."""
+def keys_secret_of(svc: Mapping[str, Any] | None, release: str) -> str:
+    """The release's keys Secret: as its Service names it, else by the chart's naming."""
+    named = ((svc or {}).get("metadata") or {}).get("annotations") or {}
+    return str(named.get(KEYS_SECRET_ANNOTATION) or keys.keys_secret_name(f"{release}{SERVICE_SUFFIX}"))
+
+
+def create_key(kube: Any, keys_namespace: str, keys_secret: str, namespace: str,
+               service_account: str | None) -> tuple[str, str]:
+    """A new key, added to the keys Secret `keys_secret` of `keys_namespace` (the release's; made if missing) and
+    bound to `namespace` (and to `service_account`, which must exist there); (id, secret). It never overwrites
+    another key: the Secret is patched only at the version read, with an id it does not hold."""
     from lightkube.resources.core_v1 import Secret, ServiceAccount
+    from lightkube.types import PatchType
 
-    from kubepool.kube.errors import NotFound
+    from kubepool.kube.errors import Conflict, NotFound
     from kubepool.kube.sync import translate
 
     if service_account:
@@ -102,27 +116,44 @@ def create_key(kube: Any, keys_namespace: str, namespace: str, service_account: 
                 raise NotFound(f"ServiceAccount {namespace}/{service_account} not found: the key would act as "
                                "nobody (create it and give it the rights the key's users need)", 404) from None
             raise found from None
-    key_id, secret = keys.new_key()
-    body = keys.key_secret(keys_namespace, key_id, secret, namespace, service_account)
-    name = body["metadata"]["name"]
-    try:
-        kube.client.create(Secret.from_dict(body), namespace=keys_namespace)
-    except Exception as err:  # noqa: BLE001 - no rights there (not the platform team), no namespace: the API's words
-        raise translate(err, f"Secret {keys_namespace}/{name}") from None
-    return name, key_id, secret
+    what = f"Secret {keys_namespace}/{keys_secret}"
+    for _ in range(CREATE_KEY_ATTEMPTS):
+        key_id, secret = keys.new_key()
+        entry = keys.key_entry(key_id, secret, namespace, service_account)
+        try:
+            try:
+                held = kube.client.get(Secret, keys_secret, namespace=keys_namespace)
+            except Exception as err:  # noqa: BLE001 - translated: a missing Secret is made with this key
+                if not isinstance(translate(err, what), NotFound):
+                    raise
+                kube.client.create(Secret.from_dict(keys.keys_secret(keys_namespace, keys_secret, entry)),
+                                   namespace=keys_namespace)
+                return key_id, secret
+            if key_id in (held.data or {}):
+                continue
+            patch = {"metadata": {"resourceVersion": held.metadata.resourceVersion, "labels": {keys.KEY_LABEL: "true"}},
+                     "data": entry}
+            kube.client.patch(Secret, keys_secret, patch, namespace=keys_namespace, patch_type=PatchType.MERGE)
+            return key_id, secret
+        except Exception as err:  # noqa: BLE001 - no rights there (not the platform team), no namespace: the API's words
+            found = translate(err, what)
+            if not isinstance(found, Conflict):
+                raise found from None
+    raise Conflict(f"{what}: changed under every one of {CREATE_KEY_ATTEMPTS} attempts to add a key; try again", 409)
 
 
 def cmd_sagemaker(args: argparse.Namespace, kube: Any) -> int:
     if args.action == "env":
         if args.service_account:
             raise ValueError("sagemaker env: --service-account is create-key's")
-        api_url, s3_url = endpoints(args, kube)
+        api_url, s3_url, _ = endpoints(args, kube)
         print("\n".join(exports(api_url, s3_url)))
         return 0
-    api_url, s3_url = endpoints(args, kube)  # before the key: a missing Service creates nothing
+    api_url, s3_url, svc = endpoints(args, kube)  # before the key: a missing Service creates nothing
     namespace = kube.namespace
-    name, key_id, secret = create_key(kube, args.release_namespace, namespace, args.service_account)
-    print(f"# access key {key_id}: Secret {args.release_namespace}/{name}, acting as ServiceAccount "
+    name = keys_secret_of(svc, args.release)
+    key_id, secret = create_key(kube, args.release_namespace, name, namespace, args.service_account)
+    print(f"# access key {key_id}: in Secret {args.release_namespace}/{name}, acting as ServiceAccount "
           f"{namespace}/{args.service_account or keys.DEFAULT_SERVICE_ACCOUNT}")
     print("\n".join(exports(api_url, s3_url, (key_id, secret))))
     return 0

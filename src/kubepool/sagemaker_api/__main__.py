@@ -10,6 +10,7 @@ import ssl
 from aiohttp import web
 
 from kubepool.kube.transport import AiohttpHttp
+from kubepool.sagemaker_api.keys import DEFAULT_KEYS_SECRET
 from kubepool.sagemaker_api.kubeaccess import SA_DIR, KubeAccess, connect
 from kubepool.sagemaker_api.server import make_app
 from kubepool.sagemaker_api.translate import DataConfig
@@ -27,8 +28,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default=_env("BIND_ADDRESS", "0.0.0.0"))
     p.add_argument("--port", type=int, default=int(_env("PORT", "8080")))
     p.add_argument("--keys-namespace", default=_env("KEYS_NAMESPACE") or None,
-                   help="the server's own namespace, the only one whose Secrets (the access keys) it reads "
+                   help="the server's own namespace, where the access keys' Secret is "
                         "(default: its pod's namespace)")
+    p.add_argument("--keys-secret", default=_env("KEYS_SECRET", DEFAULT_KEYS_SECRET),
+                   help="the Secret of that namespace holding the access keys, the only Secret it reads "
+                        f"(default {DEFAULT_KEYS_SECRET})")
     p.add_argument("--namespace", action="append", default=[n for n in _env("NAMESPACES").split(",") if n],
                    help="a namespace access keys may be bound to (repeat; default every namespace)")
     p.add_argument("--tls-cert", default=_env("TLS_CERT") or None, help="PEM certificate: serve HTTPS")
@@ -57,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     ns = parse(argv)
     logging.basicConfig(level=logging.DEBUG if ns.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kube = KubeAccess(AiohttpHttp(connect), ns.keys_namespace, ns.namespace)
+    kube = KubeAccess(AiohttpHttp(connect), ns.keys_namespace, ns.namespace, ns.keys_secret)
     data = DataConfig(ns.s3_endpoint_url, ns.s3_credentials_secret)
     tls = None
     if ns.tls_cert:

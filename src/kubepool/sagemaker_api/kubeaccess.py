@@ -1,5 +1,5 @@
-"""The server's calls to the Kubernetes API. Its own identity only reads access-key Secrets (by name, in its own
-namespace) and ComputePools; everything a request does (jobs, pods, logs) goes out impersonating the key's ServiceAccount, so
+"""The server's calls to the Kubernetes API. Its own identity only reads the access keys' Secret (by name, in its
+own namespace) and ComputePools; everything a request does (jobs, pods, logs) goes out impersonating the key's ServiceAccount, so
 the cluster's RBAC decides what a key may do, and a key never reaches past its namespace."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lightkube.config.models import User
 from kubepool import naming
 from kubepool.kube.errors import KubeError, NotFound, Unreachable, status_error
 from kubepool.kube.transport import TRANSPORT_ERRORS, AiohttpHttp, Endpoint
-from kubepool.sagemaker_api.keys import AccessKey, parse_key_secret, secret_name, valid_key_id
+from kubepool.sagemaker_api.keys import DEFAULT_KEYS_SECRET, AccessKey, parse_key, valid_key_id
 
 Obj = dict[str, Any]
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -55,11 +55,13 @@ def connect() -> Endpoint:
 
 
 class KubeAccess:
-    def __init__(self, http: AiohttpHttp, keys_namespace: str, namespaces: Sequence[str] = ()) -> None:
+    def __init__(self, http: AiohttpHttp, keys_namespace: str, namespaces: Sequence[str] = (),
+                 keys_secret: str = DEFAULT_KEYS_SECRET) -> None:
         if not keys_namespace:
             raise ValueError("the namespace of the access keys (the server's own) is required")
         self.http = http
         self.keys_namespace = keys_namespace  # the only namespace whose Secrets the server reads
+        self.keys_secret = keys_secret  # and the only Secret there (its Role's resourceNames)
         self.namespaces = tuple(namespaces)  # the namespaces a key may be bound to; empty: any
         self._keys: dict[str, tuple[float, AccessKey | None]] = {}  # id -> (when its read started, the key)
         self._last_read = -1e9
@@ -84,7 +86,7 @@ class KubeAccess:
 
     # -- the server's own identity --------------------------------------------------------------------------
     async def key(self, key_id: str) -> AccessKey | None:
-        """The access key with this id: the Secret secret_name(key_id) of the server's own namespace, bound to a
+        """The access key with this id: its entry in the keys Secret of the server's own namespace, bound to a
         namespace it serves. A key is read again when its read is older than KEYS_TTL_SECONDS (a deleted key stops
         working then), and an id it does not hold with a read that started after the request came (a key made just
         before it counts), at most one read every MIN_REFRESH_SECONDS (unknown ids cannot flood the API server)."""
@@ -108,11 +110,11 @@ class KubeAccess:
         return self._keys[key_id][1]
 
     async def read_key(self, key_id: str) -> AccessKey | None:
-        """One `get` of the key's Secret in the server's own namespace: it never reads (nor may it, by its RBAC)
-        a Secret anywhere else, so a Secret in a tenant's namespace is never a key."""
-        path = f"/api/v1/namespaces/{self.keys_namespace}/secrets/{secret_name(key_id)}"
+        """One `get` of the keys Secret in the server's own namespace: it never reads (nor may it, by its RBAC)
+        another Secret, so a Secret in a tenant's namespace is never a key."""
+        path = f"/api/v1/namespaces/{self.keys_namespace}/secrets/{self.keys_secret}"
         try:
-            k = parse_key_secret(await self._call("GET", path, "access key"))
+            k = parse_key(await self._call("GET", path, "access keys"), key_id)
         except NotFound:
             return None
         if k is None or k.key_id != key_id or (self.namespaces and k.namespace not in self.namespaces):
