@@ -1,7 +1,8 @@
 """The operator as Kueue's controller of MLJobs, against Kueue's own controller manager (built from Go modules):
 jobs labelled with a LocalQueue get Workloads; Kueue's quota decides which runs; a finished job's Workload is
 marked Finished and frees the quota for the next; a Workload Kueue evicts (deactivated) suspends its running job,
-gives its quota back once the pods are gone, and runs again from scratch when Kueue admits it again. The real
+gives its quota back once the pods are gone, and runs again from scratch when Kueue admits it again; a job that
+can start with fewer instances is admitted with fewer (Kueue's partial admission) and runs with those. The real
 API server, scheduler, nodes and Kueue; no admission policy suspends the jobs at creation (the operator holds
 them itself)."""
 
