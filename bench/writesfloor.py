@@ -5,7 +5,7 @@ The user's side is the other systems': each job POSTed by the bench's client, 16
 goes through the operator's own client (kubepool.kube.aio.Api: its slots, its lanes, each job at its place in
 line) with bodies from kubepool's own builders and status models, in the operator's order and its fewest
 writes: the job's admission (the pool's status, the job's status, an Event); the runtime account once per
-namespace; the token Secret, the contract ConfigMap, the Service and the NetworkPolicy; the four pods at once;
+namespace; the Secret of the contract and token, the Service and the NetworkPolicy; the four pods at once;
 and once they all run, the EndpointSlice, the RUNNING status and its Event. The operator writes at least these
 (more where a job's pods start one by one: a progress status, an EndpointSlice per new address)."""
 
@@ -23,14 +23,13 @@ from kubepool.api.computepool import ComputePoolStatus
 from kubepool.api.mljob import JobPhase
 from kubepool.controller.builders import (
     JobRef,
-    build_contract_configmap,
     build_endpoint_slice,
     build_headless_service,
     build_instance_pods,
     build_job_contract,
+    build_job_secret,
     build_namespace_runtime_rbac,
     build_network_policy,
-    build_ray_token_secret,
 )
 from kubepool.controller.builders.common import local_port_shift
 from kubepool.controller.builders.events import event
@@ -138,8 +137,7 @@ class WritesFloor:
         contract = build_job_contract(job, self.pools, attempt=0, port_shift=shift, admitted_at=now)
         await _all(
             [
-                self.api.create_if_absent(build_ray_token_secret(ref, "t" * 43)),
-                self.api.apply(build_contract_configmap(ref, contract)),
+                self.api.create_if_absent(build_job_secret(ref, contract, "t" * 43)),
                 self.api.create_if_absent(build_headless_service(ref)),
                 self.api.create_if_absent(build_network_policy(ref)),
             ]

@@ -131,7 +131,8 @@ def sagemaker_host(instance_id: int) -> str:
     return f"algo-{instance_id + 1}"
 
 
-def contract_configmap_name(job: str) -> str:
+def job_secret_name(job: str) -> str:
+    """The job's Secret: its runtime contract and, with Ray token auth, its Ray token (one object, one write)."""
     return _fit(f"{job}-contract")
 
 
@@ -139,11 +140,7 @@ def payload_configmap_name(job: str) -> str:
     return _fit(f"{job}-payload")
 
 
-def ray_token_secret_name(job: str) -> str:
-    return _fit(f"{job}-ray-token")
-
-
-RAY_TOKEN_KEY = "token"  # key of the Ray token in the job's Secret
+RAY_TOKEN_KEY = "token"  # key of the Ray token in the job's Secret (job_secret_name)
 
 
 def runtime_service_account_name(job: str) -> str:

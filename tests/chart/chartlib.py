@@ -29,9 +29,10 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"list", "watch", "create", "delete"},  # instances and placeholders, one by one
     # the headless Service, created if absent; watched (a deleted one comes back) and read after a 409 (owner)
     ("", "services"): {"get", "list", "watch", "create"},
-    ("", "configmaps"): {"create", "patch"},  # the contract, server-side applied
     ("", "serviceaccounts"): {"create", "patch"},  # the runtime's account, server-side applied
-    ("", "secrets"): {"get", "create"},  # Ray token (created if absent); a credentialsSecret's labels (metadata only)
+    # a job's contract and Ray token (created if absent, the contract patched while the job owns it); a
+    # credentialsSecret's labels (metadata only)
+    ("", "secrets"): {"get", "create", "patch"},
     ("", "persistentvolumeclaims"): {"get"},  # access modes of an output/checkpoint claim (jobsteps.refused_volumes)
     ("rbac.authorization.k8s.io", "roles"): {"create", "patch"},  # the runtime's, server-side applied
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},

@@ -39,7 +39,7 @@ def child_names(name: str) -> dict[str, str]:
     from kubepool import naming
 
     return {"service": naming.service_name(name), "networkpolicy": naming.network_policy_name(name),
-            "secret": naming.ray_token_secret_name(name)}
+            "secret": naming.job_secret_name(name)}
 
 
 def owners(kubectl: Any, namespace: str, kind: str, name: str) -> list[str] | None:

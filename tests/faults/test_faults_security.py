@@ -63,11 +63,11 @@ def test_restricted_namespace_ray_token_netpol_no_exposure(cluster: Any, kubectl
     assert wait_terminal(kubectl, namespace, ["plain"], 120)["plain"]["phase"] == "DONE"
     wait_phase(kubectl, namespace, "ray-auth", {"RUNNING"}, 180, operator)
     head = pod_running(kubectl, namespace, "ray-auth", role="head")[0]
-    doc = contract.parse_contract(get_json(kubectl, namespace, "configmap", "ray-auth-contract")["data"][contract.CONTRACT_FILENAME])
+    secret = get_json(kubectl, namespace, "secret", naming.job_secret_name("ray-auth"))  # the contract and the token
+    doc = contract.parse_contract(base64.b64decode(secret["data"][contract.CONTRACT_FILENAME]).decode())
     base = f"http://{head['status']['podIP']}:{doc.ray.dashboard_port}"
     url = f"{base}/api/version"
-    secret = get_json(kubectl, namespace, "secret", naming.ray_token_secret_name("ray-auth"))
-    token = base64.b64decode(next(iter(secret["data"].values()))).decode()
+    token = base64.b64decode(secret["data"][naming.RAY_TOKEN_KEY]).decode()
 
     def get(headers: dict[str, str]) -> int:
         try:

@@ -4,6 +4,7 @@ Each test has its own namespace and pools; the operator watches only that namesp
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -94,10 +95,12 @@ def test_three_instances_on_three_nodes_done(kubectl: Any, namespace: str, opera
     assert not any(naming.result_annotation(i) in job_obj["metadata"]["annotations"] for i in (1, 2))  # workers: only failures
     assert {"WaitingForInstances", "InstancesReady", "Completed"} <= set(events_of(kubectl, namespace, "three"))
     # The job's children exist and are owned by it (GC removes them with the job).
-    for kind, name in [("service", "three-svc"), ("configmap", "three-contract"), ("secret", "three-ray-token"),
-                       ("networkpolicy", "three-ray")]:
+    for kind, name in [("service", "three-svc"), ("secret", "three-contract"), ("networkpolicy", "three-ray")]:
         obj = get_json(kubectl, namespace, kind, name)
         assert obj["metadata"]["ownerReferences"][0]["name"] == "three", kind
+    # One Secret holds the contract and the Ray token; no contract ConfigMap.
+    assert set(get_json(kubectl, namespace, "secret", "three-contract")["data"]) == {contract.CONTRACT_FILENAME, naming.RAY_TOKEN_KEY}
+    assert kubectl("get", "configmap", "three-contract", "-n", namespace).returncode != 0
     # The namespace's runtime account is shared by its jobs and owned by none.
     for kind in ("serviceaccount", "role", "rolebinding"):
         assert "ownerReferences" not in get_json(kubectl, namespace, kind, naming.RUNTIME_ACCOUNT)["metadata"], kind
@@ -122,8 +125,8 @@ def test_two_groups_pods_and_contract_then_delete_leaves_nothing(kubectl: Any, n
     gpu_pod = by_group["gpu-group"][0]
     assert gpu_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert gpu_pod["spec"]["nodeSelector"] == {"kubepool.dev/node-pool": "gpu"}
-    cm = get_json(kubectl, namespace, "configmap", "hetero-contract")
-    doc = contract.parse_contract(cm["data"][contract.CONTRACT_FILENAME])
+    secret = get_json(kubectl, namespace, "secret", naming.job_secret_name("hetero"))
+    doc = contract.parse_contract(base64.b64decode(secret["data"][contract.CONTRACT_FILENAME]).decode())
     assert [(g.name, g.count, g.gpus) for g in doc.groups] == [("instance_group_1", 2, 0), ("gpu_group", 1, 1)]
     for p in pods:
         env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}

@@ -36,6 +36,23 @@ class FakeApi:
         self.objects[key] = obj
         return True
 
+    async def patch_owned(self, target: tuple[str, str, str, str], patch: list[dict[str, Any]]) -> bool:
+        """A JSON patch of test and add ops, as the API server applies it: False when the object is missing or a
+        test fails (its path absent or its value another), and then nothing is changed."""
+        _, kind, _, name = target
+        self.calls.append(("patch", f"{kind}/{name}"))
+        obj = self.objects.get((kind, name))
+        if obj is None or not all(_at(obj, op["path"]) == op["value"] for op in patch if op["op"] == "test"):
+            return False
+        for op in patch:
+            if op["op"] == "add":
+                *parents, last = op["path"].split("/")[1:]
+                node = obj
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[last] = op["value"]
+        return True
+
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         self.calls.append(("delete", f"{namespace}/{name}"))
         self.objects.pop(("Pod", name), None)
@@ -111,3 +128,14 @@ class FakeApi:
 
     async def close(self) -> None:
         pass
+
+
+def _at(obj: Any, pointer: str) -> Any:
+    """The value at a JSON pointer, or a marker that equals nothing when the path is absent."""
+    node = obj
+    for part in pointer.split("/")[1:]:
+        try:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            return object()
+    return node

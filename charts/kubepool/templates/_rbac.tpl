@@ -29,15 +29,16 @@ No wildcards anywhere; tests/chart checks that.
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create]
-# Application: the contract ConfigMap and the runtime's ServiceAccount (server-side applied).
+# Application: the runtime's ServiceAccount (server-side applied).
 - apiGroups: [""]
-  resources: [configmaps, serviceaccounts]
+  resources: [serviceaccounts]
   verbs: [create, patch]
-# Application: per-job Ray token Secrets (created if absent), and the metadata of a channel's credentialsSecret
-# (its opt-in label). Never list/watch: that would read every Secret in the namespace.
+# Application: each job's Secret of its contract and Ray token (created if absent; its contract key patched by a
+# JSON patch that first tests the job owns it), and the metadata of a channel's credentialsSecret (its opt-in
+# label). Never list/watch: that would read every Secret in the namespace.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create]
+  verbs: [get, create, patch]
 # Application: the access modes of a job's output and checkpoint claims (a job of several instances needs them
 # ReadWriteMany).
 - apiGroups: [""]

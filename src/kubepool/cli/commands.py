@@ -400,7 +400,7 @@ def dashboard_server(job: Any, pod: str, address: str, port: int) -> ThreadingHT
     # Ray's dashboard asks for the job's token; proxies pass it in its own header (the browser never sees it).
     # A job without the Secret runs Ray without token authentication.
     try:
-        token: str | None = kube.secret_value(naming.ray_token_secret_name(job.name), naming.RAY_TOKEN_KEY, namespace)
+        token: str | None = kube.secret_value(naming.job_secret_name(job.name), naming.RAY_TOKEN_KEY, namespace)
     except NotFound:
         token = None
 

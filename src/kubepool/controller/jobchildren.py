@@ -1,6 +1,6 @@
-"""A job's children made to match its plan: the shared children (runtime account, contract, Service, network
-policy, token), the instance pods or the RayCluster, the EndpointSlice, pods let go or deleted, and the job
-itself past its TTL. `memos.ChildMemo` holds what this process already wrote, so an unchanged pass
+"""A job's children made to match its plan: the shared children (runtime account, the Secret of its contract
+and token, Service, network policy), the instance pods or the RayCluster, the EndpointSlice, pods let go or
+deleted, and the job itself past its TTL. `memos.ChildMemo` holds what this process already wrote, so an unchanged pass
 writes nothing."""
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kubepool import naming, objectmeta
+from kubepool import contract, naming, objectmeta
 from kubepool.api import ComputePool, MLJob, MLJobStatus
 from kubepool.controller.builders import (
     JobRef,
-    build_contract_configmap,
     build_headless_service,
     build_job_contract,
+    build_job_secret,
     build_namespace_runtime_rbac,
     build_network_policy,
-    build_ray_token_secret,
     build_runtime_rbac,
+    contract_patch,
 )
 from kubepool.controller.builders.common import Placement, local_port_shift
 from kubepool.controller.builders.raycluster import raycluster_name
@@ -92,40 +92,58 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
     generation = objectmeta.generation(job) or 0
     if (st.attempt, generation) in op.children.ready.get(ref.uid, ()):
         return
-    # Independent writes, sent together; the pods come after them (their ServiceAccount must exist). Objects that never change are created, not applied (a
-    # create costs the API server less than a server-side apply); the contract follows resizes, so it is applied.
+    # Independent writes, sent together; the pods come after them (their ServiceAccount and Secret must exist).
+    # Objects that never change are created, not applied (a create costs the API server less than a server-side
+    # apply); the contract follows attempts and resizes: the Secret that holds it is created once, then patched.
     writes: list[Awaitable[Any]] = []
     if op.cfg.runtime_account is RuntimeAccountPolicy.PER_JOB:
         writes.append(_apply_rbac(op, build_runtime_rbac(ref)))
-    if job.spec.ray.auth_mode == "token":
-        writes.append(_create_owned(op, ref, build_ray_token_secret(ref, secrets.token_urlsafe(32))))
     shift = local_port_shift(ref.uid, op.cfg.ray_port_stride)
     doc = build_job_contract(job, pools, attempt=st.attempt, port_shift=shift, admitted_at=st.admitted_at,
                              store=op.cfg.results_location, layout=layout)
-    writes += [op.api.apply(build_contract_configmap(ref, doc)), _create_owned(op, ref, build_headless_service(ref)),
+    token = secrets.token_urlsafe(32) if job.spec.ray.auth_mode == "token" else None
+    written = ref.uid in op.children.ready  # this process created or found the Secret for an earlier pass
+    writes += [_write_job_secret(op, ref, doc, token, written), _create_owned(op, ref, build_headless_service(ref)),
                _create_owned(op, ref, build_network_policy(ref))]
     await _all(writes)
     op.children.ready.setdefault(ref.uid, set()).add((st.attempt, generation))
 
 
-async def _create_owned(op: OperatorState, ref: JobRef, obj: dict[str, Any]) -> None:
-    """Create a child that never changes, if absent; an object already there must be the job's own. One of an
+async def _write_job_secret(op: OperatorState, ref: JobRef, doc: contract.JobContract, token: str | None,
+                            written: bool) -> None:
+    """The job's Secret with this contract: one create for a job's first pass; a patch of the contract's key
+    (the token stays as created) once it exists. The patch writes only into a Secret the job owns; one that is
+    gone or not the job's goes through the create's checks (`_create_owned`) again."""
+    if written and await op.api.patch_owned(_secret_ref(ref), contract_patch(ref, doc)):
+        return
+    if not await _create_owned(op, ref, build_job_secret(ref, doc, token)):
+        if not await op.api.patch_owned(_secret_ref(ref), contract_patch(ref, doc)):  # gone or replaced since
+            raise Going(f"Secret {ref.namespace}/{naming.job_secret_name(ref.name)} changed while MLJob {ref.name} "
+                        "wrote its contract; writing it again", 409)
+
+
+def _secret_ref(ref: JobRef) -> tuple[str, str, str, str]:
+    return "v1", "Secret", ref.namespace, naming.job_secret_name(ref.name)
+
+
+async def _create_owned(op: OperatorState, ref: JobRef, obj: dict[str, Any]) -> bool:
+    """Create a child, if absent (True when this call created it); an object already there must be the job's own. One of an
     earlier job of the same name (deleted and created again within a second: the garbage collector has not
     removed its children yet) is waited for: the pass fails and is retried until it is gone, then creates the
     job's own (the Service and NetworkPolicy watches also wake the job when it goes). One that no MLJob owns is
     refused: the job's status names it."""
     if await op.api.create_if_absent(obj):
-        return
+        return True
     meta = obj["metadata"]
     what = f"{obj['kind']} {meta['namespace']}/{meta['name']}"
     found = await op.api.metadata_of(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
     verdict = existing_child(found, ref)
     if verdict == OWNED:
-        return
+        return False
     if verdict == FOREIGN:
         raise Foreign(f"{what} exists and is not MLJob {ref.name}'s (uid {ref.uid}); delete or rename it", 409)
     if found is None and await op.api.create_if_absent(obj):  # gone between the create and the read
-        return
+        return True
     owners = [o.get("uid") for o in (found or {}).get("ownerReferences") or []]
     raise Going(f"{what} still belongs to an earlier MLJob {ref.name} (owner uid {', '.join(owners) or '?'}, this "
                    f"job's {ref.uid}); waiting for the garbage collector to remove it", 409)

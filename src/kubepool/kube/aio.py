@@ -234,6 +234,28 @@ class Api:
         await self._send("PATCH", _job_path(namespace, name), f"set spec.suspend={suspend} of MLJob {namespace}/{name}",
                          body=body, content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
 
+    async def patch_owned(self, target: tuple[str, str, str, str], patch: list[Obj]) -> bool:
+        """A JSON patch of one object (api_version, kind, namespace, name) whose first op tests that it is the
+        caller's: False when the object is gone or the test failed (it is not, or no longer, the caller's)."""
+        api_version, kind, namespace, name = target
+        what = f"patch {kind} {namespace}/{name}"
+        resp = await self._request("PATCH", f"{collection_path(api_version, kind, namespace)}/{name}", what, body=patch,
+                                   content_type=_JSON_PATCH, params={"fieldManager": naming.FIELD_MANAGER},
+                                   bulk=True, ok=(404, 422))
+        code = int(resp.status_code)
+        if code < 300:
+            return True
+        if code == 404:
+            return False
+        try:
+            status = json.loads(resp.content)
+        except ValueError:
+            status = {}
+        message = str(status.get("message") or "")
+        if _PATCH_TEST_FAILED in message:  # a failed test op, or one whose path the object lacks (no owner)
+            return False
+        raise status_error(422, message or resp.text, str(status.get("reason") or ""), what)
+
     async def get_object(self, api_version: str, kind: str, namespace: str | None, name: str) -> Obj | None:
         """One object, or None when it does not exist."""
         path = f"{collection_path(api_version, kind, namespace)}/{name}"

@@ -163,3 +163,22 @@ async def test_a_status_write_names_the_job_by_uid() -> None:
     schema = {"message": 'MLJob.kubepool.dev "train" is invalid: status.phase: Unsupported value', "reason": "Invalid"}
     with pytest.raises(Invalid, match="status.phase"):
         await _api(StandInHttp({("PATCH", path): Reply(422, schema)})).patch_job_status("ns", "train", {}, "u1")
+
+
+async def test_a_patch_of_an_owned_object_is_false_when_gone_or_not_the_callers() -> None:
+    """patch_owned (the job's Secret's contract): a JSON patch; a failed test op (the API server's 422, measured
+    on the test cluster for a test of another value and of an absent path) or a 404 is False, nothing written;
+    another 422 is the error it is."""
+    path = "/api/v1/namespaces/ns/secrets/train-contract"
+    target = ("v1", "Secret", "ns", "train-contract")
+    patch = [{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": "u1"},
+             {"op": "add", "path": "/data/contract.json", "value": "e30="}]
+    http = StandInHttp()
+    assert await _api(http).patch_owned(target, patch)
+    assert http.sent == [("PATCH", path, {"fieldManager": naming.FIELD_MANAGER}, "application/json-patch+json", patch)]
+    failed = {"message": "the server rejected our request due to an error in our request", "reason": "Invalid"}
+    assert not await _api(StandInHttp({("PATCH", path): Reply(422, failed)})).patch_owned(target, patch)
+    assert not await _api(StandInHttp({("PATCH", path): Reply(404, {"reason": "NotFound"})})).patch_owned(target, patch)
+    schema = {"message": 'Secret "train-contract" is invalid: data[contract.json]: Invalid value', "reason": "Invalid"}
+    with pytest.raises(Invalid, match="data"):
+        await _api(StandInHttp({("PATCH", path): Reply(422, schema)})).patch_owned(target, patch)

@@ -1,4 +1,4 @@
-"""Builders: pods, Service, ConfigMap, Secret, RBAC and NetworkPolicy of a job (pure)."""
+"""Builders: pods, Service, the job's Secret, RBAC and NetworkPolicy of a job (pure)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import pytest
 from kubepool import contract, naming
 from kubepool.controller.builders import (
     JobRef,
-    build_contract_configmap,
     build_endpoint_slice,
     build_headless_service,
     build_instance_pods,
     build_job_contract,
+    build_job_secret,
     build_namespace_runtime_rbac,
     build_network_policy,
-    build_ray_token_secret,
     build_runtime_rbac,
+    contract_patch,
 )
 from kubepool.controller.builders.common import local_port_shift
 from kubepool.controller.config import OperatorConfig, RuntimeAccountPolicy
@@ -73,7 +73,11 @@ def test_pod_shape_cpu() -> None:
     env = _env(p)
     assert env[contract.ENV_INSTANCE_ID]["value"] == "1"
     assert env[contract.ENV_POD_IP]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-    assert env[contract.ENV_RAY_AUTH_TOKEN]["valueFrom"]["secretKeyRef"]["name"] == "train-ray-token"
+    assert env[contract.ENV_RAY_AUTH_TOKEN]["valueFrom"]["secretKeyRef"] == {"name": "train-contract", "key": "token"}
+    contract_volume = next(v for v in spec["volumes"] if v["name"] == "contract")
+    # the contract's key alone is a file; the token is not (it is the runtime's variable)
+    assert contract_volume["secret"] == {"secretName": "train-contract",
+                                         "items": [{"key": contract.CONTRACT_FILENAME, "path": contract.CONTRACT_FILENAME}]}
     assert spec["serviceAccountName"] == naming.RUNTIME_ACCOUNT and spec["automountServiceAccountToken"] is True
 
 
@@ -209,12 +213,21 @@ def test_endpoint_slice_none_without_addresses_and_no_hostname_outside_the_servi
     assert s is not None and s["addressType"] == "IPv6" and "hostname" not in s["endpoints"][0]
 
 
-def test_secret_and_configmap() -> None:
+def test_job_secret_holds_contract_and_token() -> None:
     ref = JobRef("train", "ns", "u1")
-    sec = build_ray_token_secret(ref, "s3cret")
+    doc = build_job_contract(job(), POOLS)
+    sec = build_job_secret(ref, doc, "s3cret")
+    assert sec["kind"] == "Secret" and sec["metadata"]["name"] == "train-contract"
+    assert sec["metadata"]["ownerReferences"][0]["uid"] == "u1"
     assert base64.b64decode(sec["data"]["token"]).decode() == "s3cret"
-    cm = build_contract_configmap(ref, build_job_contract(job(), POOLS))
-    assert contract.parse_contract(cm["data"][contract.CONTRACT_FILENAME]).job_name == "train"
+    assert contract.parse_contract(base64.b64decode(sec["data"][contract.CONTRACT_FILENAME]).decode()).job_name == "train"
+    assert set(build_job_secret(ref, doc, None)["data"]) == {contract.CONTRACT_FILENAME}  # no token auth: no token
+    # A later contract: its key alone, only into a Secret whose first owner is the job.
+    later = build_job_contract(job(), POOLS, attempt=2)
+    test, add = contract_patch(ref, later)
+    assert test == {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": "u1"}
+    assert add == {"op": "add", "path": f"/data/{contract.CONTRACT_FILENAME}",
+                   "value": base64.b64encode(later.dumps().encode()).decode()}
 
 
 def test_rbac_is_least_privilege() -> None:

@@ -3,14 +3,16 @@ each pod the right identity (group, rank, head)."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from kubepool import contract, naming
 from kubepool.controller.builders import (
     JobRef,
-    build_contract_configmap,
     build_instance_pods,
     build_job_contract,
+    build_job_secret,
 )
 from kubepool.controller.config import OperatorConfig
 from support.factories import gpu_pool, job, pool
@@ -28,8 +30,8 @@ HETERO = {"instanceGroups": [{"name": "instance_group_1", "computePool": "cpu", 
 def test_each_pod_reads_its_identity(spec: dict) -> None:
     j = job(**spec)
     target = j.spec.resolved_target()
-    cm = build_contract_configmap(JobRef.of(j), build_job_contract(j, POOLS))
-    doc = contract.parse_contract(cm["data"][contract.CONTRACT_FILENAME])
+    sec = build_job_secret(JobRef.of(j), build_job_contract(j, POOLS), None)
+    doc = contract.parse_contract(base64.b64decode(sec["data"][contract.CONTRACT_FILENAME]).decode())
     pods = build_instance_pods(j, POOLS, granted=target, attempt=0, cfg=OperatorConfig())
     assert doc.target_instances == target and doc.min_instances == j.spec.resolved_min()
     assert doc.head_address == f"algo-1.{naming.service_name('train')}"

@@ -28,7 +28,7 @@ async def test_status_is_persisted_before_children_and_passes_are_idempotent() -
     assert api.calls[0] == ("status", "train"), "admission is written before anything is created"
     assert api.statuses["train"]["phase"] == "PENDING" and len(api.statuses["train"]["instances"]) == 2
     assert api.pods() == ["train-homogeneouscluster-0"], "the head first; its workers once it holds a node"
-    assert {k for k, _ in api.objects} >= {"ConfigMap", "Service", "NetworkPolicy", "Secret", "Role"}
+    assert {k for k, _ in api.objects} >= {"Service", "NetworkPolicy", "Secret", "Role"}
     assert events == ["WaitingForInstances"]
     set_pods(op, ("ns", "train"), [pod(0, ready=False)])  # holds a node, not yet ready
     await reconcile_job(op, ("ns", "train"))

@@ -360,7 +360,7 @@ def test_dashboard_server_forwards_every_request_to_the_head_pods_dashboard() ->
 
     class Kube:
         def secret_value(self, name: str, key: str, namespace: str) -> str:
-            assert (name, key, namespace) == ("d1-ray-token", "token", "team")
+            assert (name, key, namespace) == ("d1-contract", "token", "team")
             return "s3cret"
 
         def pod_proxy(self, name: str, port: int, path: str, **kw: object) -> tuple[int, dict[str, str], bytes]:

@@ -1,5 +1,5 @@
-"""Builds a job's shared children: the headless Service and its EndpointSlice, the contract ConfigMap, the Ray
-token Secret, the runtime's ServiceAccount/Role/RoleBinding (per job, or per namespace) and the NetworkPolicy.
+"""Builds a job's shared children: the headless Service and its EndpointSlice, the Secret of its contract and
+Ray token, the runtime's ServiceAccount/Role/RoleBinding (per job, or per namespace) and the NetworkPolicy.
 Pure."""
 
 from __future__ import annotations
@@ -72,21 +72,30 @@ def _routable(ip: str) -> bool:
     return not (addr.is_loopback or addr.is_link_local or addr.is_unspecified)
 
 
-def build_contract_configmap(ref: JobRef, doc: contract.JobContract) -> Obj:
-    return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": ref.metadata(naming.contract_configmap_name(ref.name)),
-        "data": {contract.CONTRACT_FILENAME: doc.dumps()},
-    }
-
-
-def build_ray_token_secret(ref: JobRef, token: str) -> Obj:
-    """The job's Ray token; created once (never re-applied) so it is stable across operator restarts."""
+def build_job_secret(ref: JobRef, doc: contract.JobContract, token: str | None) -> Obj:
+    """The job's contract and, with Ray token auth, its Ray token: one Secret, one create per job. The pods mount
+    the contract's key alone as a file; the token reaches them as a variable. A later contract (a new attempt, a
+    resize) goes in by `contract_patch`, which leaves the token as created: stable across operator restarts. A
+    Secret, not a ConfigMap: the token must stay as private as a Secret; the contract is no less private."""
+    data = {contract.CONTRACT_FILENAME: _b64(doc.dumps())}
+    if token is not None:
+        data[RAY_TOKEN_KEY] = _b64(token)
     return {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": ref.metadata(naming.ray_token_secret_name(ref.name)),
-        "data": {RAY_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+        "metadata": ref.metadata(naming.job_secret_name(ref.name)),
+        "data": data,
     }
+
+
+def contract_patch(ref: JobRef, doc: contract.JobContract) -> list[Obj]:
+    """A JSON patch that writes the contract into the job's Secret only while the job owns it (its first owner
+    is the job's uid): a Secret of that name that is another's (deleted and replaced since) is never written."""
+    return [{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": ref.uid},
+            {"op": "add", "path": f"/data/{contract.CONTRACT_FILENAME}", "value": _b64(doc.dumps())}]
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 # What the runtime does with the API: scale_cluster reads its MLJob and patches its spec. Nothing else.

@@ -64,7 +64,7 @@ def _env(job: MLJob, inst: Placement, ref: JobRef, cfg: OperatorConfig, mine: Po
     ]
     if spec.ray.auth_mode == "token":
         env.append({"name": contract.ENV_RAY_AUTH_TOKEN, "valueFrom": {"secretKeyRef": {
-            "name": naming.ray_token_secret_name(ref.name), "key": RAY_TOKEN_KEY}}})
+            "name": naming.job_secret_name(ref.name), "key": RAY_TOKEN_KEY}}})
     if cfg.ray_port_stride:
         offset = local_port_shift(ref.uid, cfg.ray_port_stride) + inst.instance_id * cfg.ray_port_stride
         env.append({"name": contract.ENV_RAY_PORT_OFFSET, "value": str(offset)})
@@ -81,7 +81,9 @@ def _env(job: MLJob, inst: Placement, ref: JobRef, cfg: OperatorConfig, mine: Po
 def _volumes(job: MLJob, inst: Placement, ref: JobRef, mine: PodSettingsOf) -> tuple[list[Obj], list[Obj]]:
     spec = job.spec
     volumes: list[Obj] = [
-        {"name": "contract", "configMap": {"name": naming.contract_configmap_name(ref.name)}},
+        # The contract's key alone: the token is not a file of the pod (it is a variable of the runtime's).
+        {"name": "contract", "secret": {"secretName": naming.job_secret_name(ref.name),
+                                        "items": [{"key": contract.CONTRACT_FILENAME, "path": contract.CONTRACT_FILENAME}]}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "base", "emptyDir": {}},
         {"name": "result", "emptyDir": {}},
