@@ -121,11 +121,13 @@ async def _decide_and_write(op: OperatorState, key: JobKey, job: MLJob, layout: 
         await op.status.write(key, job, new)
         return new
     async with op.queue.admission_lock:
-        capacity = {name: p.spec.max_nodes for name, p in pools.items()}
         claim = claim_of(job, *key, layout=layout)
         others = op.view.claims(claim.pools)  # only claims sharing a pool bear on this one
+        # ... and only their pools: the decision reads no other (not every pool per admission).
+        near = {name: pools[name] for c in (claim, *others) for name in c.pools if name in pools}
+        capacity = {name: p.spec.max_nodes for name, p in near.items()}
         if admitting:
-            suspended = [name for name, p in pools.items() if p.spec.suspend]
+            suspended = [name for name, p in near.items() if p.spec.suspend]
             decision = admission.decide(claim, others, capacity, suspended)
         else:
             decision = admission.Decision(True, admission.regrant(claim, others, capacity))

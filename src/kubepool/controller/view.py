@@ -170,6 +170,11 @@ class ClusterView:
         except ValidationError as e:
             log.warning("MLJob %s/%s does not parse: %s", *key, e)
             return None
+        mine = self.written.get(objectmeta.uid(job))
+        if mine is not None and mine == job.status:
+            # The watch caught up with this process' write: the model keeps that status object, so a live job's
+            # status (most of what it costs in memory) is held once, not twice, and job() needs no copy.
+            job = job.model_copy(update={"status": mine})
         if rv:
             self.parsed_jobs[key] = (rv, job)
         return job

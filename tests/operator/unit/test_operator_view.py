@@ -50,6 +50,23 @@ def test_written_status_wins_without_mutating_the_cached_model() -> None:
     assert view.parsed_jobs[("ns", "train")][1].status is None
 
 
+async def test_a_status_the_watch_caught_up_with_is_held_once() -> None:
+    """The echo of this process' status write parses to an equal status: the cached model holds the written object
+    itself (one copy per live job, not two); a watched status that differs keeps its own."""
+    op, _, _ = operator_state([job(targetInstances=1)], [pool()])
+    await reconcile_job(op, ("ns", "train"))
+    mine = op.status.written["uid-train"]
+    echo = body(op.view.job(("ns", "train"))[0], "7")  # type: ignore[index]
+    op.view.indexes[JOB_INDEX][("ns", "train")] = [echo]
+    found = op.view.job(("ns", "train"))
+    assert found is not None and found[0].status is mine and op.view.parsed_jobs[("ns", "train")][1] is found[0]
+    older = {**echo, "metadata": {**echo["metadata"], "resourceVersion": "8"}, "status": {"phase": "PENDING"}}
+    op.view.indexes[JOB_INDEX][("ns", "train")] = [older]
+    found = op.view.job(("ns", "train"))
+    assert found is not None and found[0].status is mine
+    assert op.view.parsed_jobs[("ns", "train")][1].status is not mine
+
+
 def test_finished_jobs_leave_the_claims_for_good_until_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
     written: dict[str, MLJobStatus] = {}
     view = ClusterView(written=written)
