@@ -159,5 +159,7 @@ def test_envfrom_secrets_are_mounted_for_the_runtimes_redaction() -> None:
         assert [d for d in dirs if d.startswith(root)] == [f"{root}/{i}" for i in range(len(secrets))], name
         names = [v["name"] for v in pod["spec"]["volumes"]]
         assert len(names) == len(set(names)), names
+        # The operator's contract (a secret volume too) is no Secret of the job's: its lines are never blanked out.
+        assert contract.CONTRACT_DIR not in dirs and "RAY_AUTH_TOKEN" in _env(pod)[contract.ENV_SECRET_ENV]["value"].split(","), dirs
     [plain] = build_instance_pods(job(envFrom=[{"configMapRef": {"name": "settings"}}]), POOLS, granted=1, attempt=0, cfg=CFG)
     assert not [v for v in plain["spec"]["volumes"] if v["name"].startswith(contract.ENV_FROM_VOLUME_PREFIX)]

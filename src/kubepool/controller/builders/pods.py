@@ -164,8 +164,10 @@ def secret_hints(env: list[Obj], credentials: list[str], volumes: list[Obj], mou
     names = [e["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})]
     names += list(CREDENTIAL_KEYS) if credentials else []
     names += [contract.RESULTS_STORE_ENV_PREFIX + k for k in CREDENTIAL_KEYS] if store else []
-    secret = {v["name"] for v in volumes
-              if "secret" in v or any("secret" in src for src in (v.get("projected") or {}).get("sources") or [])}
+    # The operator's own volumes hold no Secret value of the job's: the contract's (a secret volume) is no secret,
+    # and its lines would be blanked out of the messages (the Ray token is a variable, named above).
+    secret = {v["name"] for v in volumes if v["name"] not in contract.OPERATOR_VOLUMES
+              and ("secret" in v or any("secret" in src for src in (v.get("projected") or {}).get("sources") or []))}
     dirs = [m["mountPath"] for m in mounts if m["name"] in secret]
     hints = [{"name": contract.ENV_SECRET_ENV, "value": ",".join(names)}] if names else []
     return hints + ([{"name": contract.ENV_SECRET_DIRS, "value": ":".join(dirs)}] if dirs else [])
