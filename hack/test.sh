@@ -67,8 +67,9 @@ trap 'say "interrupted"; exit 130' INT TERM
 
 workers=${KUBEPOOL_TEST_WORKERS:-2}
 parallel=()
-# Files go out in collection order, which tests/conftest.py makes the longest first (tests/durations.json; after a
-# run with --durations=0, hack/durations.py writes it anew): not xdist's own order, the most tests first.
+# Files go out in collection order, which tests/conftest.py makes the longest first, each file with an exclusive test
+# beside files without cluster tests (support/file_order.py; weights in tests/durations.json, written anew from a
+# run with --durations=0 by hack/durations.py): not xdist's own order, the most tests first.
 ((workers > 1)) && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 say "pytest on the tests' own local cluster (.kubepool-test/, slot 1; the demo's cluster is left alone), on $workers worker(s)"
 deselect=()

@@ -26,7 +26,7 @@ import pytest
 from kubepool.local import components, controlplane, processes, registry
 from kubepool.local.layout import REPO_ROOT, Layout
 from kubetest import Cluster, Kubectl, cluster_turn
-from support.file_order import file_order, load_weights
+from support.file_order import file_of, file_order, load_weights
 
 # The fixtures shared across suites, registered once for every test (a conftest that defines one of the same name
 # overrides it for its folder).
@@ -175,6 +175,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
     # An xdist worker's collection is the order its controller hands out files in (hack/test.sh passes
-    # --no-loadscope-reorder, else xdist sorts them by their number of tests): the longest first.
+    # --no-loadscope-reorder, else xdist sorts them by their number of tests): the longest first, and beside each
+    # file with an exclusive test, files without cluster tests for the other worker (support.file_order).
     if hasattr(config, "workerinput"):
-        items[:] = [items[i] for i in file_order([i.nodeid for i in items], load_weights())]
+        exclusive = {file_of(i.nodeid) for i in items if i.get_closest_marker("exclusive")}
+        cluster = {file_of(i.nodeid) for i in items if i.get_closest_marker("cluster")}
+        free = {file_of(i.nodeid) for i in items} - cluster
+        items[:] = [items[i] for i in file_order([i.nodeid for i in items], load_weights(), exclusive, free)]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.file_order import WEIGHTS, file_order, file_weights, load_weights
+from support.file_order import WEIGHTS, file_of, file_order, file_weights, load_weights
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,6 +34,17 @@ def test_heaviest_file_first_and_each_files_tests_in_their_order() -> None:
     ids = ["tests/a.py::t1", "tests/b.py::t1", "tests/a.py::t2", "tests/c.py::t1", "tests/b.py::t2[x::y]"]
     order = [ids[i] for i in file_order(ids, {"tests/a.py": 5.0, "tests/b.py": 50.0, "tests/c.py": 20.0})]
     assert order == ["tests/b.py::t1", "tests/b.py::t2[x::y]", "tests/c.py::t1", "tests/a.py::t1", "tests/a.py::t2"]
+
+
+def test_each_file_with_an_exclusive_test_is_followed_by_free_files_of_about_its_weight() -> None:
+    """The other worker runs files without cluster tests while an exclusive one holds the cluster; the free files
+    left over come last, the files of shared cluster tests in between."""
+    w = {"x1.py": 100.0, "x2.py": 40.0, "c.py": 500.0, "f1.py": 60.0, "f2.py": 50.0, "f3.py": 30.0, "f4.py": 5.0}
+    ids = [f"{f}::t" for f in w]
+    order = [file_of(ids[i]) for i in file_order(ids, w, exclusive={"x1.py", "x2.py"}, free={"f1.py", "f2.py", "f3.py", "f4.py"})]
+    assert order == ["x1.py", "f1.py", "f2.py", "x2.py", "f3.py", "f4.py", "c.py"]
+    order = [file_of(ids[i]) for i in file_order(ids, w, exclusive={"x1.py"}, free={"f3.py", "f4.py"})]
+    assert order == ["x1.py", "f3.py", "f4.py", "c.py", "f1.py", "f2.py", "x2.py"]
 
 
 def test_files_the_weights_do_not_know_go_first_in_collection_order() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "durations.json"
@@ -32,17 +32,28 @@ def file_weights(durations_log: Iterable[str]) -> dict[str, float]:
     return {f: round(s, 1) for f, s in sorted(totals.items(), key=lambda fs: (-fs[1], fs[0]))}
 
 
-def file_order(nodeids: Sequence[str], weights: Mapping[str, float]) -> list[int]:
+def file_order(nodeids: Sequence[str], weights: Mapping[str, float], exclusive: Collection[str] = (),
+               free: Collection[str] = ()) -> list[int]:
     """Indexes of `nodeids` grouped by file, the files unknown to `weights` first (in collection order), then the
-    known ones, heaviest first; a file's tests keep their order (its fixtures and its tests' own order hold)."""
+    known ones, heaviest first; a file's tests keep their order (its fixtures and its tests' own order hold).
+    While a file with an `exclusive` test runs, the other worker's cluster tests wait for it: so each such file is
+    followed by `free` files (no cluster test) of about its weight, which the other worker runs meanwhile; the
+    free files left over come last, where they fill the end of the run."""
     first: dict[str, int] = {}
     for i, nid in enumerate(nodeids):
         first.setdefault(file_of(nid), i)
-
-    def rank(f: str) -> tuple[int, float, int]:
-        return (0, 0.0, first[f]) if f not in weights else (1, -weights[f], first[f])
-
-    position = {f: n for n, f in enumerate(sorted(first, key=rank))}
+    unknown = [f for f in first if f not in weights]
+    known = sorted((f for f in first if f in weights), key=lambda f: (-weights[f], first[f]))
+    frees = [f for f in known if f in free and f not in exclusive]
+    files = list(unknown)
+    for x in (f for f in known if f in exclusive):
+        files.append(x)
+        paired = 0.0
+        while frees and paired < weights[x]:
+            paired += weights[frees[0]]
+            files.append(frees.pop(0))
+    files += [f for f in known if f not in exclusive and f not in free] + frees
+    position = {f: n for n, f in enumerate(files)}
     return sorted(range(len(nodeids)), key=lambda i: (position[file_of(nodeids[i])], i))
 
 
