@@ -48,17 +48,17 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
         if found is None or found[1].get("metadata", {}).get("deletionTimestamp"):
             await release_pods(op, key, [p for p in op.view.pods(key) if p.deleting])  # nothing left to decide
             return
-        job, body = found
-        # The instance layout, computed once here and passed along (status, plan, children, Kueue, queue).
+        queued, body = found
+        # Where Kueue admitted fewer instances than the job counts (partial admission), the job runs with those.
+        job = kueue.as_admitted(queued) if op.cfg.kueue else queued
+        # The instance layout of the job as it runs, computed once here and passed along (status, plan, children,
+        # Kueue, queue). Kueue's Workload counts every instance the job asks for: where it admitted fewer, its
+        # step lays out the job as queued itself.
         layout = placement_of(job)
         # 0. Kueue's gate, where the operator acts for Kueue: a queued job held or released changes its spec,
         # and the pass that change brings decides from there.
-        if await kueue_step(op, key, job, job.status, layout):
+        if await kueue_step(op, key, queued, queued.status, layout if job is queued else None):
             return
-        # Where Kueue admitted fewer instances than the job counts (partial admission), the job runs with those.
-        queued, job = job, kueue.as_admitted(job) if op.cfg.kueue else job
-        if job is not queued:
-            layout = placement_of(job)
         prev = job.status
         pods = op.view.pods(key, objectmeta.uid(job))
         op.children.pods_seen(objectmeta.uid(job), pods)
