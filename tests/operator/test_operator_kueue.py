@@ -20,6 +20,7 @@ import yaml
 from kubepool import naming
 from support import kueue
 from support.operator_cluster import Operator, get_json, mljob, wait_for, wait_phase
+from support.operator_fixtures import TEST_INSTANCE
 
 pytestmark = pytest.mark.cluster
 JOB_TIMEOUT_S = 240
@@ -33,13 +34,13 @@ def kueue_manager(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 @pytest.fixture
 def local_queue(kubectl: Any, namespace: str, kueue_manager: kueue.Kueue) -> Iterator[str]:
-    """A ClusterQueue with quota for one instance of a CPU_X64_S pool (3 CPUs, 13Gi), and its LocalQueue."""
+    """A ClusterQueue with quota for one instance of a test cpu pool (TEST_INSTANCE), and its LocalQueue."""
     name = f"kp-{uuid.uuid4().hex[:6]}"
     objs = [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
          "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
-             {"name": name, "resources": [{"name": "cpu", "nominalQuota": "3"}, {"name": "memory", "nominalQuota": "13Gi"}]}]}]}},
+             {"name": name, "resources": [{"name": "cpu", "nominalQuota": TEST_INSTANCE["cpu"]}, {"name": "memory", "nominalQuota": TEST_INSTANCE["memory"]}]}]}]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "team", "namespace": namespace},
          "spec": {"clusterQueue": name}},
     ]  # fmt: skip
@@ -109,7 +110,7 @@ def test_kueue_admits_queued_mljobs_by_quota_evicts_and_readmits_them(
     wl_first = _workload(kubectl, ns, "first")
     assert _conditions(wl_first).get("Admitted") == "True", wl_first.get("status")
     assert [(p["name"], p["count"]) for p in wl_first["spec"]["podSets"]] == [(naming.dns_label(naming.DEFAULT_GROUP), 1)]
-    assert wl_first["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3"
+    assert wl_first["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == TEST_INSTANCE["cpu"]
 
     # The second does not fit the ClusterQueue's quota while the first runs: Kueue does not admit it, and the
     # operator keeps it suspended (it was created without suspend: the operator held it).
@@ -146,10 +147,10 @@ POD_READY_TIMEOUT_S = 8  # Kueue's waitForPodsReady timeout in the test below
 
 
 def _queue(kubectl: Any, namespace: str, name: str, flavor_spec: dict[str, Any], instances: int = 1) -> tuple[str, str]:
-    """A ResourceFlavor of `flavor_spec`, a ClusterQueue giving it quota for `instances` CPU_X64_S instances, and
+    """A ResourceFlavor of `flavor_spec`, a ClusterQueue giving it quota for `instances` instances of a test cpu pool, and
     its LocalQueue `name`; returns (LocalQueue, ClusterQueue)."""
     cq = f"kp-{uuid.uuid4().hex[:6]}"
-    cpu, memory = str(3 * instances), f"{13 * instances}Gi"
+    cpu, memory = str(int(TEST_INSTANCE["cpu"]) * instances), f"{int(TEST_INSTANCE['memory'].removesuffix('Gi')) * instances}Gi"
     objs = [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": cq}, "spec": flavor_spec},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},

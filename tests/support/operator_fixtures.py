@@ -15,6 +15,12 @@ import yaml
 
 from support.operator_cluster import ROOT, Operator
 
+# One instance of a test's cpu pool: half a local cpu node (4 CPUs, 16Gi), not its family's whole node. The suite's
+# two workers run jobs side by side on the three cpu nodes, and a pool's instances go one per node: with whole-node
+# instances, two tests' jobs each held some of the nodes and waited for the rest, a deadlock that only a gate's
+# timeout ended (by failing one). Two instances of different pools now share a node; a pool still has one per node.
+TEST_INSTANCE = {"cpu": "2", "memory": "6Gi"}
+
 
 @pytest.fixture(scope="session")
 def crds(kubectl: Any) -> None:
@@ -50,6 +56,8 @@ def compute_pool(kubectl: Any, crds: None) -> Iterator[Callable[..., str]]:
         name = f"op-{kind}-{uuid.uuid4().hex[:6]}"
         body: dict[str, Any] = {"instanceFamily": "CPU_X64_S" if kind == "cpu" else "GPU_NV_S", "minNodes": 0,
                                 "maxNodes": max_nodes, "nodeSelector": {"kubepool.dev/node-pool": kind}}
+        if kind == "cpu":
+            body["resources"] = dict(TEST_INSTANCE)
         if kind == "gpu":
             body["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         obj = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": name},
