@@ -52,11 +52,13 @@ def compute_pool(kubectl: Any, crds: None) -> Iterator[Callable[..., str]]:
     """Creates cluster-scoped ComputePools with unique names; deletes them after the test."""
     made: list[str] = []
 
-    def _make(kind: str = "cpu", max_nodes: int = 3, **spec: Any) -> str:
+    def _make(kind: str = "cpu", max_nodes: int = 3, whole_nodes: bool = False, **spec: Any) -> str:
+        """`whole_nodes`: the family's own size, an instance per node (warm nodes, placeholders, preemption:
+        tests of a node's occupancy, run alone)."""
         name = f"op-{kind}-{uuid.uuid4().hex[:6]}"
         body: dict[str, Any] = {"instanceFamily": "CPU_X64_S" if kind == "cpu" else "GPU_NV_S", "minNodes": 0,
                                 "maxNodes": max_nodes, "nodeSelector": {"kubepool.dev/node-pool": kind}}
-        if kind == "cpu":
+        if kind == "cpu" and not whole_nodes:
             body["resources"] = dict(TEST_INSTANCE)
         if kind == "gpu":
             body["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
