@@ -26,8 +26,9 @@ from bench.controllers import KubepoolOperator
 
 RESULTS = Path(__file__).with_name("results")
 INSTANCES = 3
-TARGET_PAYLOAD_S = 6.0
-TARGET_FLOOR_RATIO = 1.3  # P3 payload start ÷ a bare Ray cluster formed by hand (bench/rayfloor.py), same run
+# P3's target (issue #44): payload start ÷ a bare Ray cluster formed by hand (bench/rayfloor.py), same run; none in
+# seconds, since the floor itself moves with the machine.
+TARGET_FLOOR_RATIO = 1.0
 TIMEOUT_S = 300.0
 MARK = "BENCH_PAYLOAD_START"
 PAYLOAD = ["python", "-c", f"import time; print('{MARK}', time.time(), flush=True)"]
@@ -192,8 +193,7 @@ def measure(bench: BenchCluster, repeats: int) -> dict[str, dict[str, Any]]:
     # Every stage a run reached counts, also in a run that ended FAILED (its outcome is reported beside it).
     out: dict[str, dict[str, Any]] = {v: {"instances": INSTANCES, "repeats": repeats, "runs": rs, "spec": VARIANTS[v],
                 "median": {k: stats.median([r["since_submit_s"][k] for r in rs if r["since_submit_s"][k] is not None])
-                           for k, _ in STAGES},
-                "target_payload_start_s": TARGET_PAYLOAD_S}
+                           for k, _ in STAGES}}
             for v, rs in runs.items()}
     out[FLOOR] = {"runs_s": floor, "median_s": stats.median(floor), "target_ratio": TARGET_FLOOR_RATIO}
     for v in VARIANTS:
@@ -217,8 +217,8 @@ def markdown(report: dict[str, Any]) -> str:
            "alternating.", "",
            stats.markdown_table(["stage", "since submit (s)", "since previous stage (s)", "dashboard off: since submit (s)"],
                                 rows, right=(1, 2, 3)),
-           f"Target: submit → payload start ≤ {TARGET_PAYLOAD_S:.0f} s (measured {stats.fmt(med['payload_start'])} s by "
-           f"default, {stats.fmt(off.get('payload_start'))} s with the dashboard off).", "",
+           f"Submit → payload start: {stats.fmt(med['payload_start'])} s by default, {stats.fmt(off.get('payload_start'))} s "
+           "with the dashboard off; its target is a ratio to the floor below.", "",
            *_floor_lines(report),
            "Log stages are the arrival times of the streamed head log, which trail the line by up to ~0.5 s "
            "(the node agent's log relay), so one can show after the payload's own clock.", "",

@@ -40,7 +40,7 @@ SLOT = int(os.environ.get("KUBEPOOL_BENCH_REALNODE_SLOT") or 4)
 IMAGES = ("operator", "runtime-lean")
 RUNTIME = "kubepool/runtime:dev-lean"
 NODES = latency.INSTANCES  # one instance per node: P3 runs bench.latency's job, on containers
-TARGET_RATIO = 1.5  # P3 payload start on real nodes ÷ on process nodes (bench.latency, the part before this one)
+TARGET_RATIO = 1.2  # P3 payload start on real nodes ÷ on process nodes (bench.latency, the part before this one)
 
 
 def _kubectl(lay: Layout, *args: str, input: str | None = None, timeout: float = 120) -> str:
