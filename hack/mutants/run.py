@@ -18,8 +18,8 @@ an entry's old text is not found exactly once (a stale entry), or when its tests
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
-import queue
 import shutil
 import signal
 import subprocess
@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,18 +89,153 @@ def copy_tree(dest: Path) -> None:
         shutil.copytree(info, dest / "src" / info.name, dirs_exist_ok=True)
 
 
-def pytest(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(copy / "src"), str(copy / "tests")]),
-               PYTHONDONTWRITEBYTECODE="1")
+PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly")
+# Third-party packages the unit-level entries' tests import: loaded once here, before the forks, so each forked
+# run starts with them (most of a run's second). Never kubepool's modules or the tests': each copy brings its own.
+PRELOAD = ("pytest", "_pytest.python", "pytest_asyncio", "pytest_timeout", "xdist", "anyio", "pydantic", "kopf",
+           "lightkube", "httpx", "aiohttp", "orjson", "yaml", "jsonpatch", "prometheus_client", "click", "rich",
+           "cloudpickle", "boto3", "botocore", "moto", "responses", "flask", "sagemaker_training")
+
+
+def _env(copy: Path) -> dict[str, str]:
+    env = {"PYTHONPATH": os.pathsep.join([str(copy / "src"), str(copy / "tests")]), "PYTHONDONTWRITEBYTECODE": "1"}
     # The copy's cluster tests use the repository's test cluster, not a second one.
-    env.setdefault("KUBEPOOL_TEST_STATE_DIR", str(ROOT / ".kubepool-test"))
+    env["KUBEPOOL_TEST_STATE_DIR"] = os.environ.get("KUBEPOOL_TEST_STATE_DIR", str(ROOT / ".kubepool-test"))
+    return env
+
+
+def pytest(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                               "-p", "no:randomly", *tests], cwd=copy, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run([sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests], cwd=copy,
+                              env=os.environ | _env(copy), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return 124, f"timed out after {timeout:.0f}s"
     return proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a package missing here is imported (or missed) by the run itself
+            pass
+
+
+def _forked_child(copy: Path, tests: tuple[str, ...], out: Path) -> None:
+    """In the forked child: the same run as `pytest` above, in this process's already loaded interpreter."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    rc = 3
+    try:
+        os.chdir(copy)
+        # Bytecode is written (unlike `pytest` above): `_Mutated` gives every mutated file an mtime of its own, so
+        # no run reads another's compiled modules.
+        os.environ.update({k: v for k, v in _env(copy).items() if k != "PYTHONDONTWRITEBYTECODE"})
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        sys.dont_write_bytecode = False
+        # As `python -m pytest` in the copy: the copy's directory, src and tests first, this script's own not at all.
+        here = str(Path(__file__).resolve().parent)
+        sys.path[:] = [str(copy), str(copy / "src"), str(copy / "tests"), *(p for p in sys.path if p not in ("", here))]
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        import pytest as _pytest_main
+
+        rc = int(_pytest_main.main([*PYTEST_ARGS, *tests]))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+
+
+def _fork(copy: Path, tests: tuple[str, ...]) -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _forked_child(copy, tests, copy / ".mutant-out")
+    return pid
+
+
+def _wait(pid: int, started: float, timeout: float) -> int:
+    """The forked run's exit code; 124 once it outlived `timeout` (killed)."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() - started > timeout:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return 124
+        time.sleep(0.05)
+
+
+def _verdict(m: Mutant, rc: int, out: str, took: float) -> str:
+    if rc == 1:
+        r = f"killed ({took:.0f}s)"
+    elif rc == 0:
+        r = f"SURVIVED ({took:.0f}s): {', '.join(m.tests)} passed with it"
+    else:  # 2: collection error, 4/5: tests not found, 124: timeout
+        r = f"ERROR rc={rc} ({took:.0f}s): {out[-1500:]}"
+    print(f"[mutants {time.strftime('%H:%M:%S')}] {m.name}: {r.splitlines()[0]}", flush=True)
+    return r
+
+
+class _Mutated:
+    """`m` written into `path` for one run, then the original put back with its own mtime. The mutated file gets an
+    mtime no other run used: Python's and pytest's compiled files are checked by mtime and size, and a mutation
+    can keep the size, so each run compiles the module it reads."""
+
+    runs = 0
+
+    def __init__(self, path: Path, m: Mutant) -> None:
+        self.path, self.text, self.stat = path, path.read_text(), path.stat()
+        _Mutated.runs += 1
+        path.write_text(self.text.replace(m.old, m.new))
+        t = self.stat.st_mtime + 3600 + _Mutated.runs
+        os.utime(path, (t, t))
+
+    def restore(self) -> None:
+        self.path.write_text(self.text)
+        os.utime(self.path, ns=(self.stat.st_atime_ns, self.stat.st_mtime_ns))
+
+
+def forked(mutants: list[Mutant], copies: list[Path], timeout: float) -> dict[str, str]:
+    """Unit-level entries, each run in a child forked from this process (`preload` ran, the copies' modules
+    compiled by the baseline run): as many at a time as there are copies. No threads: a fork copies only the thread
+    that calls it."""
+    result: dict[str, str] = {}
+    todo = list(mutants)
+    free = list(copies)
+    running: dict[int, tuple[Mutant, Path, _Mutated, float]] = {}  # pid -> entry, copy, its change, started
+    try:
+        while todo or running:
+            while todo and free:
+                m, c = todo.pop(0), free.pop(0)
+                change = _Mutated(c / m.file, m)
+                running[_fork(c, m.tests)] = (m, c, change, time.monotonic())
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                now = time.monotonic()
+                for p, (_m, _c, _t, started) in running.items():
+                    if now - started > timeout:
+                        os.kill(p, signal.SIGKILL)
+                time.sleep(0.05)
+                continue
+            m, c, change, started = running.pop(pid)
+            change.restore()
+            took = time.monotonic() - started
+            killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL and took > timeout
+            out = f"timed out after {timeout:.0f}s" if killed else (c / ".mutant-out").read_text(errors="replace")
+            result[m.name] = _verdict(m, 124 if killed else os.waitstatus_to_exitcode(status), out[-5000:], took)
+            free.append(c)
+    finally:
+        for p in running:
+            os.kill(p, signal.SIGKILL)
+        for p, (_m, _c, change, _t) in running.items():
+            os.waitpid(p, 0)
+            change.restore()
+    return result
 
 
 def restore_crds() -> None:
@@ -133,15 +267,7 @@ def _one(m: Mutant, copy: Path, timeout: float) -> str:
             p.write_text(text)
         if m.level == "cluster" and m.file.startswith("crds/"):
             restore_crds()
-    took = time.monotonic() - started
-    if rc == 1:
-        r = f"killed ({took:.0f}s)"
-    elif rc == 0:
-        r = f"SURVIVED ({took:.0f}s): {', '.join(m.tests)} passed with it"
-    else:  # 2: collection error, 4/5: tests not found, 124: timeout
-        r = f"ERROR rc={rc} ({took:.0f}s): {out[-1500:]}"
-    print(f"[mutants {time.strftime('%H:%M:%S')}] {m.name}: {r.splitlines()[0]}", flush=True)
-    return r
+    return _verdict(m, rc, out, time.monotonic() - started)
 
 
 def check(mutants: list[Mutant], timeout: float, jobs: int = 1) -> dict[str, str]:
@@ -160,31 +286,26 @@ def check(mutants: list[Mutant], timeout: float, jobs: int = 1) -> dict[str, str
     with tempfile.TemporaryDirectory(prefix="kubepool-mutants-") as tmp:
         copies = [Path(tmp) / str(i) for i in range(max(1, jobs))]
         copy_tree(copies[0])
-        for extra in copies[1:]:
-            shutil.copytree(copies[0], extra)
-        # The tests as they are must pass, else a failure under a mutation proves nothing.
+        preload()
+        # The tests as they are must pass, else a failure under a mutation proves nothing. The unit level's run is
+        # forked as its entries' runs are, and compiles the copy's modules for them (copied with it below).
         for level in LEVELS:
             tests = tuple(dict.fromkeys(t for m in todo if m.level == level for t in m.tests))
             if not tests:
                 continue
-            rc, out = pytest(copies[0], tests, timeout * 3)
+            if level == "unit":
+                rc = _wait(_fork(copies[0], tests), time.monotonic(), timeout * 3)
+                out = (copies[0] / ".mutant-out").read_text(errors="replace")
+            else:
+                rc, out = pytest(copies[0], tests, timeout * 3)
             if rc != 0:
                 for m in todo:
                     if m.level == level:
                         result[m.name] = f"BASELINE FAILED (rc={rc}): {out[-1500:]}"
+        for extra in copies[1:]:
+            shutil.copytree(copies[0], extra)
         unit = [m for m in todo if m.name not in result and m.level == "unit" and not m.in_tree]
-        free: queue.Queue[Path] = queue.Queue()
-        for c in copies:
-            free.put(c)
-
-        def in_a_copy(m: Mutant) -> tuple[str, str]:
-            c = free.get()
-            try:
-                return m.name, _one(m, c, timeout)
-            finally:
-                free.put(c)
-        with ThreadPoolExecutor(len(copies)) as pool:
-            result.update(pool.map(in_a_copy, unit))
+        result.update(forked(unit, copies, timeout))
         for m in todo:
             if m.name not in result:
                 result[m.name] = _one(m, copies[0], timeout)
