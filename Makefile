@@ -74,7 +74,7 @@ test-unit: venv
 test-fast: venv k8s-bin  # unit tests and the cluster tests that need the API server alone (marker api); make test runs them all
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "(api or not cluster) and not ray and not slow and not realnode and not images" $(PYTEST_ARGS)
 
-test: venv lint k8s-bin k8s-bin-compat kuberay-bin  # the process-node suite and, beside it, the real-node tier (hack/test.sh; REALNODE=0 leaves it out)
+test: venv k8s-bin k8s-bin-compat kuberay-bin  # the process-node suite and, beside it, make lint and the real-node tier (hack/test.sh; REALNODE=0 leaves the tier out)
 	@hack/test.sh $(PYTEST_ARGS)
 
 demo: demo-plan venv k8s-bin

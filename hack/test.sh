@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: the process-node suite in the foreground and, beside it, in the background, the tests that bring
+# `make test`: the process-node suite in the foreground and, beside it, in the background, `make lint` and the tests that bring
 # clusters of their own: the real-node tier (tests/realnode: kubelets on containerd, the chart and jobs in
 # containers of the images built here), then the fresh-clone, wheel and lowest-Kubernetes runs (OWN_CLUSTER
 # below: their own local clusters on slots of their own). The background starts with the real-node preparation
@@ -33,6 +33,12 @@ if [[ $realnode != 0 && $(id -u) != 0 ]]; then
     say "the real-node tier needs root (kubelet, containerd, buildah); REALNODE=0 make test runs the rest alone" >&2
     exit 2
 fi
+# make lint (ruff, the layers, mypy) beside the suite rather than before it: a minute of the machine's CPU that the
+# suite's first minutes, spent starting its cluster, leave free. Its verdict comes first once the suite is over.
+lint_log=.kubepool-test-prepare/lint.log
+say "in the background: make lint (log: $lint_log)"
+nice -n 10 make --no-print-directory lint >"$lint_log" 2>&1 &
+lint=$!
 tier=
 if [[ $realnode != 0 ]]; then
     say "in the background: the real-node preparation (host packages, CoreDNS, images; log: $log), then the real-node tier and the tests with clusters of their own (log: $tier_log)"
@@ -58,10 +64,10 @@ if [[ $realnode != 0 ]]; then
         echo "tests:$((rn != 0 ? rn : oc))" >"$rcfile"' tier "$log" "$tier_log" "$rcfile" \
         "${#OWN_CLUSTER[@]}" "${OWN_CLUSTER[@]}" "${PYTEST[@]}" "$@" &
     tier=$!
-    trap '[[ -n $tier ]] && kill -- -"$tier" 2>/dev/null' EXIT
 else
     say "REALNODE=0: the real-node tier (tests/realnode) is not run"
 fi
+trap '[[ -n $lint ]] && kill "$lint" 2>/dev/null; [[ -n $tier ]] && kill -- -"$tier" 2>/dev/null' EXIT
 # Ctrl-C reaches pytest, which exits normally: without this the script would go on waiting for the tier.
 trap 'say "interrupted"; exit 130' INT TERM
 
@@ -78,6 +84,16 @@ if [[ $realnode != 0 ]]; then
 fi
 "${PYTEST[@]}" -m "not images and not realnode" "${parallel[@]}" "${deselect[@]}" "$@"
 rc=$?
+wait "$lint"
+lint_rc=$?
+lint=
+if ((lint_rc != 0)); then
+    say "FAILED: make lint (exit $lint_rc), run beside the suite:" >&2
+    sed 's/^/  | /' "$lint_log" >&2
+    ((rc == 0)) && rc=$lint_rc
+else
+    say "make lint, run beside the suite: clean"
+fi
 [[ $realnode != 0 ]] || exit $rc
 
 waited=$SECONDS
