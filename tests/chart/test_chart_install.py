@@ -9,6 +9,7 @@ other tests' jobs are not its business.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -316,9 +317,12 @@ def test_example_job_ends_done_and_survives_uninstall(kubectl: Any, cluster: Any
     logs = kubectl("logs", "-n", release.jobs_namespace, "-l", "kubepool.dev/job=ray-tasks,kubepool.dev/role=head", "--tail=-1")
     assert "score: pi~3.1" in logs.stdout, logs.stdout + logs.stderr
     # Only the chart's operator watches jobs_namespace, so DONE above was its work, under the chart's RBAC,
-    # which is exactly what the code uses (test_operator_rights): nothing it tried was refused.
-    log = _operator_log(kubectl, release)
-    assert "forbidden" not in log.lower(), [line for line in log.splitlines() if "forbidden" in line.lower()][:5]
+    # which is exactly what the code uses (test_operator_rights): nothing it tried was refused. A refusal kopf
+    # retried (attempt 1-8 of 9, "will retry") is the API server's authorizer not yet seeing the chart's fresh
+    # bindings at the pod's start on a loaded machine; a missing right is refused to the last attempt.
+    refused = [line for line in _operator_log(kubectl, release).splitlines() if "forbidden" in line.lower()
+               and not re.search(r"Request attempt #[1-8]/9 failed; will retry", line)]
+    assert not refused, refused[:5]
     _runtime_account_patches_only_its_own_job(kubectl, cluster, release)
 
     proc = run_helm(*release.helm, "uninstall", release.name, "--namespace", release.namespace, "--wait", timeout=180)

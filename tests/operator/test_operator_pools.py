@@ -76,7 +76,7 @@ def job_pods(kubectl: Any, namespace: str, job: str) -> list[dict[str, Any]]:
 def test_min_nodes_placeholders_yield_to_the_pools_job_and_come_back(
         kubectl: Any, namespace: str, operator: Operator, compute_pool: Any) -> None:
     _payload(kubectl, namespace)
-    pool = compute_pool("cpu", whole_nodes=True, max_nodes=3, minNodes=2)
+    pool = compute_pool("cpu", max_nodes=3, minNodes=2)
     nodes = warm(kubectl, namespace, pool, 2)
     pods = placeholders(kubectl, namespace, pool)
     assert {p["metadata"]["name"] for p in pods} == {naming.placeholder_pod_name(pool, i) for i in range(2)}
@@ -151,7 +151,7 @@ def test_auto_suspend_releases_warm_nodes_and_a_job_resumes_the_pool(
         kubectl: Any, namespace: str, metered_operator: Operator, compute_pool: Any) -> None:
     operator = metered_operator
     _payload(kubectl, namespace)
-    pool = compute_pool("cpu", whole_nodes=True, max_nodes=2, minNodes=1)
+    pool = compute_pool("cpu", max_nodes=2, minNodes=1)
     warm(kubectl, namespace, pool, 1)
     # Idle since its creation, longer ago than the new timeout: suspended at once, its warm node released.
     kubectl("patch", "computepool", pool, "--type=merge", "-p", '{"spec": {"autoSuspendSeconds": 3}}', check=True)
@@ -191,7 +191,7 @@ def test_auto_suspend_releases_warm_nodes_and_a_job_resumes_the_pool(
 
 def test_deleting_the_pool_removes_its_placeholders(kubectl: Any, namespace: str, operator: Operator,
                                                     compute_pool: Any) -> None:
-    pool = compute_pool("cpu", whole_nodes=True, max_nodes=2, minNodes=2)
+    pool = compute_pool("cpu", max_nodes=2, minNodes=2)
     warm(kubectl, namespace, pool, 2)
     kubectl("delete", "computepool", pool, "--wait=true", check=True)
     sel = f"{naming.LABEL_POOL}={pool},{naming.LABEL_ROLE}={naming.ROLE_PLACEHOLDER}"
