@@ -296,7 +296,9 @@ def test_kueue_admits_a_job_partially_down_to_min_instances(
                  "the ClusterQueue Active")
 
         def explain() -> str:
-            return f"\nKueue's log (tail):\n{kueue_manager.logs()[-2500:]}\noperator's log (tail):\n{kueue_operator.logs()[-2500:]}"
+            heads = kubectl("logs", "-n", ns, "-l", f"{naming.LABEL_JOB}=partial", "--tail=-1", "--prefix").stdout
+            return (f"\ninstances' logs:\n{heads}\nKueue's log (tail):\n{kueue_manager.logs()[-2500:]}"
+                    f"\noperator's log (tail):\n{kueue_operator.logs()[-6000:]}")
 
         job = mljob("partial", computePool=pool, mode="parallel", targetInstances=3, minInstances=2,
                     entrypoint={"command": ["python", "-c", COUNTS]})

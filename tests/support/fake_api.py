@@ -17,6 +17,7 @@ class FakeApi:
         self.urgent: list[str] = []  # jobs whose status was written in the urgent lanes, in order
         self.pool_status: dict[str, Any] = {}  # the last pool status patch
         self.labels: dict[tuple[str, str, str], dict[str, str]] = {}  # (kind, namespace, name) → labels, for labels_of
+        self.generations: dict[str, int] = {}  # job name → the generation its last spec write made
 
     def count(self, verb: str, kind: str | None = None) -> int:
         return sum(1 for v, what in self.calls if v == verb and (kind is None or what.startswith(f"{kind}/")))
@@ -106,12 +107,19 @@ class FakeApi:
         self.calls.append(("replace-status", f"{obj['kind']}/{obj['metadata']['name']}"))
         self.objects[(obj["kind"], obj["metadata"]["name"])] = {**obj, "status": status}
 
-    async def set_job_suspend(self, namespace: str, name: str, suspend: bool, uid: str) -> None:
+    async def set_job_suspend(self, namespace: str, name: str, suspend: bool, uid: str) -> int:
         self.calls.append(("suspend" if suspend else "resume", name))
+        return self._spec_written(name)
 
     async def set_job_placement(self, namespace: str, name: str, suspend: bool, uid: str,
-                                annotations: dict[str, str | None]) -> None:
+                                annotations: dict[str, str | None]) -> int:
         self.calls.append(("suspend" if suspend else "resume", name))
+        return self._spec_written(name)
+
+    def _spec_written(self, name: str) -> int:
+        """The generation a spec write made: one past the last (the jobs of the tests start at 1)."""
+        self.generations[name] = self.generations.get(name, 1) + 1
+        return self.generations[name]
 
     async def post_event(self, event: dict[str, Any]) -> None:
         self.calls.append(("event", str(event.get("reason"))))

@@ -49,6 +49,11 @@ async def reconcile_job(op: OperatorState, key: JobKey) -> None:
             await release_pods(op, key, [p for p in op.view.pods(key) if p.deleting])  # nothing left to decide
             return
         queued, body = found
+        # Never decided on as it was before this process' own write to its spec (Kueue's suspend or resume): a
+        # pass woken by another event (its Workload admitted) would run it unsuspended, or uncut, on a stale view.
+        # The watch's event of that write brings the next pass.
+        if op.view.behind(queued):
+            return
         # Where Kueue admitted fewer instances than the job counts (partial admission), the job runs with those.
         job = kueue.as_admitted(queued) if op.cfg.kueue else queued
         # The instance layout of the job as it runs, computed once here and passed along (status, plan, children,

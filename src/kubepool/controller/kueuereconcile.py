@@ -97,9 +97,11 @@ async def _suspend(op: OperatorState, key: JobKey, job: MLJob, steps: kueue.Step
                            "metadata": {"name": name, "namespace": ns, "uid": uid}},
                           type="Normal", reason=kueue.PARTIAL_ADMISSION, message=short)
     if wanted is None and not had:
-        await op.api.set_job_suspend(ns, name, bool(steps.suspend), uid)
+        generation = await op.api.set_job_suspend(ns, name, bool(steps.suspend), uid)
     else:
-        await op.api.set_job_placement(ns, name, bool(steps.suspend), uid, {ANNOTATION_KUEUE_PLACEMENT: wanted})
+        generation = await op.api.set_job_placement(ns, name, bool(steps.suspend), uid,
+                                                    {ANNOTATION_KUEUE_PLACEMENT: wanted})
+    op.view.spec_written[uid] = generation
     log.info("MLJob %s/%s: %s for Kueue", ns, name, "suspended" if steps.suspend else "admitted: resumed")
     return True
 

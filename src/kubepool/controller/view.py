@@ -89,6 +89,9 @@ class ClusterView:
     indexing: set[JobKey] = field(default_factory=set)
     # What the event handlers last acted on: a job's (uid, generation, deleting), a node as the pools read it.
     seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)
+    # The generation this process' own last write to a job's spec made, by uid (Kueue's suspend and resume): a
+    # watched job older than that is not decided on (`behind`).
+    spec_written: dict[str, int] = field(default_factory=dict)
     node_views: dict[str, NodeView] = field(default_factory=dict)
     # The pools as last read, kept while the pool index is unchanged: every job pass, pool pass and node event
     # reads them all, O(pools) each. None: not tracked (read every time). The handlers count the index's changes
@@ -101,6 +104,7 @@ class ClusterView:
         """Job `uid` was deleted. What is kept by name goes too, unless a newer job of that name is already
         watched (a deletion seen after the re-create: a watch gap resynced, `kopf_fence.relist_deletions`)."""
         self.finished.discard(uid)
+        self.spec_written.pop(uid, None)
         if self.superseded(key, uid):
             return
         self.stale.discard(key)
@@ -139,6 +143,10 @@ class ClusterView:
         """The status writer changed what `written` holds for the job: its claim is read again."""
         if self.tracking:
             self.stale.add(key)
+
+    def behind(self, job: MLJob) -> bool:
+        """Whether the watch has not yet shown this process' own last write to the job's spec."""
+        return (objectmeta.generation(job) or 0) < self.spec_written.get(objectmeta.uid(job), 0)
 
     def superseded(self, key: JobKey, uid: str) -> bool:
         """Whether a job named `key` other than `uid` is watched."""

@@ -90,6 +90,11 @@ def _retry_after(status: Mapping[str, Any], headers: Mapping[str, str]) -> float
         return None
 
 
+def _generation(content: bytes) -> int:
+    generation = (json.loads(content).get("metadata") or {}).get("generation")
+    return generation if isinstance(generation, int) else 0
+
+
 def _job_path(namespace: str, name: str) -> str:
     return f"{collection_path(naming.API_VERSION, naming.MLJOB_KIND, namespace)}/{name}"
 
@@ -220,19 +225,23 @@ class Api:
             raise NotFound(f"{what}: it is no longer uid {uid} (deleted; a new job may have its name)", 404)
         raise status_error(422, message or resp.text, str(status.get("reason") or ""), what)
 
-    async def set_job_suspend(self, namespace: str, name: str, suspend: bool, uid: str) -> None:
-        """Set an MLJob's spec.suspend (a queue manager's gate), only if the job of that name is still `uid`."""
+    async def set_job_suspend(self, namespace: str, name: str, suspend: bool, uid: str) -> int:
+        """Set an MLJob's spec.suspend (a queue manager's gate), only if the job of that name is still `uid`; the
+        job's generation the write made."""
         body = [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "add", "path": "/spec/suspend", "value": suspend}]
-        await self._send("PATCH", _job_path(namespace, name), f"set spec.suspend={suspend} of MLJob {namespace}/{name}",
-                         body=body, content_type=_JSON_PATCH, params={"fieldManager": naming.FIELD_MANAGER})
+        resp = await self._request("PATCH", _job_path(namespace, name), f"set spec.suspend={suspend} of MLJob {namespace}/{name}",
+                                   body=body, content_type=_JSON_PATCH, params={"fieldManager": naming.FIELD_MANAGER})
+        return _generation(resp.content)
 
     async def set_job_placement(self, namespace: str, name: str, suspend: bool, uid: str,
-                                annotations: dict[str, str | None]) -> None:
+                                annotations: dict[str, str | None]) -> int:
         """Set an MLJob's spec.suspend and some of its annotations (None removes one) in one merge patch; its
-        metadata.uid makes it fail on another job of that name (a uid cannot change)."""
+        metadata.uid makes it fail on another job of that name (a uid cannot change). The job's generation the
+        write made."""
         body = {"metadata": {"uid": uid, "annotations": annotations}, "spec": {"suspend": suspend}}
-        await self._send("PATCH", _job_path(namespace, name), f"set spec.suspend={suspend} of MLJob {namespace}/{name}",
-                         body=body, content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
+        resp = await self._request("PATCH", _job_path(namespace, name), f"set spec.suspend={suspend} of MLJob {namespace}/{name}",
+                                   body=body, content_type=_MERGE, params={"fieldManager": naming.FIELD_MANAGER})
+        return _generation(resp.content)
 
     async def patch_owned(self, target: tuple[str, str, str, str], patch: list[Obj]) -> bool:
         """A JSON patch of one object (api_version, kind, namespace, name) whose first op tests that it is the

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from kubepool import naming
 from kubepool.api import MLJob
 from kubepool.controller import statuswriter, view, workqueue
+from kubepool.controller.config import OperatorConfig
 from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.observed import PodView
 from kubepool.controller.state import OperatorState
@@ -243,3 +245,31 @@ async def test_a_pod_that_ended_is_handled_at_once_a_starting_one_after_the_burs
         assert (("ns", "train") in op.queue.pending) is delayed, phase
         await asyncio.sleep(workqueue.POD_EVENT_DELAY_SECONDS * 2)
         assert not op.queue.pending
+
+
+async def test_a_job_is_not_decided_on_before_the_watch_shows_this_process_own_spec_write() -> None:
+    """Kueue's suspend or resume, this process' write to the job's spec, made generation 2. A pass that still sees
+    generation 1 (woken by another event: its Workload admitted before the watch showed the suspend) decides
+    nothing and creates nothing; the pass on generation 2 goes on."""
+    op, api, events = state([job(targetInstances=2)])
+    op.view.spec_written["uid-train"] = 2
+    await reconcile_job(op, ("ns", "train"))
+    assert api.calls == [] and events == [], api.calls
+    body = dict(op.view.indexes[view.JOB_INDEX][("ns", "train")][0])
+    body["metadata"] = {**body["metadata"], "generation": 2, "resourceVersion": "2"}
+    op.view.indexes[view.JOB_INDEX][("ns", "train")] = [body]
+    await reconcile_job(op, ("ns", "train"))
+    assert api.calls[0] == ("status", "train") and api.pods() == ["train-homogeneouscluster-0"]
+
+
+async def test_kueues_suspend_is_remembered_and_the_stale_view_waits_for_it() -> None:
+    """A queued job with no Workload: its first pass writes the Workload and suspends the job (generation 2, as
+    the API server answered), and decides nothing more on the generation 1 it still sees."""
+    queued = job(targetInstances=2)
+    queued = queued.model_copy(update={"metadata": {**queued.metadata, "labels": {naming.LABEL_KUEUE_QUEUE: "q"}}})
+    op, api, events = operator_state([queued], [pool(max_nodes=3)], cfg=OperatorConfig(kueue=True))
+    await reconcile_job(op, ("ns", "train"))
+    assert ("suspend", "train") in api.calls and op.view.spec_written == {"uid-train": 2}
+    api.calls.clear()
+    await reconcile_job(op, ("ns", "train"))  # woken again before the watch showed the suspend
+    assert api.calls == [] and api.pods() == []
