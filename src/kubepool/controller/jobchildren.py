@@ -103,9 +103,12 @@ async def _ensure_children(op: OperatorState, job: MLJob, st: MLJobStatus, pools
                              store=op.cfg.results_location, layout=layout)
     token = secrets.token_urlsafe(32) if job.spec.ray.auth_mode == "token" else None
     written = ref.uid in op.children.ready  # this process created or found the Secret for an earlier pass
+    deletions = op.children.deletions.get(ref.uid, 0)
     writes += [_write_job_secret(op, ref, doc, token, written), _create_owned(op, ref, build_headless_service(ref)),
                _create_owned(op, ref, build_network_policy(ref))]
     await _all(writes)
+    if op.children.deletions.get(ref.uid, 0) != deletions:  # a child went during the writes: the next pass checks
+        return
     op.children.ready.setdefault(ref.uid, set()).add((st.attempt, generation))
 
 
@@ -154,6 +157,7 @@ def child_deleted(op: OperatorState, key: JobKey, uid: str) -> None:
     its shared children again, and runs now (a child of an earlier job of the same name going is what a new
     job may be waiting for)."""
     op.children.ready.pop(uid, None)
+    op.children.deletions[uid] = op.children.deletions.get(uid, 0) + 1
     op.queue.spawn(key)
 
 

@@ -23,10 +23,14 @@ class ChildMemo:
     # namespace → the write of its shared runtime account (RuntimeAccountPolicy.PER_NAMESPACE), once per process
     runtime_accounts: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # the API server's refusal of the job's last writes
+    # job uid → how many of its shared children this process saw deleted (a pass in flight across one must not
+    # mark the children written: what it found may be the deleted child)
+    deletions: dict[str, int] = field(default_factory=dict)
 
     def forget(self, uid: str) -> None:
         self.refused.pop(uid, None)
         self.ready.pop(uid, None)
+        self.deletions.pop(uid, None)
         self.rayclusters.pop(uid, None)
         self.endpoint_slices.pop(uid, None)
         self.created_pods.pop(uid, None)
