@@ -26,6 +26,7 @@ import pytest
 from kubepool.local import components, controlplane, processes, registry
 from kubepool.local.layout import REPO_ROOT, Layout
 from kubetest import Cluster, Kubectl, cluster_turn
+from support import private_nodes
 from support.file_order import file_of, file_order, load_weights
 
 # The fixtures shared across suites, registered once for every test (a conftest that defines one of the same name
@@ -70,14 +71,16 @@ def _run_cli(args: list[str], say: Callable[[str], None]) -> None:
 
 
 @pytest.fixture(scope="session")
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     say = _reporter(request.config)
     state_dir = TEST_STATE_DIR
     before = Layout.load(state_dir)
     was_running = before is not None and any(processes.alive(before, c) for c in components.CONTROL_PLANE)
     # `up` is idempotent: on a healthy cluster it only checks health and starts what is missing (e.g. agents),
-    # and it returns once the local nodes are Ready (or fails saying which are not, and why).
-    _run_cli(["up", "--state-dir", str(state_dir), "--slot", str(TEST_SLOT)], say)
+    # and it returns once the local nodes are Ready (or fails saying which are not, and why). The default nodes
+    # and those a test file has to itself (support.private_nodes).
+    nodes = private_nodes.nodes_config(TEST_SLOT, tmp_path_factory.mktemp("nodes"))
+    _run_cli(["up", "--state-dir", str(state_dir), "--slot", str(TEST_SLOT), "--nodes-config", str(nodes)], say)
     layout = Layout.load(state_dir)
     assert layout is not None, f"no cluster.json in {state_dir} after `up`"
     sessions = (state_dir / ".sessions").open("a")

@@ -2,8 +2,9 @@
 node's lease lapses Kubernetes marks it NotReady; the operator's instances tolerate that for the default
 node_lost_seconds (NoExecute tolerations on its pods), are evicted, and the job whose worker was there FAILS
 InstancesLost: no sooner than node_lost_seconds after NotReady (the toleration held) and within 30 s after it
-(the eviction and one operator pass). `kubepool local up` restarts the agent afterwards. Slow: the node-monitor
-grace period (~50 s) plus node_lost_seconds (60 s)."""
+(the eviction and one operator pass). The agent is started again afterwards. The job runs on this file's own nodes
+(support.private_nodes): no other test's pod is on the node that goes, so the test takes no exclusive turn. Slow:
+the node-monitor grace period (~50 s) plus node_lost_seconds (60 s)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import yaml
 from faultkit import (
     job,
     kill_component,
-    local_up,
     node_ready,
     orphans,
     pod_running,
@@ -30,11 +30,13 @@ from faultkit import (
 from kubepool import naming
 from kubepool.controller.builders.pods import NODE_LOST_TAINTS
 from kubepool.controller.config import OperatorConfig
+from support import private_nodes
 from support.operator_cluster import Operator, operator_env, wait_for
 
 NODE_LOST_SECONDS = int(OperatorConfig.model_fields["node_lost_seconds"].default)  # what a chart install runs with
 AFTER_S = 30.0  # from the toleration's end: the taint manager's eviction, then one operator pass
 NOT_READY_POLL_S = 1.0
+PRIVATE = "node-faults"
 
 
 def _t(ts: str) -> float:
@@ -42,7 +44,6 @@ def _t(ts: str) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.exclusive  # the node goes NotReady under every cluster test
 def test_node_agent_killed(cluster: Any, kubectl: Any, crds: None, namespace: str, tmp_path: Path, small_pool: Any,
                            recorder: Any, operator_kubeconfig: Path) -> None:
     assert "KUBEPOOL_OPERATOR_NODE_LOST_SECONDS" not in os.environ and "KUBEPOOL_OPERATOR_NODE_LOST_SECONDS" not in operator_env()
@@ -50,7 +51,8 @@ def test_node_agent_killed(cluster: Any, kubectl: Any, crds: None, namespace: st
     operator.start()
     node = ""
     try:
-        below = small_pool(max_nodes=3)
+        below = small_pool(max_nodes=2, nodeSelector=private_nodes.selector(PRIVATE),
+                           tolerations=[private_nodes.toleration(PRIVATE)])
         kubectl("apply", "-n", namespace, "-f", "-", check=True,
                 input=yaml.safe_dump(job("node-below", below, sleep_cmd(300), targetInstances=2)))
         pods = pod_running(kubectl, namespace, "node-below", n=2)
@@ -76,7 +78,7 @@ def test_node_agent_killed(cluster: Any, kubectl: Any, crds: None, namespace: st
         tainted = min(_t(t["timeAdded"]) for t in kubectl.json("get", "node", node)["spec"].get("taints", [])
                       if t["effect"] == "NoExecute" and t["key"] in NODE_LOST_TAINTS)
         held = _t(final["node-below"]["completionTime"]) - tainted
-        local_up()  # the agent comes back; the evicted pods are cleaned up
+        private_nodes.start_agent(cluster.layout, node)  # the agent comes back; the evicted pods are cleaned up
         wait_for(lambda: node_ready(kubectl, node), 120, f"{node} Ready again", 1.0)
         final = wait_terminal(kubectl, namespace, ["node-below"], 60)
         got = {n: (final[n]["phase"], final[n]["reason"]) for n in expect}
@@ -91,5 +93,5 @@ def test_node_agent_killed(cluster: Any, kubectl: Any, crds: None, namespace: st
         print(f"NotReady after {visible - killed:.0f}s; verdict {verdict:.1f}s later")
     finally:
         if node and not node_ready(kubectl, node):
-            local_up()
+            private_nodes.start_agent(cluster.layout, node)
         operator.stop()

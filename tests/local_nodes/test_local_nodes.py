@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -22,6 +21,7 @@ import yaml
 
 from kubepool.local import processes
 from kubepool.local.agent.config import load_nodes
+from support import private_nodes
 
 Kubectl = Any  # tests/conftest.py's Kubectl
 Pod = dict[str, Any]
@@ -374,7 +374,16 @@ def test_active_deadline_fails_the_pod(kubectl: Kubectl, namespace: str) -> None
     assert pod["status"]["phase"] == "Failed" and pod["status"]["reason"] == "DeadlineExceeded"
 
 
-RESTART_NODE = "cpu-node-3"
+# This file's own node (support.private_nodes): its agent is stopped and its Node deleted with no other test's
+# pods on it, so those tests take no exclusive turn of the cluster.
+PRIVATE = "local-nodes"
+RESTART_NODE = private_nodes.GROUPS[PRIVATE][0]
+
+
+def on_private_node(manifest: dict[str, Any]) -> dict[str, Any]:
+    manifest["spec"].update(nodeSelector={"kubernetes.io/hostname": RESTART_NODE},
+                            tolerations=[private_nodes.toleration(PRIVATE)])
+    return manifest
 
 
 def _stop_agent(cluster: Any, sig: signal.Signals) -> None:
@@ -387,32 +396,24 @@ def _stop_agent(cluster: Any, sig: signal.Signals) -> None:
     assert not Path(f"/proc/{pid}").exists()
 
 
-def _start_agents() -> None:
-    subprocess.run(
-        [sys.executable, "-m", "kubepool.local.cli", "up"], check=True, capture_output=True, timeout=120
-    )
-
-
-@pytest.mark.exclusive  # a node without its agent under every cluster test
 def test_restarted_agent_adopts_running_pods(cluster: Any, kubectl: Kubectl, namespace: str) -> None:
     script = "import time\nprint('start', flush=True)\ntime.sleep(8)\nprint('end')"
     apply(
         kubectl,
         namespace,
-        pod_manifest("survivor", script, nodeSelector={"kubernetes.io/hostname": RESTART_NODE}),
+        on_private_node(pod_manifest("survivor", script)),
     )
     wait_pod(kubectl, namespace, "survivor", logged(kubectl, namespace, "survivor", "start"))
     try:
         _stop_agent(cluster, signal.SIGKILL)  # a crash: the pod's processes outlive the agent
     finally:
-        _start_agents()
+        private_nodes.start_agent(cluster.layout, RESTART_NODE)
     pod = wait_pod(kubectl, namespace, "survivor", phase_in("Succeeded", "Failed"))
     assert pod["status"]["phase"] == "Succeeded"
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
     assert logs(kubectl, namespace, "survivor").split() == ["start", "end"]
 
 
-@pytest.mark.exclusive  # the node's pods stopped under every cluster test
 def test_stopped_agent_stops_its_pods_and_the_next_one_restarts_them(
     cluster: Any, kubectl: Kubectl, namespace: str
 ) -> None:
@@ -421,7 +422,7 @@ def test_stopped_agent_stops_its_pods_and_the_next_one_restarts_them(
     apply(
         kubectl,
         namespace,
-        pod_manifest("stopped", script, nodeSelector={"kubernetes.io/hostname": RESTART_NODE}),
+        on_private_node(pod_manifest("stopped", script)),
     )
     wait_pod(kubectl, namespace, "stopped", logged(kubectl, namespace, "stopped", marker))
     assert _processes_with(marker)
@@ -429,7 +430,7 @@ def test_stopped_agent_stops_its_pods_and_the_next_one_restarts_them(
         _stop_agent(cluster, signal.SIGTERM)
         assert _processes_with(marker) == []  # no orphans
     finally:
-        _start_agents()
+        private_nodes.start_agent(cluster.layout, RESTART_NODE)
     deadline = time.monotonic() + 30
     while not _processes_with(marker):
         assert time.monotonic() < deadline, "the restarted agent did not start the pod again"
@@ -443,6 +444,33 @@ def test_stopped_agent_stops_its_pods_and_the_next_one_restarts_them(
         "stopped",
         lambda _: logs(kubectl, namespace, "stopped").split() == [marker, marker],
     )
+
+
+def test_a_pod_deleted_while_its_agent_was_down_is_stopped_by_the_next_agent(
+    cluster: Any, kubectl: Kubectl, namespace: str
+) -> None:
+    """The kubelet's duty at its start: a pod found terminating has its containers killed, also those a previous
+    agent process left running (before, the new agent dropped the pod without stopping them: orphans)."""
+    marker = f"kubepool-marker-{uuid.uuid4().hex[:8]}"
+    script = f"import time\nprint('{marker}', flush=True)\ntime.sleep(600)"
+    apply(kubectl, namespace, on_private_node(pod_manifest("orphaned", script, terminationGracePeriodSeconds=1)))
+    wait_pod(kubectl, namespace, "orphaned", logged(kubectl, namespace, "orphaned", marker))
+    try:
+        _stop_agent(cluster, signal.SIGKILL)  # its pod's processes run on
+        kubectl("delete", "pod", "orphaned", "-n", namespace, "--wait=false", check=True)  # terminating: no agent
+        assert _processes_with(marker)
+    finally:
+        private_nodes.start_agent(cluster.layout, RESTART_NODE)
+    deadline = time.monotonic() + 30
+    try:
+        while _processes_with(marker) or kubectl("get", "pod", "orphaned", "-n", namespace).returncode == 0:
+            assert time.monotonic() < deadline, (
+                f"the new agent left the deleted pod's processes {_processes_with(marker)} running"
+            )
+            time.sleep(0.2)
+    finally:
+        for pid in _processes_with(marker):  # no agent stops them any more: the failed test does
+            os.kill(pid, signal.SIGKILL)
 
 
 READY_LATER = """
@@ -473,14 +501,8 @@ def test_readiness_probe_gates_ready(kubectl: Kubectl, namespace: str) -> None:
     assert {c["type"]: c["status"] for c in ready["status"]["conditions"]}["Ready"] == "True"
 
 
-@pytest.mark.exclusive  # the node and its pods gone under every cluster test
 def test_deleted_node_registers_again(kubectl: Kubectl) -> None:
-    node = (
-        "gpu-node-2"  # tainted: other tests' pods do not land there, and a deleted Node takes its pods along
-    )
-    pods = kubectl.json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
-    if pods:
-        pytest.skip(f"{node} runs pods; deleting its Node would disturb them")
+    node = RESTART_NODE  # a deleted Node takes its pods along: only this file's ever run there
     kubectl("delete", "node", node, check=True)
     deadline = time.monotonic() + 40
     while kubectl("get", "node", node).returncode != 0:

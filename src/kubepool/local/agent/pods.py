@@ -392,7 +392,7 @@ class PodWorker:
         self.stopping = True
         if self.lifecycle is not None:
             self.lifecycle.cancel()
-        await asyncio.gather(*(r.stop(grace) for r in self.runs.values()))
+        await asyncio.gather(*(r.stop(grace) for r in [*self.runs.values(), *self._left_behind()]))
         if delete:
             if (self.pod.get("status") or {}).get("phase") not in TERMINAL and self.lifecycle is not None:
                 self._mark_stopped()
@@ -403,6 +403,13 @@ class PodWorker:
         self.volumes.cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
         self.on_done(self.uid)
+
+    def _left_behind(self) -> list[Run]:
+        """Runs a previous agent process left that this worker has not adopted (yet): a pod found terminating
+        when the agent starts is stopped before its lifecycle ever adopts them, and its processes must go too."""
+        adopted = {r.dir for r in self.runs.values()}
+        found = (runner.find(d) for d in self.dir.glob("containers/*/*") if d.name.isdigit() and d not in adopted)
+        return [r for r in found if r is not None]
 
     async def _delete_object(self) -> None:
         """Remove the pod object (grace 0, as the kubelet does once its containers are gone), retrying
