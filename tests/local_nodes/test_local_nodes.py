@@ -5,6 +5,7 @@ receive them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -470,7 +471,8 @@ def test_a_pod_deleted_while_its_agent_was_down_is_stopped_by_the_next_agent(
             time.sleep(0.2)
     finally:
         for pid in _processes_with(marker):  # no agent stops them any more: the failed test does
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 READY_LATER = """
