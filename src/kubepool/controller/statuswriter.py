@@ -40,6 +40,12 @@ class StatusWriter:
         self.written.pop(uid, None)
         self.unflushed.pop(uid, None)
 
+    def settle(self, uid: str) -> None:
+        """The watch shows the job's final status as this process wrote it: the watched one stands for it from
+        now on (as after a restart), unless a flush of it is still pending."""
+        if uid not in self.unflushed:
+            self.written.pop(uid, None)
+
     async def write(self, key: JobKey, job: MLJob, new: MLJobStatus) -> None:
         """Persist `new` as the job's status: at once when a decisive field changed (or a flush is due), else
         `flush_delay` later, this process reading `new` meanwhile."""

@@ -6,7 +6,7 @@ the API; everything is rebuilt from the watches after a restart."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,8 @@ class ClusterView:
     process last wrote or is about to), read here, never written."""
 
     written: Mapping[str, MLJobStatus]
+    # The status writer's `settle`: called for a job whose watched status is final and no older than `written`'s.
+    settled: Callable[[str], None] = lambda _: None
     indexes: Mapping[str, Any] = field(default_factory=dict)  # INDEXES → kopf's (captured at startup), and podwatch's
     # Parsed models by resourceVersion: every decision reads every job and pool, and pydantic validation of
     # the whole index per decision made bursts quadratic. Models handed out are never mutated.
@@ -178,8 +180,17 @@ class ClusterView:
         except ValidationError as e:
             log.warning("MLJob %s/%s does not parse: %s", *key, e)
             return None
-        mine = self.written.get(objectmeta.uid(job))
-        if mine is not None and mine == job.status:
+        uid = objectmeta.uid(job)
+        mine = self.written.get(uid)
+        caught_up = mine is None or mine == job.status
+        if caught_up and job.status is not None and job.status.phase is not None and job.status.phase.finished:
+            # A finished job as the watch shows it, final: its body is all the operator keeps of it (its rare later
+            # passes, the TTL's and its pods' going, parse it again), so thousands of finished jobs kept in the
+            # cluster cost their bodies alone.
+            self.settled(uid)
+            self.parsed_jobs.pop(key, None)
+            return job
+        if mine is not None and caught_up:
             # The watch caught up with this process' write: the model keeps that status object, so a live job's
             # status (most of what it costs in memory) is held once, not twice, and job() needs no copy.
             job = job.model_copy(update={"status": mine})

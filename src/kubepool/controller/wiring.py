@@ -26,6 +26,7 @@ def new_operator(cfg: OperatorConfig, api: KubeApi, *, indexes: Mapping[str, Any
     status = StatusWriter(api, wake=queue.spawn)
     view = ClusterView(written=status.written, indexes=indexes if indexes is not None else {})
     status.changed = view.status_changed
+    view.settled = status.settle
     op = OperatorState(cfg=cfg, api=api, view=view, queue=queue, status=status,
                        placeholder_namespace=placeholder_namespace,
                        post_event=post_event or EventPoster(api, naming.FIELD_MANAGER))

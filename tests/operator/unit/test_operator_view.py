@@ -67,6 +67,32 @@ async def test_a_status_the_watch_caught_up_with_is_held_once() -> None:
     assert op.view.parsed_jobs[("ns", "train")][1].status is not mine
 
 
+async def test_a_finished_job_the_watch_shows_as_written_costs_its_body_alone() -> None:
+    """Once the watch shows a finished job's final status as this process wrote it, neither its parsed model nor
+    the written status is kept (thousands of finished jobs left in the cluster: P6); a finished status written
+    and not yet watched is kept, and read."""
+    op, _, _ = operator_state([job(targetInstances=1)], [pool()])
+    key = ("ns", "train")
+    done = MLJobStatus(phase="DONE", reason="Completed")
+    op.status.written["uid-train"] = done
+    watched = body(op.view.job(key)[0], "7")  # type: ignore[index]
+    watched.pop("status", None)
+    op.view.indexes[JOB_INDEX][key] = [watched]
+    found = op.view.job(key)
+    assert found is not None and found[0].status is done, "a written status not yet watched is read"
+    assert "uid-train" in op.status.written
+    echo = {**watched, "metadata": {**watched["metadata"], "resourceVersion": "8"},
+            "status": done.model_dump(mode="json", by_alias=True, exclude_none=True)}
+    op.view.indexes[JOB_INDEX][key] = [echo]
+    found = op.view.job(key)
+    assert found is not None and found[0].status == done
+    assert "uid-train" not in op.status.written and key not in op.view.parsed_jobs
+    op.status.unflushed["uid-other"] = False  # a flush still pending keeps its status
+    op.status.written["uid-other"] = done
+    op.status.settle("uid-other")
+    assert op.status.written["uid-other"] is done
+
+
 def test_finished_jobs_leave_the_claims_for_good_until_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
     written: dict[str, MLJobStatus] = {}
     view = ClusterView(written=written)
