@@ -20,6 +20,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,12 +71,34 @@ def _run_cli(args: list[str], say: Callable[[str], None]) -> None:
         pytest.fail(f"kubepool local {' '.join(args)} failed:\n" + "\n".join(lines[-40:]), pytrace=False)
 
 
+WAS_RUNNING = "kubepool_cluster_was_running"
+_WAS_RUNNING_KEY = pytest.StashKey[bool]()
+
+
+def _cluster_running() -> bool:
+    before = Layout.load(TEST_STATE_DIR)
+    return before is not None and any(processes.alive(before, c) for c in components.CONTROL_PLANE)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Whether the test cluster ran before this run, told once by the run's first process: an xdist worker whose
+    # first cluster test comes after the other worker started the cluster would take it for one found running,
+    # and then neither worker would stop it at the end.
+    if not hasattr(config, "workerinput"):
+        config.stash[_WAS_RUNNING_KEY] = _cluster_running()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # xdist: what each worker is told at its start
+    node.workerinput[WAS_RUNNING] = node.config.stash[_WAS_RUNNING_KEY]
+
+
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     say = _reporter(request.config)
     state_dir = TEST_STATE_DIR
-    before = Layout.load(state_dir)
-    was_running = before is not None and any(processes.alive(before, c) for c in components.CONTROL_PLANE)
+    told = getattr(request.config, "workerinput", {}).get(WAS_RUNNING)
+    was_running = bool(told) if told is not None else request.config.stash.get(_WAS_RUNNING_KEY, _cluster_running())
     # `up` is idempotent: on a healthy cluster it only checks health and starts what is missing (e.g. agents),
     # and it returns once the local nodes are Ready (or fails saying which are not, and why). The default nodes
     # and those a test file has to itself (support.private_nodes).

@@ -92,6 +92,8 @@ def test_node_agent_killed(cluster: Any, kubectl: Any, crds: None, namespace: st
                node_lost_seconds=NODE_LOST_SECONDS, not_ready_after_s=round(visible - killed, 1), after_taint_s=held)
         print(f"NotReady after {visible - killed:.0f}s; verdict {verdict:.1f}s later")
     finally:
-        if node and not node_ready(kubectl, node):
-            private_nodes.start_agent(cluster.layout, node)
-        operator.stop()
+        try:
+            if node and not node_ready(kubectl, node):
+                private_nodes.start_agent(cluster.layout, node)
+        finally:
+            operator.stop()
