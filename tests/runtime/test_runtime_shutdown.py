@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import urllib.error
 import urllib.request
 
@@ -36,6 +38,25 @@ def test_server_tells_workers_to_leave_and_counts_acks() -> None:
     finally:
         server.close()
     assert ask_head(url1, TOKEN, timeout=1) is None
+
+
+def test_a_head_that_goes_while_it_answers_is_unreachable() -> None:
+    """The head's process ends mid-answer (a worker's run saw `IncompleteRead` and crashed instead of counting
+    the head lost): its answer cut short, or not HTTP at all, is no answer."""
+    for reply in (b"HTTP/1.0 200 OK\r\nContent-Length: 16\r\n\r\n", b"garbage\r\n\r\n"):
+        with socket.create_server((HOST, 0)) as listener:
+            port = listener.getsockname()[1]
+
+            def answer(reply: bytes = reply) -> None:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(reply)
+
+            server = threading.Thread(target=answer)
+            server.start()
+            assert ask_head(poll_url(HOST, port, 1), TOKEN, timeout=5) is None
+            server.join()
 
 
 def _status(url: str, headers: dict[str, str]) -> int:

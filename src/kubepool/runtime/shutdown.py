@@ -12,6 +12,7 @@ without it (401) or with another (403) is refused before it can count as a worke
 from __future__ import annotations
 
 import hmac
+import http.client
 import json
 import threading
 import time
@@ -117,11 +118,12 @@ class WorkerOutcome(StrEnum):
 
 
 def ask_head(url: str, token: str | None = None, timeout: float = 5.0) -> bool | None:
-    """The head's answer, or None when it cannot be reached (or refuses this worker's token)."""
+    """The head's answer, or None when it cannot be reached (or refuses this worker's token). A head that goes
+    while it answers (a response cut short, a malformed one) is one that cannot be reached."""
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=auth_headers(token)), timeout=timeout) as resp:
             return bool(json.load(resp)["leave"])
-    except (OSError, urllib.error.URLError, ValueError, KeyError):
+    except (OSError, urllib.error.URLError, http.client.HTTPException, ValueError, KeyError):
         return None
 
 
