@@ -9,7 +9,7 @@ import kopf
 
 from kubepool import naming, objectmeta
 from kubepool.controller import podwatch, view
-from kubepool.controller.jobchildren import child_deleted
+from kubepool.controller.jobchildren import child_seen
 from kubepool.controller.jobreconcile import job_key
 from kubepool.controller.observed import NodeView
 from kubepool.controller.poolstatus import pools_affected_by_node
@@ -91,11 +91,9 @@ async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
 @kopf.on.event("networking.k8s.io", "networkpolicies", labels=MANAGED)
 async def child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A job's Service or NetworkPolicy deleted (by hand, or the garbage collector removing an earlier job's of
-    the same name): the job writes it again."""
-    key = view.owning_job(body)
-    uid = (body.get("metadata", {}).get("labels") or {}).get(naming.LABEL_JOB_UID)
-    if event["type"] == "DELETED" and key is not None and uid:
-        child_deleted(_op(memo), key, uid)
+    the same name): the job writes it again. Their events go to jobchildren.child_seen from the stream
+    (main.configure: kopf_fence.take_over); only where kopf's streams could not be taken over do they come here."""
+    child_seen(_op(memo), event["type"], dict(body))
 
 
 @kopf.on.event(naming.GROUP, naming.POOL_PLURAL)

@@ -29,7 +29,7 @@ from kubepool.controller.builders.raycluster import raycluster_name
 from kubepool.controller.config import RuntimeAccountPolicy
 from kubepool.controller.observed import PodView
 from kubepool.controller.plan import FOREIGN, OWNED, Plan, existing_child, slice_to_write
-from kubepool.controller.view import JobKey
+from kubepool.controller.view import JobKey, owning_job
 from kubepool.kube.errors import Foreign, Going
 
 if TYPE_CHECKING:
@@ -150,6 +150,21 @@ async def _create_owned(op: OperatorState, ref: JobRef, obj: dict[str, Any]) -> 
     owners = [o.get("uid") for o in (found or {}).get("ownerReferences") or []]
     raise Going(f"{what} still belongs to an earlier MLJob {ref.name} (owner uid {', '.join(owners) or '?'}, this "
                    f"job's {ref.uid}); waiting for the garbage collector to remove it", 409)
+
+
+def child_seen(op: OperatorState, event_type: str | None, body: dict[str, Any]) -> None:
+    """One event of the Service and NetworkPolicy streams (type None: listed), taken over from kopf
+    (`kopf_fence.take_over`; kopf's `handlers.child_event` where it cannot be): only a deletion of a job's own
+    asks for anything. Must not raise: the stream is kopf's."""
+    try:
+        labels = objectmeta.meta(body).get("labels") or {}
+        if event_type != "DELETED" or labels.get(naming.LABEL_MANAGED_BY) != naming.MANAGED_BY:
+            return
+        key, uid = owning_job(body), labels.get(naming.LABEL_JOB_UID)
+        if key is not None and uid:
+            child_deleted(op, key, uid)
+    except Exception:
+        log.exception("%s event not handled: %s", body.get("kind"), objectmeta.meta(body).get("name"))
 
 
 def child_deleted(op: OperatorState, key: JobKey, uid: str) -> None:

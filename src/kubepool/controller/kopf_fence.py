@@ -97,20 +97,22 @@ def install_fast_json() -> bool:
 # --- watch gaps -----------------------------------------------------------------------------------------------
 log = logging.getLogger(__name__)
 # What each watch stream has seen and not seen deleted, by (resource, namespace) → uid → a slim body (what the
-# handlers of a DELETED event read: identity, labels, the spec; never a pod's spec or status, and of a CRD only its
-# group, which kopf's resource observer re-scans on any CRD event).
+# handlers of a DELETED event read: identity and labels; the spec only of kubepool's own kinds (a deleted MLJob's
+# pools are woken), and of a CRD only its group, which kopf's resource observer re-scans on any CRD event). One is
+# kept for every object the operator watches, so what it holds is a live job's cost several times over.
 _SEEN: dict[tuple[Any, Any], dict[str, dict[str, Any]]] = {}
-_KEEP_META = ("name", "namespace", "uid", "labels", "resourceVersion", "creationTimestamp", "ownerReferences")
+_KEEP_META = ("name", "namespace", "uid", "labels", "resourceVersion", "creationTimestamp")
+_SPEC_KEPT_OF = naming.GROUP + "/"  # apiVersion prefix of the kinds whose deleted body keeps its spec
 
 
 def _slim(body: dict[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     out: dict[str, Any] = {k: body[k] for k in ("apiVersion", "kind") if k in body}
     out["metadata"] = {k: meta[k] for k in _KEEP_META if k in meta}
-    kind, spec = body.get("kind"), body.get("spec")
-    if kind == "CustomResourceDefinition":
+    spec = body.get("spec")
+    if body.get("kind") == "CustomResourceDefinition":
         out["spec"] = {"group": (spec or {}).get("group", "")}
-    elif kind != "Pod" and spec is not None:
+    elif spec is not None and str(body.get("apiVersion", "")).startswith(_SPEC_KEPT_OF):
         out["spec"] = spec
     return out
 
@@ -239,10 +241,14 @@ class LeanToggleSet(_KopfToggleSet):
 _ON_INDEXED: list[Callable[[], None]] = []
 
 
-def when_indexed(callback: Callable[[], None]) -> None:
+def when_indexed(callback: Callable[[], None]) -> bool:
     """Call `callback` once, when kopf's readiness set next turns on: every object of the first listings indexed,
-    its handlers about to run. Never called where `install_lean_readiness` did not install LeanToggleSet."""
+    its handlers about to run. False (and never called) where `install_lean_readiness` did not install
+    LeanToggleSet."""
+    if aiotoggles.ToggleSet is not LeanToggleSet:
+        return False
     _ON_INDEXED.append(callback)
+    return True
 
 
 def install_lean_readiness() -> bool:

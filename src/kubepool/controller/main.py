@@ -21,6 +21,7 @@ from kubepool.controller.collector import StartupHold
 from kubepool.controller.config import OperatorConfig, resolve_lease_namespace, resolve_placeholder_namespace
 from kubepool.controller.election import Timing
 from kubepool.controller.events import EventPoster
+from kubepool.controller.jobchildren import child_seen
 from kubepool.controller.kopf_fence import (
     LeanDiffBaseStorage,
     install_fast_json,
@@ -42,6 +43,7 @@ PEERING_NAME = "kubepool"
 LIST_PAGE_SIZE = 500  # objects per page of kopf's listings (client-go's reflectors page by 500 too)
 WORKER_IDLE_SECONDS = 1.0  # kopf's per-object worker exits after this long without an event of its object
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+CHILD_KINDS = (("", "services"), ("networking.k8s.io", "networkpolicies"))  # (group, plural): handlers.child_event's
 
 
 @kopf.on.login()
@@ -105,8 +107,11 @@ def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None =
     settings.watching.server_timeout = cfg.watch_timeout_seconds
     settings.watching.client_timeout = cfg.watch_timeout_seconds + max(cfg.watch_timeout_seconds // 5, 2)
     settings.watching.connect_timeout = 10
-    # Only kubepool's pods reach the operator: the selector runs in the API server, not in Python.
-    settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
+    # Only kubepool's pods, Services and NetworkPolicies reach the operator: the selector runs in the API server,
+    # not in Python, and the operator keeps nothing of a cluster's other objects of those kinds.
+    for group, plural in (("", "pods"), *CHILD_KINDS):
+        settings.watching.label_selectors[(group, plural) if group else plural] = \
+            f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
     # A listing (at start-up, after a watch gap) comes in pages: kopf decodes each whole before handing on its
     # objects, so thousands of jobs and pods would be in memory at once, each with all its fields.
     settings.watching.chunk_size = LIST_PAGE_SIZE
@@ -136,10 +141,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     op.view.track_open_jobs()  # the job handlers and the status writer report every change of a claim from here on
     op.view.track_pool_changes()  # and the pool handlers count the pool index's changes
     memo.op = op
-    # kopf's pod streams start after this handler: from their first listing on, each pod event goes to podwatch.
-    if not take_over("", "pods", lambda kind, body: podwatch.seen(op, kind, body)):
-        logger.warning("kopf's watch streams are not where kubepool expects them: pod events go through kopf's "
-                       "handlers (more CPU per event)")
+    if not take_over_streams(op):
+        logger.warning("kopf's watch streams or readiness are not where kubepool expects them: pod, Service and "
+                       "NetworkPolicy events go through kopf's handlers (more CPU and memory per object)")
     if cfg.leader_election:
         # `python -m kubepool.controller` waited for the lease before kopf started; `kopf run` waits here.
         elector: LeaderElector | None = getattr(memo, "elector", None)
@@ -177,7 +181,8 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         if task is not None:
             task.cancel()
     if op is not None:
-        take_over("", "pods", None)
+        for group_plural in (("", "pods"), *CHILD_KINDS):
+            take_over(*group_plural, None)
         op.close()
         elector: LeaderElector | None = getattr(memo, "elector", None)
         if elector is not None:
@@ -185,6 +190,21 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         if isinstance(op.post_event, EventPoster):
             await op.post_event.drain()  # the last transitions' Events, before the client closes
         await op.api.close()
+
+
+def take_over_streams(op: OperatorState) -> bool:
+    """kopf's streams start after the startup handlers: from their first listing on, each pod event goes to
+    podwatch, each Service and NetworkPolicy event to jobchildren, past kopf's per-object tasks and memory. kopf
+    runs no handler before every first listing is in; these events come sooner, in the stream itself, so the work
+    queue holds every pass they ask for until then (kopf_fence.when_indexed). Where that moment cannot be known,
+    nothing is taken over. Whether every kind was."""
+    if not when_indexed(op.queue.release):
+        return False
+    op.queue.hold()
+    taken = [take_over("", "pods", lambda kind, body: podwatch.seen(op, kind, body))]
+    for group_plural in CHILD_KINDS:
+        taken.append(take_over(*group_plural, lambda kind, body: child_seen(op, kind, body)))
+    return all(taken)
 
 
 def new_elector(cfg: OperatorConfig, own_namespace: str | None) -> LeaderElector:

@@ -73,10 +73,30 @@ class WorkQueue:
     failures: dict[JobKey, int] = field(default_factory=dict)  # a job's passes failed in a row (backoff)
     places: dict[JobKey, int] = field(default_factory=dict)  # a job's place in line for API slots (kube.lanes)
     timers: dict[JobKey, tuple[float, asyncio.TimerHandle]] = field(default_factory=dict)  # a delayed pass: when, its timer
+    # Passes asked for while the queue is held (`hold`, until the first listings are in: `release`), by job key
+    # or pool name: none starts before then, so none decides on a part of the cluster (a running job with half
+    # its pods listed would be failed as having lost the rest).
+    held: tuple[set[JobKey], set[str]] | None = None
 
     def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
              export: Callable[[], None], claims: Callable[[Iterable[str] | None], list[Claim]]) -> None:
         self.run_job, self.run_pool, self.export, self.claims = run_job, run_pool, export, claims
+
+    def hold(self) -> None:
+        """From now on until `release`, passes asked for wait."""
+        if self.held is None:
+            self.held = (set(), set())
+
+    def release(self) -> None:
+        """Start every pass asked for while held: jobs in the order they were first seen, then the pools."""
+        held, self.held = self.held, None
+        if held is None:
+            return
+        jobs, pools = held
+        for key in sorted(jobs, key=lambda k: self.places.get(k, 0)):
+            self._start_job(key)
+        for name in sorted(pools):
+            self._start_pool(name)
 
     def forget(self, key: JobKey) -> None:
         self.locks.pop(key, None)
@@ -127,6 +147,9 @@ class WorkQueue:
 
     def _start_job(self, key: JobKey) -> None:
         self.timers.pop(key, None)
+        if self.held is not None:
+            self.held[0].add(key)
+            return
         asyncio.ensure_future(self._guarded_job(key))
 
     async def _guarded_job(self, key: JobKey) -> None:
@@ -194,6 +217,9 @@ class WorkQueue:
             loop.call_later(POOL_REFRESH_SECONDS, self._start_pool, EXPORT_DUE)
 
     def _start_pool(self, name: str) -> None:
+        if self.held is not None:
+            self.held[1].add(name)
+            return
         self.pools_due.discard(name)  # triggers from here on schedule the next pass
         if name == EXPORT_DUE:
             self.export()

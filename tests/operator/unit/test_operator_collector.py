@@ -80,9 +80,12 @@ async def test_a_collector_already_off_stays_off() -> None:
     assert not gc.isenabled()
 
 
-async def test_the_readiness_callback_runs_once_when_every_listed_object_is_indexed() -> None:
+async def test_the_readiness_callback_runs_once_when_every_listed_object_is_indexed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[str] = []
-    kopf_fence.when_indexed(lambda: called.append("indexed"))
+    monkeypatch.setattr(aiotoggles, "ToggleSet", aiotoggles.ToggleSet)
+    assert kopf_fence.install_lean_readiness()
+    assert kopf_fence.when_indexed(lambda: called.append("indexed"))
     paused = kopf_fence.LeanToggleSet(any)  # kopf's other kind of set never calls it
     await paused.drop_toggle(await paused.make_toggle(True))
     ready = kopf_fence.LeanToggleSet(all)
@@ -93,7 +96,13 @@ async def test_the_readiness_callback_runs_once_when_every_listed_object_is_inde
     assert called == ["indexed"] and ready.is_on()
     await ready.drop_toggle(await ready.make_toggle(name="late"))  # off and on again: the callback is spent
     assert called == ["indexed"]
-    assert isinstance(ready, aiotoggles.ToggleSet)
+    assert isinstance(ready, kopf_fence._KopfToggleSet)
+
+
+def test_no_readiness_callback_is_taken_where_kopfs_readiness_set_is_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aiotoggles, "ToggleSet", kopf_fence._KopfToggleSet)
+    monkeypatch.setattr(kopf_fence, "_ON_INDEXED", [])
+    assert not kopf_fence.when_indexed(lambda: None) and kopf_fence._ON_INDEXED == []
 
 
 async def test_the_queue_is_idle_with_no_pass_asked_for_or_running() -> None:

@@ -262,6 +262,31 @@ def test_a_deleted_bodys_slim_copy_keeps_what_kopf_and_the_handlers_read() -> No
     assert kopf_fence._slim(pod) == {"kind": "Pod", "metadata": {"name": "p", "uid": "p", "labels": {"a": "b"}}}
 
 
+def test_a_slim_copy_keeps_the_spec_of_kubepools_kinds_alone() -> None:
+    """A deleted MLJob's pools are woken (its spec read); of a Service, a NetworkPolicy (one kept per job) or a
+    node, nothing past its identity and labels, nor anyone's owner references, is read."""
+    meta = {"name": "x", "namespace": "ns", "uid": "u", "labels": {"a": "b"}, "resourceVersion": "3",
+            "creationTimestamp": "t", "ownerReferences": [{"uid": "j"}], "annotations": {"n": "v"}}
+    kept = {k: v for k, v in meta.items() if k not in ("ownerReferences", "annotations")}
+    job = {"apiVersion": "kubepool.dev/v1alpha1", "kind": "MLJob", "metadata": meta, "spec": {"computePool": "p"}}
+    assert kopf_fence._slim(job) == {**job, "metadata": kept}
+    for api_version, kind in (("v1", "Service"), ("networking.k8s.io/v1", "NetworkPolicy"), ("v1", "Node")):
+        body = {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": {"ports": []}, "status": {}}
+        assert kopf_fence._slim(body) == {"apiVersion": api_version, "kind": kind, "metadata": kept}
+
+
+def test_only_kubepools_pods_services_and_network_policies_are_watched() -> None:
+    """The label selector kopf's listing and watch requests carry (kopf's own `collect`, as its fetching reads it)."""
+    settings = kopf.OperatorSettings()
+    apply_settings(settings)
+    mine = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
+    for group, plural in (("", "pods"), ("", "services"), ("networking.k8s.io", "networkpolicies")):
+        resource = references.Resource(group, "v1", plural, namespaced=True)
+        assert settings.watching.label_selectors.collect(resource) == [mine], plural
+    nodes = references.Resource("", "v1", "nodes", namespaced=False)
+    assert settings.watching.label_selectors.collect(nodes) == []
+
+
 # --- diff base ------------------------------------------------------------------------------------------------
 def _body(kind: str) -> dict[str, Any]:
     return {"apiVersion": "kubepool.dev/v1alpha1", "kind": kind,
@@ -536,3 +561,23 @@ def test_no_kind_is_taken_over_where_kopfs_streams_are_not_wrapped(monkeypatch: 
     monkeypatch.setattr(watching, "continuous_watch", unwrapped)
     monkeypatch.setattr(kopf_fence, "_TAKEN", {})
     assert kopf_fence.take_over("", "pods", lambda kind, body: None) is False and kopf_fence._TAKEN == {}
+
+
+def test_streams_are_taken_over_only_behind_a_queue_held_until_kopfs_readiness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """main.take_over_streams: pods, Services and NetworkPolicies go to the operator from the stream, and the work
+    queue holds what they ask for until kopf's readiness set turns on; where that moment cannot be known (kopf's
+    own readiness set), nothing is taken over and kopf's handlers, which wait for it themselves, do the work."""
+    from kubepool.controller.main import take_over_streams
+
+    assert kopf_fence.install_relist_deletions()
+    monkeypatch.setattr(kopf_fence, "_TAKEN", {})
+    monkeypatch.setattr(kopf_fence, "_ON_INDEXED", [])
+    monkeypatch.setattr(aiotoggles, "ToggleSet", kopf_fence._KopfToggleSet)
+    op, _, _ = operator_state()
+    assert not take_over_streams(op) and kopf_fence._TAKEN == {} and op.queue.held is None
+
+    assert kopf_fence.install_lean_readiness()
+    assert take_over_streams(op) and op.queue.held is not None
+    assert set(kopf_fence._TAKEN) == {("", "pods"), ("", "services"), ("networking.k8s.io", "networkpolicies")}
+    kopf_fence._ON_INDEXED.pop()()  # kopf's readiness set turned on
+    assert op.queue.held is None

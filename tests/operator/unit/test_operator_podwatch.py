@@ -7,7 +7,8 @@ import asyncio
 from typing import Any
 
 from kubepool import naming
-from kubepool.controller import podwatch, view, workqueue
+from kubepool.controller import podwatch, statuswriter, view, workqueue
+from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.podwatch import ObjectIndex
 from support.factories import job, pool
 from support.operator import operator_state
@@ -101,3 +102,34 @@ def test_an_event_that_cannot_be_filed_is_logged_and_the_stream_goes_on(caplog: 
     op.view.indexes = {name: {} for name in view.INDEXES}  # no pod indexes: filing fails
     podwatch.seen(op, "ADDED", body("p1"))
     assert "pod event not handled: pod-p1" in caplog.text
+
+
+async def test_a_restarts_pod_listing_asks_for_no_pass_before_every_first_listing_is_in(monkeypatch: Any) -> None:
+    """After a restart, kopf's pod stream hands the listed pods on one page at a time, before kopf's first
+    listings are all in (main.take_over_streams). A pass run on the first page would see a running job with half
+    its pods, and fail it as having lost the rest (deleting the pod it has): the queue holds every pass until
+    kopf's readiness releases it, and then the job runs on."""
+    monkeypatch.setattr(statuswriter, "STATUS_FLUSH_SECONDS", 0.01)
+    monkeypatch.setattr(statuswriter, "STARTUP_FLUSH_SECONDS", 0.01)
+    before, api, _ = operator_state([job(targetInstances=2)], [pool(max_nodes=3)])
+    for _ in range(3):  # the head, then its worker, each running once made
+        await reconcile_job(before, KEY)
+        pods = [b for k, b in api.objects.items() if k[0] == "Pod"]
+        for i, p in enumerate(pods):  # made and running, as the watch shows them
+            p["metadata"]["uid"] = f"pod-{i}"
+            p.update(spec={"nodeName": f"node-{i}"}, status={"phase": "Running", "podIP": f"10.0.0.{i + 1}",
+                                                             "conditions": [{"type": "Ready", "status": "True"}]})
+            podwatch.file(before, p)
+    await asyncio.sleep(0.05)
+    assert api.statuses["train"]["phase"] == "RUNNING" and len(pods) == 2
+
+    running = job(targetInstances=2, status=api.statuses["train"])
+    op, after, _ = operator_state([running], [pool(max_nodes=3)])  # the restarted operator, its jobs listed
+    op.queue.hold()  # as main.take_over_streams, before kopf's streams start
+    podwatch.seen(op, None, pods[0])  # the first page of the pod listing
+    await asyncio.sleep(workqueue.POD_EVENT_DELAY_SECONDS + 0.1)  # the next page is slow to come
+    assert after.calls == [] and op.queue.pending == {KEY}
+    podwatch.seen(op, None, pods[1])
+    op.queue.release()  # kopf_fence.when_indexed: every first listing in
+    await asyncio.sleep(0.1)
+    assert op.view.job(KEY)[0].status.phase == "RUNNING" and not any(c[0] == "delete" for c in after.calls)
