@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kubepool.api import ComputePool, MLJob
-from kubepool.controller import podwatch, view
+from kubepool.controller import jobwatch, podwatch, view
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.observed import PlaceholderView, PodView
 from kubepool.controller.state import OperatorState
@@ -30,11 +30,13 @@ def operator_state(jobs: Sequence[MLJob] = (), pools: Sequence[ComputePool] = ()
     op = new_operator(cfg or OperatorConfig(), fake, placeholder_namespace=placeholder_namespace,
                       post_event=lambda body, *, type, reason, message: events.append(reason))
     op.view.indexes = {
-        view.JOB_INDEX: {(j.metadata.get("namespace", "ns"), j.metadata["name"]): [wire(j)] for j in jobs},
         view.POOL_INDEX: {p.metadata["name"]: [wire(p)] for p in pools},
         view.NODE_INDEX: {},
+        **jobwatch.new_indexes(),
         **podwatch.new_indexes(),
     }
+    for j in jobs:
+        jobwatch.file(op, wire(j))
     for key, views in (pods or {}).items():
         set_pods(op, key, views)
     for name, held in (placeholders or {}).items():
@@ -54,9 +56,7 @@ def set_pods(op: OperatorState, key: tuple[str, str], views: Sequence[PodView]) 
 
 
 def index_job(op: OperatorState, j: MLJob | dict[str, Any]) -> None:
-    """The job's body stored in the job index as kopf does it: its index handler, the store, its event handler."""
+    """The job's body filed in the job index, as its watch event does (jobwatch.seen), without the pass it asks."""
     b = wire(j) if isinstance(j, MLJob) else j
-    key = (b["metadata"].get("namespace", "ns"), b["metadata"]["name"])
-    op.view.job_indexed(key)
-    op.view.indexes[view.JOB_INDEX][key] = [b]
-    op.view.job_event(key)
+    jobwatch.file(op, b)
+    op.view.job_event(view.job_key(b))

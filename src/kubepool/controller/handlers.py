@@ -7,16 +7,16 @@ from typing import Any
 
 import kopf
 
-from kubepool import naming, objectmeta
-from kubepool.controller import podwatch, view
+from kubepool import naming
+from kubepool.controller import jobwatch, podwatch, view
 from kubepool.controller.jobchildren import child_seen
-from kubepool.controller.jobreconcile import job_key
 from kubepool.controller.observed import NodeView
 from kubepool.controller.poolstatus import pools_affected_by_node
 from kubepool.controller.state import OperatorState
 
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
 POD_LISTING = "pod_listing"  # the pod handlers' index: always empty (podwatch keeps the operator's own)
+JOB_LISTING = "mljob_listing"  # the MLJob handlers' index: always empty (jobwatch keeps the operator's own)
 
 
 def _op(memo: kopf.Memo) -> OperatorState:
@@ -25,20 +25,20 @@ def _op(memo: kopf.Memo) -> OperatorState:
 
 
 # --- indexes: the operator reads the cluster from these, never by listing ------------------------------------
-@kopf.index(naming.GROUP, naming.MLJOB_PLURAL, id=view.JOB_INDEX)
-async def mljob_index(body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo,
-                      **_: Any) -> dict[tuple[str, str], Any]:
-    key = (namespace or "default", name)
-    op: OperatorState | None = getattr(memo, "op", None)
-    if op is not None:
-        op.view.job_indexed(key)
-    return {key: view.indexed_job(body)}
+@kopf.index(naming.GROUP, naming.MLJOB_PLURAL, id=JOB_LISTING)
+async def mljob_index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Registered so that kopf watches MLJobs and holds every handler until they are listed. Their events go to
+    jobwatch.seen from the stream (main.take_over_streams); only where kopf's stream could not be taken over do
+    they come here (kopf runs its index handlers before the event handlers), and to `reconcile_mljob`."""
+    op = _op(memo)
+    op.view.job_indexed(view.job_key(body))  # read again until its event handler ran
+    jobwatch.file(op, dict(body))
 
 
 @kopf.index("pods", labels=MANAGED, id=POD_LISTING)
 async def pod_index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Registered so that kopf watches kubepool's pods and holds every handler until they are listed. Their
-    events go to podwatch.seen from the stream (main.configure: kopf_fence.take_over); only where kopf's stream
+    events go to podwatch.seen from the stream (main.take_over_streams); only where kopf's stream
     could not be taken over do they come here, and to `pod_event`."""
     podwatch.file(_op(memo), body)
 
@@ -59,23 +59,12 @@ async def node_index(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeView
 # --- MLJob -----------------------------------------------------------------------------------------------------
 @kopf.on.event(naming.GROUP, naming.MLJOB_PLURAL)
 async def reconcile_mljob(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A job's triggers: first seen by this process (created, or listed after a restart), its spec changed (a
-    new generation), its deletion started, deleted. Status-only changes (mostly the operator's own writes)
-    trigger nothing, as kopf's on.create/on.update(field="spec")/on.resume did, without their per-job
-    annotation write and diff base. The pass runs in the background (retried on errors)."""
-    op, key = _op(memo), job_key(body)
-    meta = body.get("metadata", {})
-    op.view.job_event(key)
+    """A job's event, where kopf's stream could not be taken over (`mljob_index` filed it): what it asks of the
+    work queue (jobwatch.woken)."""
+    op = _op(memo)
     if event["type"] == "DELETED":
-        op.forget(key, objectmeta.uid(body))
-        spec = body.get("spec", {})
-        pools = [spec.get("computePool")] + [g.get("computePool") for g in spec.get("instanceGroups") or []]
-        op.queue.trigger_waiting([p for p in pools if p])
-        return
-    seen = (objectmeta.uid(body), objectmeta.generation(body), bool(meta.get("deletionTimestamp")))
-    if op.view.seen_jobs.get(key) != seen:
-        op.view.seen_jobs[key] = seen
-        op.queue.spawn(key)
+        jobwatch.drop(op, dict(body))
+    jobwatch.woken(op, event["type"], dict(body))
 
 
 # --- pods, pools, nodes ----------------------------------------------------------------------------------------

@@ -192,7 +192,3 @@ def _announce(op: OperatorState, body: dict[str, Any], prev: MLJobStatus | None,
     warning = new.phase in _WARNING_PHASES or new.reason in _WARNING_REASONS
     op.post_event(body, type="Warning" if warning else "Normal",
                   reason=new.reason or str(new.phase), message=f"{new.phase}: {new.message or ''}")
-
-
-def job_key(body: Any) -> JobKey:
-    return objectmeta.namespace(body), objectmeta.name(body)

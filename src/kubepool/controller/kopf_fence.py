@@ -23,7 +23,8 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
 - `install_lean_readiness`: kopf holds every handler until each object of the first listings is indexed, with
   one toggle per listed object in one set, and wakes every waiting worker on each toggle added or dropped:
   N² wake-ups for N listed objects (a restart with thousands of jobs and pods never got to its first pass).
-  Waiters are woken only when the set's answer changes; `when_indexed` callbacks run when it turns on."""
+  Waiters are woken only when the set's answer changes; `when_indexed` callbacks run when it turns on with the
+  kinds they need listed."""
 
 from __future__ import annotations
 
@@ -128,6 +129,7 @@ def relist_deletions(stream: Callable[..., AsyncIterator[Any]], listed_mark: obj
         what = _kind_of(kwargs.get("resource"))
         async for event in stream(**kwargs):
             if event is listed_mark:
+                _LISTED.add(what)
                 if listed is not None:
                     gone = [uid for uid in seen if uid not in listed]
                     if gone:
@@ -183,6 +185,7 @@ def take_over(group: str, plural: str, intake: Callable[[str | None, dict[str, A
 
 
 _TAKEN: dict[tuple[str, str], Callable[[str | None, dict[str, Any]], None]] = {}
+_LISTED: set[tuple[str, str]] = set()  # the kinds (group, plural) a stream has listed in this process
 
 
 def _kind_of(resource: Any) -> tuple[str, str]:
@@ -234,20 +237,24 @@ class LeanToggleSet(_KopfToggleSet):
         if self.is_on() != before:
             self._condition.notify_all()
             if self._fn is all and not before:  # kopf's readiness set: every listed object indexed
-                while _ON_INDEXED:
-                    _ON_INDEXED.pop()()
+                due = [entry for entry in _ON_INDEXED if entry[0] <= _LISTED]
+                for entry in due:
+                    _ON_INDEXED.remove(entry)
+                    entry[1]()
 
 
-_ON_INDEXED: list[Callable[[], None]] = []
+_ON_INDEXED: list[tuple[frozenset[tuple[str, str]], Callable[[], None]]] = []
 
 
-def when_indexed(callback: Callable[[], None]) -> bool:
-    """Call `callback` once, when kopf's readiness set next turns on: every object of the first listings indexed,
-    its handlers about to run. False (and never called) where `install_lean_readiness` did not install
-    LeanToggleSet."""
+def when_indexed(callback: Callable[[], None], kinds: Iterable[tuple[str, str]] = ()) -> bool:
+    """Call `callback` once, the first time kopf's readiness set turns on after a stream of each of `kinds`
+    ((group, plural)) has passed its first listing (`relist_deletions`): every object of those listings indexed
+    by kopf or handed to its intake (`take_over`), every handler about to run. (kopf's set is also on for a
+    moment before its first streams start, when it has watched nothing yet.) False (and never called) where
+    `install_lean_readiness` did not install LeanToggleSet."""
     if aiotoggles.ToggleSet is not LeanToggleSet:
         return False
-    _ON_INDEXED.append(callback)
+    _ON_INDEXED.append((frozenset(kinds), callback))
     return True
 
 

@@ -6,17 +6,19 @@ read from the environment only when kopf is started directly). Handlers live in 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kopf
 
 from kubepool import naming
-from kubepool.controller import handlers, metrics, podwatch
+from kubepool.controller import handlers, jobwatch, metrics, podwatch
 from kubepool.controller.collector import StartupHold
 from kubepool.controller.config import OperatorConfig, resolve_lease_namespace, resolve_placeholder_namespace
 from kubepool.controller.election import Timing
@@ -123,7 +125,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     if getattr(memo, "gc_hold", None) is None:  # once, also when kopf retries this handler
         memo.gc_hold = StartupHold()
         memo.gc_hold.hold()  # until the first listings are in and their passes done (collector.py)
-        when_indexed(memo.gc_hold.indexed)
+        when_indexed(memo.gc_hold.indexed, read_kinds(cfg))
     apply_settings(settings, cfg)
     if not install_fast_json():
         logger.warning("kopf's watch decoding is not where kubepool expects it: watching with the standard json")
@@ -135,15 +137,15 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     if cfg.kueue and WORKLOAD_INDEX not in kwargs:
         raise kopf.PermanentError("kueue is on but its handlers are not registered: run `python -m kubepool.controller`")
     indexes = {name: kwargs[name] for name in (*INDEXES, *OPTIONAL_INDEXES) if name in kwargs}
-    indexes.update(podwatch.new_indexes())  # the operator's own, filled by podwatch
+    indexes.update(jobwatch.new_indexes() | podwatch.new_indexes())  # the operator's own
     op = new_operator(cfg, new_api(settings), indexes=indexes,
                       placeholder_namespace=resolve_placeholder_namespace(cfg, own))
     op.view.track_open_jobs()  # the job handlers and the status writer report every change of a claim from here on
     op.view.track_pool_changes()  # and the pool handlers count the pool index's changes
     memo.op = op
     if not take_over_streams(op):
-        logger.warning("kopf's watch streams or readiness are not where kubepool expects them: pod, Service and "
-                       "NetworkPolicy events go through kopf's handlers (more CPU and memory per object)")
+        logger.warning("kopf's watch streams or readiness are not where kubepool expects them: MLJob, pod, Service "
+                       "and NetworkPolicy events go through kopf's handlers (more CPU and memory per object)")
     if cfg.leader_election:
         # `python -m kubepool.controller` waited for the lease before kopf started; `kopf run` waits here.
         elector: LeaderElector | None = getattr(memo, "elector", None)
@@ -181,8 +183,7 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         if task is not None:
             task.cancel()
     if op is not None:
-        for group_plural in (("", "pods"), *CHILD_KINDS):
-            take_over(*group_plural, None)
+        give_back_streams()
         op.close()
         elector: LeaderElector | None = getattr(memo, "elector", None)
         if elector is not None:
@@ -192,19 +193,33 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         await op.api.close()
 
 
+def read_kinds(cfg: OperatorConfig) -> list[tuple[str, str]]:
+    """The kinds (group, plural) a pass reads, all of which must be listed before the first pass runs."""
+    kinds = [(naming.GROUP, naming.MLJOB_PLURAL), (naming.GROUP, naming.POOL_PLURAL), ("", "pods"), ("", "nodes")]
+    return kinds + [(naming.KUEUE_GROUP, naming.WORKLOAD_PLURAL)] if cfg.kueue else kinds
+
+
 def take_over_streams(op: OperatorState) -> bool:
-    """kopf's streams start after the startup handlers: from their first listing on, each pod event goes to
-    podwatch, each Service and NetworkPolicy event to jobchildren, past kopf's per-object tasks and memory. kopf
-    runs no handler before every first listing is in; these events come sooner, in the stream itself, so the work
-    queue holds every pass they ask for until then (kopf_fence.when_indexed). Where that moment cannot be known,
-    nothing is taken over. Whether every kind was."""
-    if not when_indexed(op.queue.release):
-        return False
-    op.queue.hold()
-    taken = [take_over("", "pods", lambda kind, body: podwatch.seen(op, kind, body))]
-    for group_plural in CHILD_KINDS:
-        taken.append(take_over(*group_plural, lambda kind, body: child_seen(op, kind, body)))
-    return all(taken)
+    """kopf's streams start after the startup handlers: from their first listing on, each MLJob event goes to
+    jobwatch, each pod event to podwatch, each Service and NetworkPolicy event to jobchildren, past kopf's
+    per-object tasks and memory. kopf runs no handler before every first listing is in; these events come sooner,
+    in the stream itself, so the work queue holds every pass they ask for until then (kopf_fence.when_indexed:
+    the kinds a pass reads listed, and kopf's readiness on). Where either cannot be done, nothing is taken over
+    and kopf's handlers, which wait for kopf's readiness themselves, do the work. Whether it was done."""
+    intakes: dict[tuple[str, str], Callable[[OperatorState, str | None, dict[str, Any]], None]] = {
+        (naming.GROUP, naming.MLJOB_PLURAL): jobwatch.seen, ("", "pods"): podwatch.seen,
+        **dict.fromkeys(CHILD_KINDS, child_seen)}
+    if all(take_over(*kind, functools.partial(intake, op)) for kind, intake in intakes.items()) \
+            and when_indexed(op.queue.release, read_kinds(op.cfg)):
+        op.queue.hold()
+        return True
+    give_back_streams()
+    return False
+
+
+def give_back_streams() -> None:
+    for kind in ((naming.GROUP, naming.MLJOB_PLURAL), ("", "pods"), *CHILD_KINDS):
+        take_over(*kind, None)
 
 
 def new_elector(cfg: OperatorConfig, own_namespace: str | None) -> LeaderElector:

@@ -10,53 +10,17 @@ the same wake-ups."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, ValuesView
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from kubepool import naming, objectmeta
 from kubepool.controller import view
+from kubepool.controller.objectindex import ObjectIndex
 from kubepool.controller.observed import PlaceholderView, PodView
 from kubepool.controller.state import OperatorState
 from kubepool.controller.workqueue import pod_event_delay
 
 log = logging.getLogger(__name__)
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class ObjectIndex(Mapping[K, ValuesView[V]], Generic[K, V]):
-    """key → the views of the objects filed under it, one per object (by uid), as kopf's indexes read. An object
-    filed again under another key (its labels changed) moves."""
-
-    def __init__(self) -> None:
-        self._by_key: dict[K, dict[str, V]] = {}
-        self._key_of: dict[str, K] = {}
-
-    def put(self, uid: str, key: K, value: V) -> None:
-        old = self._key_of.get(uid)
-        if old is not None and old != key:
-            self.drop(uid)
-        self._by_key.setdefault(key, {})[uid] = value
-        self._key_of[uid] = key
-
-    def drop(self, uid: str) -> None:
-        key = self._key_of.pop(uid, None)
-        if key is None:
-            return
-        under = self._by_key.get(key)
-        if under is not None:
-            under.pop(uid, None)
-            if not under:
-                del self._by_key[key]
-
-    def __getitem__(self, key: K) -> ValuesView[V]:
-        return self._by_key[key].values()
-
-    def __iter__(self) -> Iterator[K]:
-        return iter(self._by_key)
-
-    def __len__(self) -> int:
-        return len(self._by_key)
 
 
 def new_indexes() -> dict[str, ObjectIndex[Any, Any]]:

@@ -1,5 +1,5 @@
-"""The operator's read side: kopf's indexes (jobs, pools, nodes; live views kopf keeps current) and the
-operator's own of pods and placeholders (podwatch), read as parsed models, with the status this process last
+"""The operator's read side: kopf's indexes (pools, nodes; live views kopf keeps current) and the operator's own
+of jobs (jobwatch), pods and placeholders (podwatch), read as parsed models, with the status this process last
 wrote winning over the watch's, so a decision never reads a status older than its own write. Nothing here calls
 the API; everything is rebuilt from the watches after a restart."""
 
@@ -23,13 +23,17 @@ log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)
 
 # The indexes by name: kopf's (handler ids in `handlers`: kopf passes each to every handler under this name),
-# and the pods', kept by podwatch.
+# and the operator's own: the jobs', kept by jobwatch, the pods', kept by podwatch.
 JOB_INDEX = "mljob_index"
 POD_INDEX = "pod_index"
 PLACEHOLDER_INDEX = "placeholder_index"
 POOL_INDEX = "pool_index"
 NODE_INDEX = "node_index"
 WORKLOAD_INDEX = "workload_index"  # only where the operator acts for Kueue (OperatorConfig.kueue): kueuehandlers
+
+
+def job_key(body: Mapping[str, Any]) -> JobKey:
+    return objectmeta.namespace(body), objectmeta.name(body)
 
 
 def owning_job(body: Mapping[str, Any]) -> JobKey | None:
@@ -53,7 +57,7 @@ def indexed_job(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _FINISHED_PHASES = frozenset(str(p) for p in JobPhase if p.finished)
-INDEXES = (JOB_INDEX, POOL_INDEX, NODE_INDEX)  # kopf's; the pod indexes are the operator's own (podwatch)
+INDEXES = (POOL_INDEX, NODE_INDEX)  # kopf's; the job and pod indexes are the operator's own (jobwatch, podwatch)
 OPTIONAL_INDEXES = (WORKLOAD_INDEX,)  # registered with their handlers only when configured
 
 
@@ -70,7 +74,7 @@ class ClusterView:
     written: Mapping[str, MLJobStatus]
     # The status writer's `settle`: called for a job whose watched status is final and no older than `written`'s.
     settled: Callable[[str], None] = lambda _: None
-    indexes: Mapping[str, Any] = field(default_factory=dict)  # INDEXES → kopf's (captured at startup), and podwatch's
+    indexes: Mapping[str, Any] = field(default_factory=dict)  # INDEXES → kopf's (captured at startup); jobwatch's, podwatch's
     # Parsed models by resourceVersion: every decision reads every job and pool, and pydantic validation of
     # the whole index per decision made bursts quadratic. Models handed out are never mutated.
     parsed_jobs: dict[JobKey, tuple[str, MLJob]] = field(default_factory=dict)
@@ -81,9 +85,9 @@ class ClusterView:
     finished: set[str] = field(default_factory=set)
     # Tracking (`track_open_jobs`, as the operator runs): every open job's claim is kept, by key and by pool, and
     # re-read only for the keys reported changed since (`stale`: by the job handlers and the status writer), so a
-    # decision or a pool pass costs O(the claims on its pools) instead of a look at every unfinished job. A key
-    # whose index handler ran but not yet its event handler (`indexing`: kopf stores the body in between) is
-    # re-read on every call.
+    # decision or a pool pass costs O(the claims on its pools) instead of a look at every unfinished job. Where
+    # kopf's handlers file the jobs (its stream not taken over: jobwatch), a key whose index handler ran but not
+    # yet its event handler (`indexing`) is re-read on every call.
     tracking: bool = False
     kept: dict[JobKey, Claim] = field(default_factory=dict)
     kept_by_pool: dict[str, dict[JobKey, Claim]] = field(default_factory=dict)
@@ -122,13 +126,13 @@ class ClusterView:
         self.stale = set(self._index(JOB_INDEX))
 
     def job_indexed(self, key: JobKey) -> None:
-        """A body of the job is about to be stored in the index (kopf calls the index handler first): claims()
-        reads it again on every call until the job's event handler ran."""
+        """kopf's index handler is filing a body of the job (where kopf's stream is not taken over): claims() reads
+        it again on every call until the job's event handler ran."""
         if self.tracking:
             self.indexing.add(key)
 
     def job_event(self, key: JobKey) -> None:
-        """An event of the job was indexed (its handler runs after kopf stored it): its claim is read again once;
+        """An event of the job was filed (jobwatch): its claim is read again once;
         a job the index holds finished, or none, has no claim and is not looked at again."""
         if not self.tracking:
             return

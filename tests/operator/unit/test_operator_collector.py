@@ -99,6 +99,28 @@ async def test_the_readiness_callback_runs_once_when_every_listed_object_is_inde
     assert isinstance(ready, kopf_fence._KopfToggleSet)
 
 
+async def test_the_readiness_callback_waits_for_the_kinds_it_needs_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's readiness set is on for a moment before any stream starts (its orchestration runs first on the
+    namespaces alone, with no resource to watch yet): a callback that needs kinds listed waits past it, for the
+    first time the set turns on with them listed."""
+    monkeypatch.setattr(aiotoggles, "ToggleSet", aiotoggles.ToggleSet)
+    monkeypatch.setattr(kopf_fence, "_ON_INDEXED", [])
+    monkeypatch.setattr(kopf_fence, "_LISTED", set())
+    assert kopf_fence.install_lean_readiness()
+    called: list[str] = []
+    assert kopf_fence.when_indexed(lambda: called.append("jobs and pods"), [("g", "jobs"), ("", "pods")])
+    ready = kopf_fence.LeanToggleSet(all)
+    await ready.drop_toggle(await ready.make_toggle(name="orchestration blocker"))  # no stream yet
+    assert called == [] and ready.is_on()
+    blocker, jobs, pods = [await ready.make_toggle(name=n) for n in ("blocker", "jobs", "pods")]
+    await ready.drop_toggle(blocker)
+    kopf_fence._LISTED.add(("g", "jobs"))
+    await ready.drop_toggle(jobs)
+    kopf_fence._LISTED.add(("", "pods"))  # as relist_deletions records each listing, before kopf's mark
+    await ready.drop_toggle(pods)
+    assert called == ["jobs and pods"]
+
+
 def test_no_readiness_callback_is_taken_where_kopfs_readiness_set_is_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aiotoggles, "ToggleSet", kopf_fence._KopfToggleSet)
     monkeypatch.setattr(kopf_fence, "_ON_INDEXED", [])

@@ -174,6 +174,7 @@ async def test_a_relist_reports_what_was_deleted_in_the_gap(monkeypatch: pytest.
     monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
     monkeypatch.setattr(watching, "watch_objs", watch_objs)
     monkeypatch.setattr(kopf_fence, "_SEEN", {})
+    monkeypatch.setattr(kopf_fence, "_LISTED", set())
     settings = kopf.OperatorSettings()
     settings.watching.reconnect_backoff = 0
     resource = references.Resource("kubepool.dev", "v1alpha1", "mljobs-gap-test")
@@ -183,6 +184,7 @@ async def test_a_relist_reports_what_was_deleted_in_the_gap(monkeypatch: pytest.
     assert shown == [(None, "ua"), (None, "ub"), "LISTED", (None, "ub2"), ("DELETED", "ua"), ("DELETED", "ub"), "LISTED"]
     deleted = seen[4]["object"]
     assert deleted["metadata"]["name"] == "a" and deleted["spec"] == {"computePool": "cpu"} and "status" not in deleted
+    assert kopf_fence._LISTED == {("kubepool.dev", "mljobs-gap-test")}, "the kind's listing is recorded (when_indexed)"
 
 
 async def test_listings_come_in_pages_and_lightened_like_watch_events(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -564,7 +566,7 @@ def test_no_kind_is_taken_over_where_kopfs_streams_are_not_wrapped(monkeypatch: 
 
 
 def test_streams_are_taken_over_only_behind_a_queue_held_until_kopfs_readiness(monkeypatch: pytest.MonkeyPatch) -> None:
-    """main.take_over_streams: pods, Services and NetworkPolicies go to the operator from the stream, and the work
+    """main.take_over_streams: MLJobs, pods, Services and NetworkPolicies go to the operator from the stream, and the work
     queue holds what they ask for until kopf's readiness set turns on; where that moment cannot be known (kopf's
     own readiness set), nothing is taken over and kopf's handlers, which wait for it themselves, do the work."""
     from kubepool.controller.main import take_over_streams
@@ -578,6 +580,9 @@ def test_streams_are_taken_over_only_behind_a_queue_held_until_kopfs_readiness(m
 
     assert kopf_fence.install_lean_readiness()
     assert take_over_streams(op) and op.queue.held is not None
-    assert set(kopf_fence._TAKEN) == {("", "pods"), ("", "services"), ("networking.k8s.io", "networkpolicies")}
-    kopf_fence._ON_INDEXED.pop()()  # kopf's readiness set turned on
+    assert set(kopf_fence._TAKEN) == {("kubepool.dev", "mljobs"), ("", "pods"), ("", "services"),
+                                      ("networking.k8s.io", "networkpolicies")}
+    kinds, release = kopf_fence._ON_INDEXED.pop()
+    assert kinds == {("kubepool.dev", "mljobs"), ("kubepool.dev", "computepools"), ("", "pods"), ("", "nodes")}
+    release()  # kopf's readiness set turned on with those listed
     assert op.queue.held is None

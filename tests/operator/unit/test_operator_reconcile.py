@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import pytest
+
 from kubepool import naming
 from kubepool.api import MLJob
-from kubepool.controller import statuswriter, view, workqueue
+from kubepool.controller import jobwatch, statuswriter, view, workqueue
 from kubepool.controller.config import OperatorConfig
 from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.observed import PodView
@@ -155,7 +157,10 @@ async def test_a_burst_of_pod_events_costs_one_pass() -> None:
     assert api.calls[passes:] == [("status", "train")] and not op.queue.pending
 
 
-async def test_job_events_trigger_a_pass_on_new_jobs_spec_changes_and_deletion_only() -> None:
+@pytest.mark.parametrize("path", ["stream", "kopf"])
+async def test_job_events_trigger_a_pass_on_new_jobs_spec_changes_and_deletion_only(path: str) -> None:
+    """From kopf's stream taken over (jobwatch.seen), or through kopf's handlers where it cannot be: the index
+    handler files the job, then the event handler runs."""
     from types import SimpleNamespace
 
     import kopf
@@ -163,23 +168,28 @@ async def test_job_events_trigger_a_pass_on_new_jobs_spec_changes_and_deletion_o
     from kubepool.controller import handlers
     op, api, _ = state([job(targetInstances=1)])
     memo = cast(kopf.Memo, SimpleNamespace(op=op))
-    body = dict(op.view.indexes[view.JOB_INDEX][("ns", "train")][0])
+    body = dict(next(iter(op.view.indexes[view.JOB_INDEX][("ns", "train")])))
 
     async def event(kind: str | None, **meta: Any) -> bool:
         b = {**body, "metadata": {**body["metadata"], **meta}}
-        await handlers.reconcile_mljob(event={"type": kind, "object": b}, body=kopf.Body(b), memo=memo)
+        if path == "stream":
+            jobwatch.seen(op, kind, b)
+        else:
+            if kind != "DELETED":
+                await handlers.mljob_index(body=kopf.Body(b), memo=memo)
+            await handlers.reconcile_mljob(event={"type": kind, "object": b}, body=kopf.Body(b), memo=memo)
         triggered = ("ns", "train") in op.queue.pending
         await asyncio.sleep(0.02)  # let the pass run
         return triggered
 
-    assert await event(None), "listed after a restart (kopf's resume)"
+    assert await event(None), "listed after a restart"
     assert not await event("MODIFIED", resourceVersion="2"), "a status write: same generation"
     assert await event("MODIFIED", generation=2), "the spec changed"
     assert await event("MODIFIED", generation=2, deletionTimestamp="2026-01-01T13:00:00Z")
-    del op.view.indexes[view.JOB_INDEX][("ns", "train")]  # kopf updates its indexes before the handlers
     assert not await event("DELETED", generation=2) and ("ns", "train") not in op.view.seen_jobs
-    op.view.indexes[view.JOB_INDEX][("ns", "train")] = [body]
+    assert op.view.job(("ns", "train")) is None, "out of the index"
     assert await event("ADDED", uid="uid-again"), "a new job of the same name"
+    assert op.view.job(("ns", "train")) is not None
 
 
 async def test_instance_details_are_written_together_and_transitions_at_once(monkeypatch: Any) -> None:
@@ -255,9 +265,9 @@ async def test_a_job_is_not_decided_on_before_the_watch_shows_this_process_own_s
     op.view.spec_written["uid-train"] = 2
     await reconcile_job(op, ("ns", "train"))
     assert api.calls == [] and events == [], api.calls
-    body = dict(op.view.indexes[view.JOB_INDEX][("ns", "train")][0])
+    body = dict(next(iter(op.view.indexes[view.JOB_INDEX][("ns", "train")])))
     body["metadata"] = {**body["metadata"], "generation": 2, "resourceVersion": "2"}
-    op.view.indexes[view.JOB_INDEX][("ns", "train")] = [body]
+    jobwatch.file(op, body)
     await reconcile_job(op, ("ns", "train"))
     assert api.calls[0] == ("status", "train") and api.pods() == ["train-homogeneouscluster-0"]
 

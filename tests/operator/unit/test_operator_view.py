@@ -9,6 +9,7 @@ import pytest
 
 from kubepool import naming
 from kubepool.api import ComputePool, MLJob, MLJobStatus
+from kubepool.controller import jobwatch
 from kubepool.controller.jobreconcile import reconcile_job
 from kubepool.controller.view import JOB_INDEX, POOL_INDEX, ClusterView
 from kubepool.kube.errors import KubeError
@@ -57,11 +58,11 @@ async def test_a_status_the_watch_caught_up_with_is_held_once() -> None:
     await reconcile_job(op, ("ns", "train"))
     mine = op.status.written["uid-train"]
     echo = body(op.view.job(("ns", "train"))[0], "7")  # type: ignore[index]
-    op.view.indexes[JOB_INDEX][("ns", "train")] = [echo]
+    jobwatch.file(op, echo)
     found = op.view.job(("ns", "train"))
     assert found is not None and found[0].status is mine and op.view.parsed_jobs[("ns", "train")][1] is found[0]
     older = {**echo, "metadata": {**echo["metadata"], "resourceVersion": "8"}, "status": {"phase": "PENDING"}}
-    op.view.indexes[JOB_INDEX][("ns", "train")] = [older]
+    jobwatch.file(op, older)
     found = op.view.job(("ns", "train"))
     assert found is not None and found[0].status is mine
     assert op.view.parsed_jobs[("ns", "train")][1].status is not mine
@@ -77,13 +78,13 @@ async def test_a_finished_job_the_watch_shows_as_written_costs_its_body_alone() 
     op.status.written["uid-train"] = done
     watched = body(op.view.job(key)[0], "7")  # type: ignore[index]
     watched.pop("status", None)
-    op.view.indexes[JOB_INDEX][key] = [watched]
+    jobwatch.file(op, watched)
     found = op.view.job(key)
     assert found is not None and found[0].status is done, "a written status not yet watched is read"
     assert "uid-train" in op.status.written
     echo = {**watched, "metadata": {**watched["metadata"], "resourceVersion": "8"},
             "status": done.model_dump(mode="json", by_alias=True, exclude_none=True)}
-    op.view.indexes[JOB_INDEX][key] = [echo]
+    jobwatch.file(op, echo)
     found = op.view.job(key)
     assert found is not None and found[0].status == done
     assert "uid-train" not in op.status.written and key not in op.view.parsed_jobs
