@@ -18,12 +18,16 @@ class ObjectIndex(Mapping[K, ValuesView[V]], Generic[K, V]):
         self._by_key: dict[K, dict[str, V]] = {}
         self._key_of: dict[str, K] = {}
 
-    def put(self, uid: str, key: K, value: V) -> None:
+    def put(self, uid: str, key: K, value: V) -> bool:
+        """File `value`; whether that changed what the index holds (a new object, another key, an unequal value)."""
         old = self._key_of.get(uid)
         if old is not None and old != key:
             self.drop(uid)
-        self._by_key.setdefault(key, {})[uid] = value
+        under = self._by_key.setdefault(key, {})
+        changed = old != key or under.get(uid) != value
+        under[uid] = value
         self._key_of[uid] = key
+        return changed
 
     def drop(self, uid: str) -> None:
         key = self._key_of.pop(uid, None)

@@ -37,15 +37,17 @@ def _managed(body: Mapping[str, Any]) -> bool:
     return ((body.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_MANAGED_BY) == naming.MANAGED_BY
 
 
-def file(op: OperatorState, body: Mapping[str, Any]) -> None:
-    """A kubepool pod as listed or changed: its view replaces the one its index held."""
+def file(op: OperatorState, body: Mapping[str, Any]) -> bool:
+    """A kubepool pod as listed or changed: its view replaces the one its index held. Whether the view changed."""
     uid, labels = objectmeta.uid(body), objectmeta.meta(body).get("labels") or {}
     if not uid:
-        return
+        return False
     if _placeholder(labels):
-        op.view.indexes[view.PLACEHOLDER_INDEX].put(uid, labels.get(naming.LABEL_POOL, ""), PlaceholderView.of(body))
-    elif key := view.owning_job(body):
-        op.view.indexes[view.POD_INDEX].put(uid, key, PodView.of(body))
+        return op.view.indexes[view.PLACEHOLDER_INDEX].put(uid, labels.get(naming.LABEL_POOL, ""),
+                                                         PlaceholderView.of(body))
+    if key := view.owning_job(body):
+        return op.view.indexes[view.POD_INDEX].put(uid, key, PodView.of(body))
+    return False
 
 
 def forget(op: OperatorState, body: Mapping[str, Any]) -> None:
@@ -74,8 +76,11 @@ def seen(op: OperatorState, event_type: str | None, body: Mapping[str, Any]) -> 
     try:
         if event_type == "DELETED":
             forget(op, body)
-        else:
-            file(op, body)
+        elif not file(op, body):
+            # Nothing a pass reads changed: a listing's pod as the index holds it (kopf lists every stream again
+            # at least every watch timeout: thousands of kept pods would each wake their finished job), or a
+            # change to a field no view reads.
+            return
         woken(op, event_type, body)
     except Exception:  # the stream is kopf's: an error here must not end it
         log.exception("pod event not handled: %s", (body.get("metadata") or {}).get("name"))

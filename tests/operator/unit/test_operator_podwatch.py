@@ -133,3 +133,27 @@ async def test_a_restarts_pod_listing_asks_for_no_pass_before_every_first_listin
     op.queue.release()  # kopf_fence.when_indexed: every first listing in
     await asyncio.sleep(0.1)
     assert op.view.job(KEY)[0].status.phase == "RUNNING" and not any(c[0] == "delete" for c in after.calls)
+
+
+async def test_a_pod_as_the_index_holds_it_wakes_nothing() -> None:
+    """kopf lists every stream again at least every watch timeout: a listed pod (or a change to a field no view
+    reads) that leaves its view as filed asks for no pass; thousands of finished jobs' pods would each wake their
+    job. A pod or placeholder whose view changed, or that moved to another job, does."""
+    op, _, _ = operator_state([job(targetInstances=2)], [pool()])
+    try:
+        podwatch.seen(op, "MODIFIED", body("p1", phase="Succeeded"))
+        podwatch.seen(op, "ADDED", body("w0", job_name=None, pool_name="cpu", namespace="ops"))
+        assert KEY in op.queue.pending and "cpu" in op.queue.pools_due
+        op.queue.pending.clear()
+        op.queue.pools_due.clear()
+        listed = body("p1", phase="Succeeded")
+        listed["metadata"]["resourceVersion"] = "99"  # read by no view
+        podwatch.seen(op, None, listed)
+        podwatch.seen(op, None, body("w0", job_name=None, pool_name="cpu", namespace="ops"))
+        assert not op.queue.pending and not op.queue.pools_due and not op.queue.timers
+        podwatch.seen(op, "MODIFIED", body("p1", phase="Failed"))
+        assert KEY in op.queue.pending
+        podwatch.seen(op, "MODIFIED", body("p1", phase="Failed", job_name="other"))
+        assert ("ns", "other") in op.queue.pending
+    finally:
+        op.close()
