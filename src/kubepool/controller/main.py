@@ -125,7 +125,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     if getattr(memo, "gc_hold", None) is None:  # once, also when kopf retries this handler
         memo.gc_hold = StartupHold()
         memo.gc_hold.hold()  # until the first listings are in and their passes done (collector.py)
-        when_indexed(memo.gc_hold.indexed, read_kinds(cfg))
+        when_indexed(memo.gc_hold.indexed, READ_KINDS)
     apply_settings(settings, cfg)
     if not install_fast_json():
         logger.warning("kopf's watch decoding is not where kubepool expects it: watching with the standard json")
@@ -193,10 +193,10 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         await op.api.close()
 
 
-def read_kinds(cfg: OperatorConfig) -> list[tuple[str, str]]:
-    """The kinds (group, plural) a pass reads, all of which must be listed before the first pass runs."""
-    kinds = [(naming.GROUP, naming.MLJOB_PLURAL), (naming.GROUP, naming.POOL_PLURAL), ("", "pods"), ("", "nodes")]
-    return kinds + [(naming.KUEUE_GROUP, naming.WORKLOAD_PLURAL)] if cfg.kueue else kinds
+# The kinds (group, plural) every pass reads, all listed before the first pass runs. Not Kueue's Workloads: where
+# their CRD is gone, nothing would ever run (kopf's readiness, which the release also waits for, covers them
+# where they are watched).
+READ_KINDS = ((naming.GROUP, naming.MLJOB_PLURAL), (naming.GROUP, naming.POOL_PLURAL), ("", "pods"), ("", "nodes"))
 
 
 def take_over_streams(op: OperatorState) -> bool:
@@ -210,7 +210,7 @@ def take_over_streams(op: OperatorState) -> bool:
         (naming.GROUP, naming.MLJOB_PLURAL): jobwatch.seen, ("", "pods"): podwatch.seen,
         **dict.fromkeys(CHILD_KINDS, child_seen)}
     if all(take_over(*kind, functools.partial(intake, op)) for kind, intake in intakes.items()) \
-            and when_indexed(op.queue.release, read_kinds(op.cfg)):
+            and when_indexed(op.queue.release, READ_KINDS):
         op.queue.hold()
         return True
     give_back_streams()

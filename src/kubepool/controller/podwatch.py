@@ -43,10 +43,11 @@ def file(op: OperatorState, body: Mapping[str, Any]) -> bool:
     if not uid:
         return False
     if _placeholder(labels):
-        return op.view.indexes[view.PLACEHOLDER_INDEX].put(uid, labels.get(naming.LABEL_POOL, ""),
-                                                         PlaceholderView.of(body))
+        placeholders: ObjectIndex[str, PlaceholderView] = op.view.indexes[view.PLACEHOLDER_INDEX]
+        return placeholders.put(uid, labels.get(naming.LABEL_POOL, ""), PlaceholderView.of(body))
     if key := view.owning_job(body):
-        return op.view.indexes[view.POD_INDEX].put(uid, key, PodView.of(body))
+        pods: ObjectIndex[tuple[str, str], PodView] = op.view.indexes[view.POD_INDEX]
+        return pods.put(uid, key, PodView.of(body))
     return False
 
 
