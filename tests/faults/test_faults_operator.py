@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +25,7 @@ from faultkit import (
 )
 
 from kubepool import contract
-from support.operator_cluster import Operator, install_peering_crds, wait_for
-from support.sagemaker_api import free_port
+from support.operator_cluster import Operator, free_port, install_peering_crds, job_passes, wait_for
 
 GONE = ("GONE", "")  # the job was deleted (by hand or by its TTL): it and its pods must disappear
 # Fails on attempt 0, succeeds on attempt 1 (retried pods are named `-r1`): only a real retry ends DONE. On
@@ -139,22 +136,11 @@ def test_operator_killed_at_random_moments(cluster: Any, kubectl: Any, namespace
     run_chaos(cluster, kubectl, namespace, operator, recorder, small_pool, jobs=50, kills=8, budget_s=600, every_s=6.0)
 
 
-def job_passes(op: Operator) -> int:
-    """The job passes the operator finished (`kubepool_reconcile_seconds_count`); 0 where it serves no metrics."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return 0
-    m = re.search(r"^kubepool_reconcile_seconds_count\s+([0-9.e+]+)$", text, re.MULTILINE)
-    return int(float(m.group(1))) if m else 0
-
-
 def test_two_replicas_no_double_work(cluster: Any, operator_kubeconfig: Path, kubectl: Any, crds: None, namespace: str, tmp_path: Path,
                                      small_pool: Any, recorder: Recorder) -> None:
     install_peering_crds(kubectl)
     replicas = [Operator(operator_kubeconfig, namespace, tmp_path / f"r{i}.log", standalone=False,
-                         metrics_port=free_port("127.0.0.1")) for i in range(2)]
+                         metrics_port=free_port()) for i in range(2)]
     for r in replicas:
         r.start()
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -154,3 +156,22 @@ def wait_phase(kubectl: Any, namespace: str, job: str, phases: set[str], timeout
         pods = kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout
         tail = op.logs()[-3000:] if op else ""
         raise AssertionError(f"{e}\nstatus: {json.dumps(current, indent=1)}\npods:\n{pods}\noperator:\n{tail}") from None
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback address, for an operator's metrics endpoint."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def job_passes(op: Operator) -> int:
+    """The job passes the operator finished, by its own metrics (`kubepool_reconcile_seconds_count`); 0 where it
+    serves none (no metrics port, or not started)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0
+    m = re.search(r"^kubepool_reconcile_seconds_count\s+([0-9.e+]+)$", text, re.MULTILINE)
+    return int(float(m.group(1))) if m else 0
