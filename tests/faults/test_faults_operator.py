@@ -157,7 +157,7 @@ def test_two_replicas_no_double_work(cluster: Any, operator_kubeconfig: Path, ku
         assert all(final[n]["phase"] == "DONE" for n in names), final
         # The job passes each ran, by its own metrics: the active replica's, none of the paused one's.
         assert job_passes(paused[0]) == 0, paused[0].logs()[-3000:]
-        assert job_passes(active) >= len(names), active.logs()[-3000:]
+        assert (job_passes(active) or 0) >= len(names), active.logs()[-3000:]
         assert not recorder.doubled(), recorder.doubled()
         assert not recorder.backwards(), recorder.backwards()
         record(cluster, "two-replicas", faults=1, jobs=3, lost=0, orphaned=len(orphans(kubectl, namespace)),

@@ -35,7 +35,7 @@ def test_second_replica_pauses(kubectl: Any, cluster: Any, crds: None, namespace
         apply(mljob("peered", computePool=pool, entrypoint={"file": "x.py"}, cancel=True))
         wait_phase(kubectl, namespace, "peered", {"CANCELLED"}, 60, active)
         # The job's passes, by each replica's own metrics: the active one's, none of the paused one's.
-        wait_for(lambda: job_passes(active) >= 1, 30, "the active replica's job pass")
+        wait_for(lambda: (job_passes(active) or 0) >= 1, 30, "the active replica's job pass")
         assert job_passes(paused[0]) == 0, paused[0].logs()[-3000:]
     finally:
         first.stop()

@@ -6,7 +6,6 @@ placeholders live there (the first watched namespace)."""
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,16 @@ import pytest
 import yaml
 
 from kubepool import naming
-from support.operator_cluster import GATE_S, JOB_WAIT_S, Operator, get_json, mljob, wait_for, wait_phase
+from support.operator_cluster import (
+    GATE_S,
+    JOB_WAIT_S,
+    Operator,
+    free_port,
+    get_json,
+    mljob,
+    wait_for,
+    wait_phase,
+)
 
 # exclusive: a pool's warm capacity is held by every running operator, in its own namespace (see above).
 pytestmark = pytest.mark.exclusive
@@ -129,10 +137,7 @@ def test_instances_preempt_placeholders_which_are_recreated_and_never_block(
 @pytest.fixture
 def metered_operator(cluster: Any, crds: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
     """The operator with its metrics endpoint on a free loopback port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log", metrics_port=port)
+    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log", metrics_port=free_port())
     op.start()
     try:
         yield op

@@ -165,13 +165,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def job_passes(op: Operator) -> int:
-    """The job passes the operator finished, by its own metrics (`kubepool_reconcile_seconds_count`); 0 where it
-    serves none (no metrics port, or not started)."""
+def job_passes(op: Operator) -> int | None:
+    """The job passes the operator finished, by its own metrics (`kubepool_reconcile_seconds_count`, 0 from its
+    start); None where it serves none (no metrics port, not started), so a check of 0 cannot pass on silence."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=5) as r:
             text = r.read().decode()
     except OSError:
-        return 0
+        return None
     m = re.search(r"^kubepool_reconcile_seconds_count\s+([0-9.e+]+)$", text, re.MULTILINE)
-    return int(float(m.group(1))) if m else 0
+    return int(float(m.group(1))) if m else None

@@ -81,7 +81,7 @@ async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
 async def child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A job's Service or NetworkPolicy deleted (by hand, or the garbage collector removing an earlier job's of
     the same name): the job writes it again. Their events go to jobchildren.child_seen from the stream
-    (main.configure: kopf_fence.take_over); only where kopf's streams could not be taken over do they come here."""
+    (main.take_over_streams); only where kopf's streams could not be taken over do they come here."""
     child_seen(_op(memo), event["type"], dict(body))
 
 
