@@ -4,13 +4,17 @@ What kubepool's P3 job does on its critical path, done by hand: the head's `ray 
 worker polling the head's GCS port and then running `ray start --block --address=...` (the runtime's own
 schedule), then a driver that connects and waits until it sees every node alive. The time from the first
 `ray start` to the driver seeing all nodes is the floor that P3 (submit → payload start) is divided by.
-Ray's defaults otherwise (dashboard included, as in P3's default job). Every process runs in its own session
-and is stopped by killing that session, never with `ray stop` (which would stop every Ray on the machine).
+Ray's defaults otherwise (dashboard included, as in P3's default job), and token auth with a fresh token, as
+every kubepool job's Ray has. Stated, not left to Ray: with the mode unset, a `~/.ray/auth_token` left on the
+machine turns auth on in the head's GCS alone, and the driver is refused. Every process runs in its own
+session and is stopped by killing that session, never with `ray stop` (which would stop every Ray on the
+machine).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -70,9 +74,14 @@ def _wait(what: str, done: Callable[[], bool], procs: list[subprocess.Popen[byte
         time.sleep(GCS_POLL_S)
 
 
+def node_env() -> dict[str, str]:
+    """The environment of every process of one floor: its nodes and its driver share a fresh token."""
+    return os.environ | {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+
+
 def form(nodes: int = 3) -> float:
     """Seconds from the head's `ray start` until a driver sees `nodes` alive nodes."""
-    env = os.environ | {"RAY_USAGE_STATS_ENABLED": "0"}
+    env = node_env()
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="kubepool-rayfloor-") as tmp:
         dirs = [Path(tmp) / f"n{i}" for i in range(nodes)]

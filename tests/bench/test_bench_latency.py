@@ -76,6 +76,17 @@ def test_ray_floor_nodes_take_ports_apart_and_only_the_head_is_head() -> None:
     assert all("--block" in a for a in nodes)  # a session of its own to stop, never `ray stop`
 
 
+def test_ray_floor_states_its_auth_so_a_stray_token_file_cannot_split_it() -> None:
+    """With the mode unset, a ~/.ray/auth_token on the machine turned auth on in the floor's GCS alone and its
+    driver was refused (the whole latency part failed). The floor states token auth with its own token, as a
+    kubepool job's Ray does; each floor a new one."""
+    from bench import rayfloor
+
+    a, b = rayfloor.node_env(), rayfloor.node_env()
+    assert a["RAY_AUTH_MODE"] == "token" and len(a["RAY_AUTH_TOKEN"]) >= 32
+    assert a["RAY_AUTH_TOKEN"] != b["RAY_AUTH_TOKEN"]
+
+
 def test_real_node_p3_is_compared_with_the_process_node_p3_of_the_same_bench(tmp_path, monkeypatch) -> None:
     import json
 
