@@ -70,3 +70,17 @@ def test_install_patches_what_a_workers_ray_start_calls(monkeypatch: pytest.Monk
 def test_every_ray_start_of_this_interpreter_goes_through_the_fence() -> None:
     assert Path(sys.executable).with_name("ray").exists()  # the dev venv, like the runtime image
     assert ray_command() == [sys.executable, "-P", "-m", "kubepool.runtime.ray_fence"]
+
+
+def test_a_held_start_let_go_of_without_the_word_starts_nothing(tmp_path: Path) -> None:
+    """Its supervisor gone (stdin closed, no word), a held `ray start` exits 0 without starting Ray; without the
+    hold the same command would try to join a head that is not there."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {ray_fence.ENV_HELD: "1"}
+    argv = ["start", "--block", "--address=127.0.5.41:9", f"--temp-dir={tmp_path}", "--disable-usage-stats"]
+    done = subprocess.run([*ray_command(), *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not any(tmp_path.iterdir())  # Ray never started: nothing in its temp dir

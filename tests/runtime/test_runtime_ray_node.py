@@ -66,3 +66,77 @@ def test_a_worker_gives_up_joining_once_the_head_is_done(tmp_path: Path) -> None
     c = job()
     spec = NodeSpec("127.0.5.30", "127.0.5.31", tmp_path, None, 0)
     assert start_node(c, c.identity(1), spec, {}, time.monotonic() + 60, give_up=lambda: True) is None
+
+
+# A stand-in for `ray start --block` through ray_fence: it records when it started (and its pid), waits held as
+# the fence does, records its release, then comes up (Ray's ready file) and blocks until stopped.
+FAKE_RAY = """
+import os, sys, time
+from pathlib import Path
+temp = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--temp-dir=")))
+(temp / "started").write_text(f"{time.monotonic()} {os.getpid()}")
+if os.environ.get("KUBEPOOL_RAY_HELD") and sys.stdin.readline().strip() != "go":
+    sys.exit(0)
+(temp / "released").write_text(str(time.monotonic()))
+(temp / "ray_current_cluster").write_text("up")
+time.sleep(600)
+"""
+
+
+@pytest.fixture()
+def fake_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import sys
+
+    from kubepool.runtime import ray_node
+
+    script = tmp_path / "fake_ray.py"
+    script.write_text(FAKE_RAY)
+    monkeypatch.setattr(ray_node, "ray_command", lambda: [sys.executable, str(script)])
+    return tmp_path / "ray"
+
+
+def free_loopback_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_worker_imports_ray_while_the_head_comes_up_and_starts_the_moment_it_answers(fake_ray: Path) -> None:
+    """The worker's `ray start` is started held (Ray's import off the job's critical path) before the head's GCS
+    answers, and let go only once it does."""
+    import socket
+    import threading
+
+    head = "127.0.5.33"
+    c = job().model_copy(update={"ray": RaySettings(gcs_port=free_loopback_port(head))})
+    spec = NodeSpec("127.0.5.32", head, fake_ray, None, 0)
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(start_node(c, c.identity(1), spec, {}, time.monotonic() + 60)))
+    t.start()
+    time.sleep(1.5)
+    with socket.create_server((head, c.ray.gcs_port)):
+        answered = time.monotonic()
+        t.join(30)
+    node = got[0]
+    try:
+        assert node is not None
+        started = float((fake_ray / "started").read_text().split()[0])
+        released = float((fake_ray / "released").read_text())
+        assert started < answered <= released, (started, answered, released)
+    finally:
+        node.stop()  # type: ignore[union-attr]
+
+
+def test_a_held_start_is_stopped_when_the_worker_gives_up(fake_ray: Path) -> None:
+    import os
+
+    c = job().model_copy(update={"ray": RaySettings(gcs_port=free_loopback_port("127.0.5.35"))})
+    spec = NodeSpec("127.0.5.34", "127.0.5.35", fake_ray, None, 0)
+    until = time.monotonic() + 3.0  # the head finished before this worker's GCS look ever succeeded
+    assert start_node(c, c.identity(1), spec, {}, time.monotonic() + 60, give_up=lambda: time.monotonic() > until) is None
+    pid = int((fake_ray / "started").read_text().split()[1])
+    assert not (fake_ray / "released").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped and reaped: no Ray left behind

@@ -11,10 +11,16 @@ each patch against the installed Ray, so an upgrade that moves them fails a test
 `python -m kubepool.runtime.ray_fence ARGS` is `ray ARGS` with the patches in: every `ray start` of the runtime
 runs through it (ray_node.ray_command; the head's never reaches the patched lookup). Nothing of Ray is imported
 by importing this module.
+
+Not a patch, but here because this is where Ray is imported: a *held* start (`ENV_HELD` set) imports Ray, then
+waits for the word `GO` on its stdin before it starts. A worker's supervisor starts it held while the head's GCS
+is not up yet, so Ray's import (most of a second, more on a busy node) is done by the time the head answers
+(ray_node.start_node). Its stdin closed without the word (the supervisor gone), it exits without starting.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +29,8 @@ from typing import Any
 RAY_VERSION = "2.60.0"  # the Ray these patches were written against (pyproject.toml, the runtime image)
 HEAD_POLL_SECONDS = 0.1
 RAY_RETRY_SECONDS = 2.0  # Ray's own pause between asks, which sets the total time asked for
+ENV_HELD = "KUBEPOOL_RAY_HELD"
+GO = "go"
 
 
 def fast_head_lookup(original: Callable[..., Any], sleep: Callable[[float], None] = time.sleep) -> Callable[..., Any]:
@@ -61,6 +69,8 @@ def main(argv: Sequence[str]) -> int:
     from ray.scripts.scripts import main as ray_main  # the `ray` console script's entry point
 
     install()
+    if os.environ.pop(ENV_HELD, "") and sys.stdin.readline().strip() != GO:
+        return 0  # let go of without the word: its supervisor is gone or gave up; nothing was started
     sys.argv = ["ray", *argv]
     return int(ray_main() or 0)
 

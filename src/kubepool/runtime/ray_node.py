@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kubepool import contract, naming
 from kubepool.contract import ENV_RAY_AUTH_MODE, ENV_RAY_AUTH_TOKEN, InstanceIdentity, JobContract
+from kubepool.runtime import ray_fence
 
 AUTH_TOKEN, AUTH_DISABLED = "token", "disabled"
 STOP_GRACE_SECONDS = 15.0
@@ -132,6 +133,11 @@ def ray_command() -> list[str]:
     return ["ray"]
 
 
+def held_start_possible() -> bool:
+    """Whether `ray start` goes through ray_fence here, which alone can be started held."""
+    return ray_command()[0] == sys.executable
+
+
 def gcs_answers(host: str, port: int, timeout: float = 2.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -149,11 +155,25 @@ class RayNode:
         self.temp_dir = temp_dir
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, held: bool = False) -> None:
+        """Start `ray start`; `held`: Ray imported, then waiting for `release` (ray_fence's held start)."""
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         (self.temp_dir / contract.RAY_READY_FILE).unlink(missing_ok=True)
+        env = self.env | ({ray_fence.ENV_HELD: "1"} if held else {})
         # Its own process group, so `stop` can remove everything this node started.
-        self.proc = subprocess.Popen([*ray_command(), *self.argv], env=self.env, start_new_session=True)
+        self.proc = subprocess.Popen([*ray_command(), *self.argv], env=env, start_new_session=True,
+                                     stdin=subprocess.PIPE if held else None)
+
+    def release(self) -> None:
+        """Let a held start go on; a start that was not held (or has exited) is left as it is."""
+        if self.proc is None or self.proc.stdin is None:
+            return
+        try:
+            self.proc.stdin.write(f"{ray_fence.GO}\n".encode())
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it exited meanwhile: wait_ready sees that
+        self.proc.stdin = None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -201,25 +221,36 @@ def start_node(
 ) -> RayNode | None:
     """Start the head, or join it as a worker, retrying until the node is up or `deadline` (monotonic) passes.
     Each attempt is bounded: on a loaded machine `ray start` can fail and linger instead of exiting.
-    None when `give_up` says so first (a worker whose head already finished the job)."""
+    None when `give_up` says so first (a worker whose head already finished the job). A worker's `ray start`
+    waits held (Ray imported) while the head's GCS does not answer, and goes on the moment it does."""
     argv = start_args(contract, me, spec)
-    while not give_up():
-        pause = GCS_POLL_SECONDS  # the head's GCS is not up yet: look again soon, it is on the critical path
-        if me.is_head or gcs_answers(spec.head_ip, contract.ray.gcs_port):
-            pause = RETRY_SECONDS
-            node = RayNode(argv, env, spec.temp_dir)
-            node.start()
-            try:
-                ready = node.wait_ready(min(deadline, time.monotonic() + ATTEMPT_SECONDS), give_up)
-            except BaseException:  # SIGTERM while starting: leave no Ray behind
+    node: RayNode | None = None  # the attempt under way (held, for a worker waiting for the head)
+    try:
+        while not give_up():
+            pause = GCS_POLL_SECONDS  # the head's GCS is not up yet: look again soon, it is on the critical path
+            if node is not None and not node.alive():  # a held start that died: a fresh one on the next look
                 node.stop()
-                raise
-            if ready:
-                return node
+                node, pause = None, RETRY_SECONDS
+            elif me.is_head or gcs_answers(spec.head_ip, contract.ray.gcs_port):
+                pause = RETRY_SECONDS
+                if node is None:
+                    node = RayNode(argv, env, spec.temp_dir)
+                    node.start()
+                node.release()
+                if node.wait_ready(min(deadline, time.monotonic() + ATTEMPT_SECONDS), give_up):
+                    ready, node = node, None
+                    return ready
+                node.stop()
+                node = None
+                print("kubepool: ray start did not come up; retrying until the deadline", flush=True)
+            elif node is None and held_start_possible():
+                node = RayNode(argv, env, spec.temp_dir)
+                node.start(held=True)
+            if time.monotonic() >= deadline:
+                what = "the head" if me.is_head else f"joining {spec.head_ip}:{contract.ray.gcs_port}"
+                raise RayStartError(f"Ray did not start ({what}) before the deadline; see the Ray output above")
+            time.sleep(pause)
+        return None
+    finally:
+        if node is not None:  # given up, past the deadline, or SIGTERM while starting: leave no Ray behind
             node.stop()
-            print("kubepool: ray start did not come up; retrying until the deadline", flush=True)
-        if time.monotonic() >= deadline:
-            what = "the head" if me.is_head else f"joining {spec.head_ip}:{contract.ray.gcs_port}"
-            raise RayStartError(f"Ray did not start ({what}) before the deadline; see the Ray output above")
-        time.sleep(pause)
-    return None
