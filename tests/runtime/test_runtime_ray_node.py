@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kubepool.contract import Group, JobContract, RaySettings
+from kubepool.contract import RAY_READY_FILE, Group, JobContract, RaySettings
+from kubepool.runtime import ray_fence
 from kubepool.runtime.ray_node import NodeSpec, RayStartError, ray_env, start_args, start_node
 
 
@@ -70,15 +71,15 @@ def test_a_worker_gives_up_joining_once_the_head_is_done(tmp_path: Path) -> None
 
 # A stand-in for `ray start --block` through ray_fence: it records when it started (and its pid), waits held as
 # the fence does, records its release, then comes up (Ray's ready file) and blocks until stopped.
-FAKE_RAY = """
+FAKE_RAY = f"""
 import os, sys, time
 from pathlib import Path
 temp = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--temp-dir=")))
-(temp / "started").write_text(f"{time.monotonic()} {os.getpid()}")
-if os.environ.get("KUBEPOOL_RAY_HELD") and sys.stdin.readline().strip() != "go":
+(temp / "started").write_text(f"{{time.monotonic()}} {{os.getpid()}}")
+if os.environ.get("{ray_fence.ENV_HELD}") and sys.stdin.readline().strip() != "{ray_fence.GO}":
     sys.exit(0)
 (temp / "released").write_text(str(time.monotonic()))
-(temp / "ray_current_cluster").write_text("up")
+(temp / "{RAY_READY_FILE}").write_text("up")
 time.sleep(600)
 """
 
