@@ -17,12 +17,32 @@ def instructions() -> list[tuple[str, str]]:
 def test_multi_stage_pinned_non_root_with_cuda_switch() -> None:
     ins = instructions()
     froms = [arg for op, arg in ins if op == "FROM"]
-    assert froms == ["${PYTHON_IMAGE} AS builder", "${BASE_IMAGE}"]
+    assert froms == ["${PYTHON_IMAGE} AS builder", "builder AS wheel", "${BASE_IMAGE}"]
     args = dict(arg.split("=", 1) for op, arg in ins if op == "ARG" and "=" in arg)
     assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", args["PYTHON_IMAGE"])
     assert args["BASE_IMAGE"] == "${PYTHON_IMAGE}"
     assert [arg for op, arg in ins if op == "USER"] == ["1000:1000"]
     assert ins[-1] == ("ENTRYPOINT", '["/usr/bin/tini", "--", "python", "-m", "kubepool.runtime"]')
+
+
+def test_kubepool_is_the_final_stages_last_layer_over_a_venv_without_it() -> None:
+    """A source change must leave the venv's layer (GBs) as it was: the builder's venv has the pinned packages
+    only, and the final stage installs kubepool's wheel after copying it and after every other file layer."""
+    ins = instructions()
+    stages: list[list[tuple[str, str]]] = []
+    for op, arg in ins:
+        if op == "FROM":
+            stages.append([])
+        if stages:  # the global ARGs come before the first FROM
+            stages[-1].append((op, arg))
+    builder, wheel, final = stages
+    assert not any(op == "COPY" and arg.split()[0] in ("src", "pyproject.toml") for op, arg in builder)
+    assert any(op == "RUN" and "pip wheel" in arg for op, arg in wheel)
+    files = [i for i, (op, _) in enumerate(final) if op in ("COPY", "RUN")]
+    venv = final.index(("COPY", "--from=builder /opt/venv /opt/venv"))
+    wheel_copy = next(i for i, (op, arg) in enumerate(final) if op == "COPY" and arg.startswith("--from=wheel"))
+    assert venv < wheel_copy and files[-2:] == [wheel_copy, wheel_copy + 1]
+    assert "pip install" in final[wheel_copy + 1][1]
 
 
 def test_requirements_are_pinned_and_match_the_tested_versions() -> None:
