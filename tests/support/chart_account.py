@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from kubepool.local import controlplane
+from kubetest import cluster_turn
 from support.operator_cluster import ROOT
 
 CHART = ROOT / "charts" / "kubepool"
@@ -27,12 +28,16 @@ def chart_account_kubeconfig(cluster: Any, kubectl: Any, dest: Path, *helm_args:
                            "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml", *helm_args],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    if kubectl("get", "namespace", NAMESPACE).returncode != 0:
-        kubectl("create", "namespace", NAMESPACE, check=True)
-    for obj in (o for o in yaml.safe_load_all(proc.stdout) if o):
-        kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(obj), check=True)
     account = f"{RELEASE}-kubepool"
-    token = kubectl("create", "token", account, "-n", NAMESPACE, f"--duration={TOKEN_DURATION}", check=True).stdout.strip()
+    # A session fixture is set up before any test's turn: without one of its own it could meet an exclusive test
+    # with the API server down (a restart test on the other worker), and its error would stay for the session.
+    with cluster_turn(cluster.state_dir, exclusive=False):
+        if kubectl("get", "namespace", NAMESPACE).returncode != 0:
+            kubectl("create", "namespace", NAMESPACE, check=True)
+        for obj in (o for o in yaml.safe_load_all(proc.stdout) if o):
+            kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(obj), check=True)
+        token = kubectl("create", "token", account, "-n", NAMESPACE, f"--duration={TOKEN_DURATION}",
+                        check=True).stdout.strip()
     layout = cluster.layout
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": account,

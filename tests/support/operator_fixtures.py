@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetest import cluster_turn
 from support.operator_cluster import ROOT, Operator
 
 # One instance of a test's cpu pool: half a local cpu node (4 CPUs, 16Gi), not its family's whole node. The suite's
@@ -23,10 +24,11 @@ TEST_INSTANCE = {"cpu": "2", "memory": "6Gi"}
 
 
 @pytest.fixture(scope="session")
-def crds(kubectl: Any) -> None:
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"), check=True)
-    for name in ("mljobs.kubepool.dev", "computepools.kubepool.dev"):
-        kubectl.wait_established(f"{name}")
+def crds(cluster: Any, kubectl: Any) -> None:
+    with cluster_turn(cluster.state_dir, exclusive=False):  # set up before any test's turn (support.chart_account)
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"), check=True)
+        for name in ("mljobs.kubepool.dev", "computepools.kubepool.dev"):
+            kubectl.wait_established(f"{name}")
 
 
 @pytest.fixture
