@@ -34,6 +34,14 @@ def test_multi_stage_on_a_pinned_slim_python() -> None:
     assert not [v for k, v in final if k == "RUN" and "pip install" in v], "dependencies belong in the builder stage"
 
 
+def test_the_bases_standard_library_is_compiled() -> None:
+    """python:3.11-slim ships no .pyc and the pod's root filesystem is read-only: without them, each start of the
+    operator compiles every stdlib module it imports."""
+    ins = instructions()
+    final = ins[max(i for i, (k, _) in enumerate(ins) if k == "FROM"):]
+    assert any(k == "RUN" and "-m compileall" in v and 'get_path("stdlib")' in v for k, v in final)
+
+
 def test_runs_as_the_charts_non_root_user() -> None:
     user = [v for k, v in instructions() if k == "USER"][-1]
     uid, gid = (int(x) for x in user.split(":"))

@@ -3,8 +3,8 @@ runtime bundle by umoci and run by runc, a real OCI runtime, as the image's own 
 
 Checks per image: the image config's user is the Dockerfile's numeric non-root USER and its entrypoint is the
 Dockerfile's ENTRYPOINT; inside the container `id -u` prints that uid, the entrypoint's program resolves, and
-the image's Python imports what its entrypoint needs (every runtime variant: SageMaker's training toolkit too), and
-no compiler came along from the runtime's builder stage. Skips (with the reason) when an archive is missing, so
+the image's Python imports what its entrypoint needs (every runtime variant: SageMaker's training toolkit too), each
+module from its compiled .pyc, and no compiler came along from the runtime's builder stage. Skips (with the reason) when an archive is missing, so
 `make test` on a machine without built images skips them; `make images-test` runs only these.
 """
 
@@ -193,6 +193,12 @@ def test_image(bundle: tuple[Image, Path, dict], tmp_path: Path) -> None:
     # The builder stage's compiler stays there (the runtime's toolkit is compiled in it).
     script += (
         'for cc in gcc cc; do ! command -v $cc >/dev/null || { echo "$cc in the image" >&2; exit 4; }; done; '
+    )
+    # Every module those imports load comes from a .pyc: in a pod the root filesystem is read-only, so a module
+    # without one is compiled again by each process at each start (python -v names it "code object from <x>.py").
+    script += (
+        f"if python -v -c '{image.imports}' 2>&1 | grep -E '^# code object from [^ ]+[.]py$' >&2; then "
+        "echo 'compiled from source above: no .pyc in the image' >&2; exit 5; fi; "
     )
     script += f"python -c '{image.imports}; print(\"imports ok\")'"
     proc = _run(path, script, tmp_path / "runc")

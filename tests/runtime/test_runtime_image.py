@@ -25,17 +25,20 @@ def test_multi_stage_pinned_non_root_with_cuda_switch() -> None:
     assert ins[-1] == ("ENTRYPOINT", '["/usr/bin/tini", "--", "python", "-m", "kubepool.runtime"]')
 
 
+def stages() -> list[list[tuple[str, str]]]:
+    found: list[list[tuple[str, str]]] = []
+    for op, arg in instructions():
+        if op == "FROM":
+            found.append([])
+        if found:  # the global ARGs come before the first FROM
+            found[-1].append((op, arg))
+    return found
+
+
 def test_kubepool_is_the_final_stages_last_layer_over_a_venv_without_it() -> None:
     """A source change must leave the venv's layer (GBs) as it was: the builder's venv has the pinned packages
     only, and the final stage installs kubepool's wheel after copying it and after every other file layer."""
-    ins = instructions()
-    stages: list[list[tuple[str, str]]] = []
-    for op, arg in ins:
-        if op == "FROM":
-            stages.append([])
-        if stages:  # the global ARGs come before the first FROM
-            stages[-1].append((op, arg))
-    builder, wheel, final = stages
+    builder, wheel, final = stages()
     assert not any(op == "COPY" and arg.split()[0] in ("src", "pyproject.toml") for op, arg in builder)
     assert any(op == "RUN" and "pip wheel" in arg for op, arg in wheel)
     files = [i for i, (op, _) in enumerate(final) if op in ("COPY", "RUN")]
@@ -43,6 +46,15 @@ def test_kubepool_is_the_final_stages_last_layer_over_a_venv_without_it() -> Non
     wheel_copy = next(i for i, (op, arg) in enumerate(final) if op == "COPY" and arg.startswith("--from=wheel"))
     assert venv < wheel_copy and files[-2:] == [wheel_copy, wheel_copy + 1]
     assert "pip install" in final[wheel_copy + 1][1]
+
+
+def test_the_shipped_pythons_standard_library_is_compiled() -> None:
+    """python:3.11-slim deletes its .pyc files; in a pod (read-only root) every process of an instance would compile
+    each stdlib module it imports at every start. The builder compiles its Python's stdlib, and the final stage
+    takes that Python (/usr/local) from the builder."""
+    builder, _, final = stages()
+    assert any(op == "RUN" and "-m compileall" in arg and 'get_path("stdlib")' in arg for op, arg in builder)
+    assert ("COPY", "--from=builder /usr/local /usr/local") in final
 
 
 def test_requirements_are_pinned_and_match_the_tested_versions() -> None:
