@@ -4,8 +4,9 @@ runtime bundle by umoci and run by runc, a real OCI runtime, as the image's own 
 Checks per image: the image config's user is the Dockerfile's numeric non-root USER and its entrypoint is the
 Dockerfile's ENTRYPOINT; inside the container `id -u` prints that uid, the entrypoint's program resolves, and
 the image's Python imports what its entrypoint needs (every runtime variant: SageMaker's training toolkit too), each
-module from its compiled .pyc, and no compiler came along from the runtime's builder stage. Skips (with the reason) when an archive is missing, so
-`make test` on a machine without built images skips them; `make images-test` runs only these.
+module from its compiled .pyc, and no compiler came along from the runtime's builder stage. Skips (with the
+reason) when an archive is missing, so `make test` on a machine without built images skips them; `make
+images-test` runs only these.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,9 +77,6 @@ def test_every_ray_start_of_this_interpreter_goes_through_the_fence() -> None:
 def test_a_held_start_let_go_of_without_the_word_starts_nothing(tmp_path: Path) -> None:
     """Its supervisor gone (stdin closed, no word), a held `ray start` exits 0 without starting Ray; without the
     hold the same command would try to join a head that is not there."""
-    import os
-    import subprocess
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {ray_fence.ENV_HELD: "1"}
     argv = ["start", "--block", "--address=127.0.5.41:9", f"--temp-dir={tmp_path}", "--disable-usage-stats"]
     done = subprocess.run([*ray_command(), *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True,

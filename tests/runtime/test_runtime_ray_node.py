@@ -1,15 +1,20 @@
-"""This instance's `ray start` command line and Ray env (pure)."""
+"""This instance's `ray start` command line and Ray env (pure); start_node's attempts, held starts included, with a
+stand-in for `ray start`."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from kubepool.contract import RAY_READY_FILE, Group, JobContract, RaySettings
-from kubepool.runtime import ray_fence
+from kubepool.runtime import ray_fence, ray_node
 from kubepool.runtime.ray_node import NodeSpec, RayStartError, ray_env, start_args, start_node
 
 
@@ -86,10 +91,6 @@ time.sleep(600)
 
 @pytest.fixture()
 def fake_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import sys
-
-    from kubepool.runtime import ray_node
-
     script = tmp_path / "fake_ray.py"
     script.write_text(FAKE_RAY)
     monkeypatch.setattr(ray_node, "ray_command", lambda: [sys.executable, str(script)])
@@ -97,8 +98,6 @@ def fake_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def free_loopback_port(host: str) -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -107,9 +106,6 @@ def free_loopback_port(host: str) -> int:
 def test_a_worker_imports_ray_while_the_head_comes_up_and_starts_the_moment_it_answers(fake_ray: Path) -> None:
     """The worker's `ray start` is started held (Ray's import off the job's critical path) before the head's GCS
     answers, and let go only once it does."""
-    import socket
-    import threading
-
     head = "127.0.5.33"
     c = job().model_copy(update={"ray": RaySettings(gcs_port=free_loopback_port(head))})
     spec = NodeSpec("127.0.5.32", head, fake_ray, None, 0)
@@ -131,8 +127,6 @@ def test_a_worker_imports_ray_while_the_head_comes_up_and_starts_the_moment_it_a
 
 
 def test_a_held_start_is_stopped_when_the_worker_gives_up(fake_ray: Path) -> None:
-    import os
-
     c = job().model_copy(update={"ray": RaySettings(gcs_port=free_loopback_port("127.0.5.35"))})
     spec = NodeSpec("127.0.5.34", "127.0.5.35", fake_ray, None, 0)
     until = time.monotonic() + 3.0  # the head finished before this worker's GCS look ever succeeded
