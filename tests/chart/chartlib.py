@@ -24,7 +24,7 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     # Role (RBAC lets the operator grant only what it holds).
     ("kubepool.dev", "mljobs"): {"get", "list", "watch", "patch", "delete"},
     ("kubepool.dev", "mljobs/status"): {"patch"},  # statuswriter
-    ("kubepool.dev", "computepools"): {"list", "watch", "patch"},  # kopf: watch, progress annotations
+    ("kubepool.dev", "computepools"): {"list", "watch"},  # kopf: watch (only the status is written)
     ("kubepool.dev", "computepools/status"): {"patch"},
     ("", "pods"): {"list", "watch", "create", "delete"},  # instances and placeholders, one by one
     # the headless Service, created if absent; watched (a deleted one comes back) and read after a 409 (owner)

@@ -89,10 +89,10 @@ No wildcards anywhere; tests/chart checks that.
 {{- end }}
 {{- end }}
 {{- if ne .scope "namespaced" }}
-# Application: ComputePools it reconciles (cluster-scoped; kopf keeps its progress in their annotations).
+# Application: ComputePools it reconciles (cluster-scoped; watched, only their status written).
 - apiGroups: [kubepool.dev]
   resources: [computepools]
-  verbs: [list, watch, patch]
+  verbs: [list, watch]
 - apiGroups: [kubepool.dev]
   resources: [computepools/status]
   verbs: [patch]

@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from kubepool import naming
-from kubepool.controller import jobwatch, podwatch, view
+from kubepool.controller import jobwatch, podwatch, poolwatch, view
 from kubepool.controller.jobchildren import child_seen
 from kubepool.controller.observed import NodeView
 from kubepool.controller.poolstatus import pools_affected_by_node
@@ -86,15 +86,8 @@ async def child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **
 
 
 @kopf.on.event(naming.GROUP, naming.POOL_PLURAL)
-async def pool_stored(memo: kopf.Memo, **_: Any) -> None:
-    _op(memo).view.pool_changed()  # kopf stored the pool in its index (or dropped it: deleted)
-
-
-@kopf.on.resume(naming.GROUP, naming.POOL_PLURAL)
-@kopf.on.create(naming.GROUP, naming.POOL_PLURAL)
-@kopf.on.update(naming.GROUP, naming.POOL_PLURAL, field="spec")
-async def reconcile_computepool(name: str, memo: kopf.Memo, **_: Any) -> None:
-    _op(memo).queue.trigger_waiting([name])  # jobs waiting for this pool, then its status
+async def pool_event(event: kopf.RawEvent, body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
+    poolwatch.woken(_op(memo), event["type"], name, dict(body))
 
 
 @kopf.on.event("nodes")

@@ -7,9 +7,9 @@ of these, so a kopf upgrade that moves them fails a test instead of the operator
   several times faster. Swapped in where kopf looks `json` up, or not at all. Each event's object loses its
   managedFields on the way, a pod most of its spec (`lighten`: read by nothing; most of a pod's body); listed
   objects lose the same in `relist_deletions`, which sees every object kopf lists.
-- `LeanDiffBaseStorage`: kopf deep-copies every watched body to build a diff base; kinds without change
-  handlers get none (`build` returns None, which kopf's annotated contract does not allow but its
-  processing treats as "no essence").
+- `NoDiffBaseStorage`: kopf deep-copies every watched body to build a diff base for change handlers, of which
+  kubepool has none: it builds none (`build` returns None, which kopf's annotated contract does not allow but
+  its processing treats as "no essence").
 - `DemoteRoutine`, `quiet_routine_logs`: kopf's routine success lines are recognised by their text and demoted to
   DEBUG; unless DEBUG is on, kopf's per-object logger (`OBJECT_LOGGER`, read from kopf) logs from WARNING up, so
   no record is even built for them.
@@ -274,38 +274,23 @@ def install_lean_readiness() -> bool:
 
 
 # --- diff base ------------------------------------------------------------------------------------------------
-# Kinds with change handlers (on.create/update/resume): only they need kopf's diff base. MLJobs have none
-# (handlers.reconcile_mljob watches events and tracks generations itself).
-CHANGE_HANDLED_KINDS = frozenset({naming.POOL_KIND})
-
-
-class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+class NoDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
     """kopf builds a diff base for every event of every watched kind by deep-copying the whole body (status and
-    managedFields too, dropped right after): the largest CPU cost of a pod event. Kinds without change handlers
-    (pods, nodes, MLJobs) get none, nor is the stored one looked up for them, and the others are copied without
-    the parts the essence drops anyway."""
+    managedFields too, dropped right after), for its change handlers (on.create/update/resume) alone. kubepool
+    registers none: jobs and pools are acted on by their events' generations (jobwatch, poolwatch). So none is
+    built, nor is a stored one looked up."""
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        if body.get("kind") not in CHANGE_HANDLED_KINDS:
-            return None  # the old half of a diff nothing reads
-        return super().fetch(body=body)
+        return None  # the old half of a diff nothing reads
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
-        if body.get("kind") not in CHANGE_HANDLED_KINDS:
-            return cast(kopf.BodyEssence, None)  # kopf treats None as "no essence": no diff, no change cause
-        extra = list(extra_fields or ())
-        if all(tuple(f)[:1] not in (("metadata",), ("status",)) for f in extra):
-            meta = body.get("metadata") or {}
-            slim = {k: v for k, v in body.items() if k not in ("metadata", "status")}
-            slim["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
-            body = kopf.Body(cast(kopf.RawBody, slim))
-        return super().build(body=body, extra_fields=extra)
+        return cast(kopf.BodyEssence, None)  # kopf treats None as "no essence": no diff, no change cause
 
 
 # --- log output -----------------------------------------------------------------------------------------------
 OBJECT_LOGGER = kopf_loggers.logger.name  # kopf's per-object logger: handler outcomes, and the Events it posts
-# kopf's per-handler and per-cause success lines (kopf/_core/actions/execution.py, reactor/processing.py).
-_ROUTINE = re.compile(r"Handler '[^']*' succeeded\.|\w+ is processed: \d+ succeeded; 0 failed\.")
+# kopf's per-handler success lines (kopf/_core/actions/execution.py).
+_ROUTINE = re.compile(r"Handler '[^']*' succeeded\.")
 # kopf's per-object logger (every handler's and cause's success at INFO; its warnings and errors stay) and its
 # liveness endpoint, an aiohttp server: one INFO line per probe, two every 10 s in the chart's pod.
 _CHATTY = (OBJECT_LOGGER, "aiohttp.access")

@@ -25,7 +25,7 @@ from kubepool.controller.election import Timing
 from kubepool.controller.events import EventPoster
 from kubepool.controller.jobchildren import child_seen
 from kubepool.controller.kopf_fence import (
-    LeanDiffBaseStorage,
+    NoDiffBaseStorage,
     install_fast_json,
     install_relist_deletions,
     take_over,
@@ -86,7 +86,7 @@ def apply_settings(settings: kopf.OperatorSettings, cfg: OperatorConfig | None =
     cfg = cfg or OperatorConfig()
     # kopf's own bookkeeping stays in annotations under our prefix: the strict status schema would prune it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = LeanDiffBaseStorage(
+    settings.persistence.diffbase_storage = NoDiffBaseStorage(
         prefix=naming.ANNOTATION_PREFIX, key="last-handled-configuration")
     settings.persistence.finalizer = f"{naming.GROUP}/operator"  # only used if a handler ever needs one
     # Peering: with the kopf.dev CRDs installed, replicas pick distinct priorities, so exactly one works and

@@ -59,14 +59,16 @@ def forget(op: OperatorState, body: Mapping[str, Any]) -> None:
 
 def woken(op: OperatorState, event_type: str | None, body: Mapping[str, Any]) -> None:
     """What a pod event asks of the work queue: its job's pass (sooner for the events that decide something:
-    `pod_event_delay`), or its pool's pass for a placeholder (started, pre-empted or deleted: the pool's
-    warmInstances moved, or a placeholder must be created again)."""
+    `pod_event_delay`; a pod that ended or is going, at once and without waiting for a pass slot), or its pool's
+    pass for a placeholder (started, pre-empted or deleted: the pool's warmInstances moved, or a placeholder
+    must be created again)."""
     labels = (body.get("metadata") or {}).get("labels") or {}
     if _placeholder(labels):
         if pool := labels.get(naming.LABEL_POOL):
             op.queue.refresh_pools([pool])
     elif key := view.owning_job(body):
-        op.queue.spawn(key, delay=0.0 if event_type == "DELETED" else pod_event_delay(body))
+        delay = 0.0 if event_type == "DELETED" else pod_event_delay(body)
+        op.queue.spawn(key, delay=delay, urgent=delay == 0.0)
 
 
 def seen(op: OperatorState, event_type: str | None, body: Mapping[str, Any]) -> None:

@@ -95,6 +95,8 @@ class ClusterView:
     indexing: set[JobKey] = field(default_factory=set)
     # What the event handlers last acted on: a job's (uid, generation, deleting), a node as the pools read it.
     seen_jobs: dict[JobKey, tuple[str, Any, bool]] = field(default_factory=dict)
+    # A pool's (uid, generation) as its event handler last acted on it (poolwatch).
+    seen_pools: dict[str, tuple[str, Any]] = field(default_factory=dict)
     # The generation this process' own last write to a job's spec made, by uid (Kueue's suspend and resume): a
     # watched job older than that is not decided on (`behind`).
     spec_written: dict[str, int] = field(default_factory=dict)

@@ -6,6 +6,7 @@ as the callables `bind` gives it (jobreconcile.reconcile_job, poolreconcile.reco
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,10 @@ POD_EVENT_DELAY_SECONDS = 0.1  # a pod event's pass waits this long, so the rest
 POD_PROGRESS_DELAY_SECONDS = 1.0  # ... or this long when it can only change what the status shows (pod_event_delay)
 QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
 GOING_RETRY_MAX_SECONDS = 2.0  # a pass waiting for an object on its way out (errors.Going) retries at least this often
+# Job passes running at once; the rest wait to start, the oldest job's first (kube.lanes). A pass holds what it
+# builds (its decision, its children's bodies) while it waits for an API slot (kube.aio.MAX_IN_FLIGHT): a burst
+# of admissions started every pass at once, and the operator's peak memory was theirs, not the jobs'.
+MAX_JOB_PASSES = 16
 
 
 def pod_event_delay(pod: Any) -> float:
@@ -58,7 +63,7 @@ def _no_claims(_: Iterable[str] | None) -> list[Claim]:
 @dataclass
 class WorkQueue:
     """One per operator process. Passes of one job never overlap (`lock`); admission decisions of all jobs
-    are serialised by `admission_lock`."""
+    are serialised by `admission_lock`; at most MAX_JOB_PASSES job passes run at once (`passes`)."""
 
     run_job: Callable[[JobKey], Awaitable[None]] = _unbound
     run_pool: Callable[[str], Awaitable[None]] = _unbound
@@ -77,6 +82,7 @@ class WorkQueue:
     # or pool name: none starts before then, so none decides on a part of the cluster (a running job with half
     # its pods listed would be failed as having lost the rest).
     held: tuple[set[JobKey], set[str]] | None = None
+    passes: lanes.OrderedSlots = field(default_factory=lambda: lanes.OrderedSlots(MAX_JOB_PASSES))
 
     def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
              export: Callable[[], None], claims: Callable[[Iterable[str] | None], list[Claim]]) -> None:
@@ -125,14 +131,20 @@ class WorkQueue:
         """No job pass asked for, and none running."""
         return not self.pending and not any(lock.locked() for lock in self.locks.values())
 
-    def spawn(self, key: JobKey, delay: float = 0.0) -> None:
+    def spawn(self, key: JobKey, delay: float = 0.0, urgent: bool = False) -> None:
         """Run a job's pass in the background; retried on errors. A burst of events while one pass is already
-        waiting (for `delay`, then for the job's lock) costs one pass, not one per event; a request for a
-        sooner pass moves the waiting one forward."""
+        waiting (for `delay`, then for a pass slot and the job's lock) costs one pass, not one per event; a
+        request for a sooner pass moves the waiting one forward. An `urgent` pass (a pod ended or is going: the
+        job's outcome, which its user and the jobs queued behind it wait for) takes no pass slot: where the
+        job's pass already waits for one, an urgent one starts beside it."""
         loop = asyncio.get_running_loop()
         if key in self.pending:
             timer = self.timers.get(key)
-            if timer is None or timer[0] <= loop.time() + delay:
+            if timer is None:
+                if urgent:
+                    self._start_job(key, urgent=True)
+                return
+            if timer[0] <= loop.time() + delay:
                 return
             timer[1].cancel()
         else:
@@ -143,20 +155,22 @@ class WorkQueue:
             at = loop.time() + delay
             self.timers[key] = (at, loop.call_at(at, self._start_job, key))
         else:
-            self._start_job(key)
+            self._start_job(key, urgent)
 
-    def _start_job(self, key: JobKey) -> None:
+    def _start_job(self, key: JobKey, urgent: bool = False) -> None:
         self.timers.pop(key, None)
         if self.held is not None:
             self.held[0].add(key)
             return
-        asyncio.ensure_future(self._guarded_job(key))
+        asyncio.ensure_future(self._guarded_job(key, urgent))
 
-    async def _guarded_job(self, key: JobKey) -> None:
+    async def _guarded_job(self, key: JobKey, urgent: bool = False) -> None:
         place = self.places.get(key)  # None: forgotten (deleted) since it was asked for
-        lanes.take_place(lanes.new_place() if place is None else place)  # this task's requests wait there
+        place = lanes.new_place() if place is None else place
+        lanes.take_place(place)  # this task's requests wait there
         try:
-            await self.run_job(key)
+            async with contextlib.nullcontext() if urgent else self.passes.slot(place):
+                await self.run_job(key)
             self.failures.pop(key, None)
             return
         except KubeError as e:

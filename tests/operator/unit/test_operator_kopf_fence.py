@@ -27,7 +27,7 @@ from kopf._core.reactor import inventory, orchestration, processing, queueing
 
 from kubepool import naming
 from kubepool.controller import handlers, kopf_fence, podwatch, view
-from kubepool.controller.kopf_fence import DemoteRoutine, LeanDiffBaseStorage
+from kubepool.controller.kopf_fence import DemoteRoutine, NoDiffBaseStorage
 from kubepool.controller.main import apply_settings
 from support.factories import pool
 from support.operator import operator_state, wire
@@ -35,7 +35,6 @@ from support.operator import operator_state, wire
 EVENT = {"type": "MODIFIED", "object": {"kind": "MLJob", "metadata": {"name": "ü-0", "resourceVersion": "12"},
                                          "spec": {"priority": -10, "x": 1.5, "ok": True, "none": None}}}
 DIFFBASE_KEY = "last-handled-configuration"
-DIFFBASE_ANNOTATION = f"{naming.ANNOTATION_PREFIX}/{DIFFBASE_KEY}"
 
 
 # --- watch decoding -------------------------------------------------------------------------------------------
@@ -299,29 +298,22 @@ def _body(kind: str) -> dict[str, Any]:
             "status": {"phase": "RUNNING", "instances": [{"instanceId": 0}]}}
 
 
-def test_lean_diff_base_matches_kopfs_for_handled_kinds() -> None:
-    lean = LeanDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
+def test_no_diff_base_is_built_or_read() -> None:
+    none = NoDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
     full = kopf.AnnotationsDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
-    for kind in ("ComputePool",):
-        body = kopf.Body(_body(kind))
-        for extra in (None, [("spec",)], [("status", "phase")], [("metadata", "uid")]):
-            assert lean.build(body=body, extra_fields=extra) == full.build(body=body, extra_fields=extra)
-        essence = lean.build(body=body)
-        essence["spec"]["env"][0]["value"] = "2"  # a copy, as kopf's: the body stays as watched
-        assert body["spec"]["env"][0]["value"] == "1"
-
-
-def test_lean_diff_base_builds_nothing_for_kinds_without_change_handlers() -> None:
-    lean = LeanDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
-    full = kopf.AnnotationsDiffBaseStorage(prefix="kubepool.dev", key=DIFFBASE_KEY)
-    for kind in ("Pod", "Node", "MLJob"):
-        assert lean.build(body=kopf.Body(_body(kind))) is None
-        stored = _body(kind)  # even one that carries a stored diff base: nothing reads its old half
+    for kind in ("Pod", "Node", "MLJob", naming.POOL_KIND):
+        assert none.build(body=kopf.Body(_body(kind))) is None
+        stored = _body(kind)  # even one that carries a stored diff base (kopf's, from an older kubepool)
         stored["metadata"]["annotations"][f"kubepool.dev/{DIFFBASE_KEY}"] = '{"spec": {}}'
-        assert full.fetch(body=kopf.Body(stored)) == {"spec": {}} and lean.fetch(body=kopf.Body(stored)) is None
-    pool = _body(naming.POOL_KIND)
-    pool["metadata"]["annotations"][f"kubepool.dev/{DIFFBASE_KEY}"] = '{"spec": {"maxNodes": 2}}'
-    assert lean.fetch(body=kopf.Body(pool)) == full.fetch(body=kopf.Body(pool)) == {"spec": {"maxNodes": 2}}
+        assert full.fetch(body=kopf.Body(stored)) == {"spec": {}} and none.fetch(body=kopf.Body(stored)) is None
+
+
+def test_no_handler_needs_a_diff_base() -> None:
+    """What makes NoDiffBaseStorage safe: kopf reads a diff base only for change handlers (on.create, on.update,
+    on.resume, on.delete, on.field), and the operator registers none."""
+    registry = registries.get_default_registry()
+    assert handlers.pool_event.__name__ in {h.id for h in registry._watching.get_all_handlers()}
+    assert list(registry._changing.get_all_handlers()) == []
 
 
 # --- log output -----------------------------------------------------------------------------------------------
@@ -332,8 +324,6 @@ def record(msg: str, name: str = "kopf.objects", level: int = logging.INFO) -> l
 @pytest.mark.parametrize(("msg", "name", "level", "shown"), [
     ("Handler 'pod_event' succeeded.", "kopf.objects", logging.INFO, False),
     ("Handler 'reconcile_mljob/spec' succeeded.", "kopf.objects", logging.INFO, False),
-    ("Creation is processed: 1 succeeded; 0 failed.", "kopf.objects", logging.INFO, False),
-    ("Creation is processed: 0 succeeded; 1 failed.", "kopf.objects", logging.INFO, True),
     ("Handler 'pod_event' failed with an exception. Will retry.", "kopf.objects", logging.ERROR, True),
     ("MLJob ns/a: ttlSecondsAfterFinished passed; deleting it", "kubepool.controller.jobchildren", logging.INFO, True),
     ("Handler 'x' succeeded.", "someone.else", logging.INFO, True),
@@ -406,7 +396,7 @@ async def test_kopf_processes_watch_events_through_every_fence(monkeypatch: pyte
     # 2. kopf's processing of each event, with kubepool's settings and handlers (the default registry).
     settings = kopf.OperatorSettings()
     apply_settings(settings)
-    assert isinstance(settings.persistence.diffbase_storage, LeanDiffBaseStorage)
+    assert isinstance(settings.persistence.diffbase_storage, NoDiffBaseStorage)
     registry = registries.get_default_registry()
     assert handlers.pod_event.__name__ in {h.id for h in registry._watching.get_all_handlers()}
     indexers = indexing.OperatorIndexers()
@@ -442,17 +432,14 @@ async def test_kopf_processes_watch_events_through_every_fence(monkeypatch: pyte
     # The pod: indexed and handled (its job's pass asked for), no diff base built, nothing patched for it.
     assert [p.name for p in op.view.pods(("ns", "train"))] == ["train-0"]
     assert op.queue.pending == {("ns", "train")}
-    # The pool: its creation handled (a status pass due) and kopf's own diff base stored, as kopf builds it.
+    # The pool: indexed and handled (a status pass due); kopf wrote nothing to it (no diff base, no progress).
     assert "cpu" in op.queue.pools_due and list(op.view.pools()) == ["cpu"]
-    full = kopf.AnnotationsDiffBaseStorage(prefix=naming.ANNOTATION_PREFIX, key=DIFFBASE_KEY)
-    stored = [p["metadata"]["annotations"][DIFFBASE_ANNOTATION] for p in patches
-              if DIFFBASE_ANNOTATION in ((p.get("metadata") or {}).get("annotations") or {})]
-    assert [json.loads(s) for s in stored] == [json.loads(json.dumps(full.build(body=kopf.Body(cp))))]
-    # kopf's handler and cause success lines, as kopf writes them now, are the ones demoted (and hidden while
+    assert patches == []
+    # kopf's handler success lines, as kopf writes them now, are the ones demoted (and hidden while
     # DEBUG is off). Indexers' lines are terse: kopf writes them only in verbose mode, and they stay.
     succeeded = [r for r in log.records if r.levelno == logging.INFO and "succeeded" in r.getMessage()
                  and not r.getMessage().startswith("Indexer ")]
-    assert {r.getMessage().split()[0] for r in succeeded} == {"Handler", "Creation"}, [r.getMessage() for r in log.records]
+    assert {r.getMessage().split()[0] for r in succeeded} == {"Handler"}, [r.getMessage() for r in log.records]
     for r in succeeded:
         assert DemoteRoutine().filter(r) is logging.getLogger().isEnabledFor(logging.DEBUG), r.getMessage()
         assert r.levelno == logging.DEBUG

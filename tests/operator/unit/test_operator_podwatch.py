@@ -157,3 +157,18 @@ async def test_a_pod_as_the_index_holds_it_wakes_nothing() -> None:
         assert ("ns", "other") in op.queue.pending
     finally:
         op.close()
+
+
+def test_a_pod_that_ended_or_is_going_asks_for_an_urgent_pass() -> None:
+    """Its job's outcome: the pass takes no pass slot (workqueue.spawn's `urgent`); any other pod event waits for one."""
+    op, _, _ = operator_state([job(targetInstances=2)], [pool()])
+    asked: list[tuple[float, bool]] = []
+    op.queue.spawn = lambda key, delay=0.0, urgent=False: asked.append((delay, urgent))  # type: ignore[method-assign]
+    try:
+        podwatch.woken(op, "MODIFIED", body("p1", phase="Succeeded"))
+        podwatch.woken(op, "DELETED", body("p1", phase="Running"))
+        podwatch.woken(op, "MODIFIED", body("p1", phase="Running"))
+        podwatch.woken(op, "MODIFIED", body("p1", phase="Pending"))
+        assert [u for _, u in asked] == [True, True, False, False]
+    finally:
+        op.close()

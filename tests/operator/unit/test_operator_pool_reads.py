@@ -47,7 +47,7 @@ async def test_each_pool_event_kopf_processes_is_seen_by_the_next_read(monkeypat
     settings = kopf.OperatorSettings()
     apply_settings(settings)
     registry = registries.get_default_registry()
-    assert handlers.pool_stored.__name__ in {h.id for h in registry._watching.get_all_handlers()}
+    assert handlers.pool_event.__name__ in {h.id for h in registry._watching.get_all_handlers()}
     # A pass that reads the pools after the pool's index handler ran and before kopf stored its result (the
     # handler is a coroutine: other tasks may run in between) reads the old index; the next read must not keep it.
     at = next(i for i, h in enumerate(registry._indexing._handlers) if h.id == view.POOL_INDEX)
