@@ -83,6 +83,7 @@ class WorkQueue:
     # its pods listed would be failed as having lost the rest).
     held: tuple[set[JobKey], set[str]] | None = None
     passes: lanes.OrderedSlots = field(default_factory=lambda: lanes.OrderedSlots(MAX_JOB_PASSES))
+    urgent: set[JobKey] = field(default_factory=set)  # jobs whose asked-for pass takes no pass slot (`spawn`)
 
     def bind(self, *, run_job: Callable[[JobKey], Awaitable[None]], run_pool: Callable[[str], Awaitable[None]],
              export: Callable[[], None], claims: Callable[[Iterable[str] | None], list[Claim]]) -> None:
@@ -106,6 +107,7 @@ class WorkQueue:
 
     def forget(self, key: JobKey) -> None:
         self.locks.pop(key, None)
+        self.urgent.discard(key)
         self.failures.pop(key, None)
         self.places.pop(key, None)
         handle = self.wakeups.pop(key, None)
@@ -126,6 +128,7 @@ class WorkQueue:
         """A pass of the job began (under its lock): events from here on need a new pass; earlier ones are
         covered by this one."""
         self.pending.discard(key)
+        self.urgent.discard(key)
 
     def idle(self) -> bool:
         """No job pass asked for, and none running."""
@@ -141,7 +144,7 @@ class WorkQueue:
         if key in self.pending:
             timer = self.timers.get(key)
             if timer is None:
-                if urgent:
+                if urgent and key not in self.urgent:  # one urgent pass beside the waiting one, however many ask
                     self._start_job(key, urgent=True)
                 return
             if timer[0] <= loop.time() + delay:
@@ -162,6 +165,8 @@ class WorkQueue:
         if self.held is not None:
             self.held[0].add(key)
             return
+        if urgent:
+            self.urgent.add(key)
         asyncio.ensure_future(self._guarded_job(key, urgent))
 
     async def _guarded_job(self, key: JobKey, urgent: bool = False) -> None:
@@ -186,6 +191,9 @@ class WorkQueue:
             n = self.failures[key] = self.failures.get(key, 0) + 1
             delay = retry_delay(n)
             log.exception("MLJob %s/%s: reconcile failed; retry %d in %.1fs", key[0], key[1], n, delay)
+        finally:
+            if urgent:  # also where the pass never began (not leading)
+                self.urgent.discard(key)
         asyncio.get_running_loop().call_later(delay, self.spawn, key)
 
     def wake_at(self, key: JobKey, at: datetime | None) -> None:

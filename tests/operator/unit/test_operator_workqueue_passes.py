@@ -48,7 +48,8 @@ async def test_a_burst_runs_a_bounded_number_of_passes_at_once_the_oldest_job_fi
 
 async def test_an_urgent_pass_takes_no_slot_also_where_its_pass_waits_for_one() -> None:
     """A pod that ended (the job's outcome) starts its job's pass at once with every slot taken, also where the
-    job's pass already waits for a slot; the pass that waited runs later (and finds nothing left to do)."""
+    job's pass already waits for a slot (one such pass, however many pods end meanwhile); the pass that waited
+    runs later (and finds nothing left to do)."""
     runs: list[str] = []
     go = asyncio.Event()
 
@@ -69,7 +70,8 @@ async def test_an_urgent_pass_takes_no_slot_also_where_its_pass_waits_for_one() 
     q.spawn(("ns", "waits"))
     await asyncio.sleep(0.05)
     assert runs[-1] == "ended" and "waits" not in runs  # every slot busy: the urgent one ran, the other waits
-    q.spawn(("ns", "waits"), urgent=True)  # e.g. its head ended while its pass waited for a slot
+    q.spawn(("ns", "waits"), urgent=True)  # e.g. its head ended while its pass waited for a slot ...
+    q.spawn(("ns", "waits"), urgent=True)  # ... and a worker with it: still one pass beside the waiting one
     await asyncio.sleep(0.05)
     assert runs[-1] == "waits" and runs.count("waits") == 1
     go.set()
