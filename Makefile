@@ -59,14 +59,14 @@ crds: venv
 	$(BIN)/python -m kubepool.api.crdgen crds
 	rm -rf charts/kubepool/crds && mkdir -p charts/kubepool && cp -r crds charts/kubepool/crds
 
-lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); types: strict where a slip costs most (the API, the contract, the runtime, the operator and its API client), plain mypy on the rest of src/ and tests/support
+lint: venv  # ruff; the layers (import-linter, contracts in pyproject.toml); types: strict where a slip costs most (the API, the contract, the runtime, the operator and its API client), plain mypy on the rest of src/, tests/support and bench/
 	$(BIN)/ruff check src tests bench hack/pytest.py
 	$(BIN)/lint-imports
 	$(BIN)/mypy --strict src/kubepool/api src/kubepool/contract.py src/kubepool/runtime src/kubepool/controller src/kubepool/kube \
 		src/kubepool/objectmeta.py
 	$(BIN)/mypy src/kubepool/__init__.py src/kubepool/naming.py src/kubepool/payload_format.py src/kubepool/demo.py \
 		src/kubepool/cli src/kubepool/jobs src/kubepool/sagemaker \
-		src/kubepool/sagemaker_api src/kubepool/distributors src/kubepool/runtime_cluster src/kubepool/local tests/support
+		src/kubepool/sagemaker_api src/kubepool/distributors src/kubepool/runtime_cluster src/kubepool/local tests/support bench
 
 test-unit: venv
 	$(BIN)/pytest -m "not cluster and not ray and not realnode" $(PYTEST_ARGS)

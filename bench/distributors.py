@@ -175,7 +175,7 @@ def bench(repeats: int) -> dict[str, Any]:
         print(f"XGBoost, {XGB_ROWS} rows x {XGB_ROUNDS} rounds:", flush=True)
         params = {k: v for k, v in XGB_PARAMS.items() if k != "objective"}
         record("XGBEstimator (3 workers)", lambda: XGBEstimator(
-            XGB_ROUNDS, XGB_PARAMS["objective"], params, XGBScalingConfig(WORLD, 1, False)).fit(df, label_col="y"))  # fmt: skip
+            XGB_ROUNDS, str(XGB_PARAMS["objective"]), params, XGBScalingConfig(WORLD, 1, False)).fit(df, label_col="y"))  # fmt: skip
         record("Ray Train XGBoostTrainer (3 workers)", lambda: XGBoostTrainer(
             xgb_ray_train_loop, train_loop_config={"params": XGB_PARAMS, "rounds": XGB_ROUNDS}, scaling_config=scaling,
             datasets={"train": ray.data.from_pandas(df)}, run_config=RunConfig(storage_path=storage)).fit())  # fmt: skip

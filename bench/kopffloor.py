@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 
 from kubepool import naming
-from kubepool.controller.kopf_fence import LeanDiffBaseStorage, install_fast_json
+from kubepool.controller.kopf_fence import NoDiffBaseStorage, install_fast_json
 from kubepool.kube.aio import Api
 from kubepool.kube.transport import AiohttpHttp, Endpoint
 
@@ -47,8 +47,8 @@ def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     install_fast_json()
-    settings.persistence.diffbase_storage = LeanDiffBaseStorage(prefix=naming.ANNOTATION_PREFIX,
-                                                                key="last-handled-configuration")
+    settings.persistence.diffbase_storage = NoDiffBaseStorage(prefix=naming.ANNOTATION_PREFIX,
+                                                              key="last-handled-configuration")
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.ANNOTATION_PREFIX)
     settings.posting.enabled = False
     settings.watching.label_selectors["pods"] = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"

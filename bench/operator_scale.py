@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +195,7 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
             writes = asyncio.create_task(floor.run())
             await _first(floor.submitted.wait(), writes)
         else:
-            await bounded(CONCURRENCY, [lambda p=p, b=b: create(client, p, b) for p, b in submissions(system, ns, jobs)])
+            await bounded(CONCURRENCY, [functools.partial(create, client, p, b) for p, b in submissions(system, ns, jobs)])
         submitted = time.perf_counter() - t0
         last = time.perf_counter()
         while len(running) < want and time.perf_counter() - last < STALL_S and not (writes and writes.done()):
@@ -221,7 +222,7 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
         "pods_per_s": len(running) / wall if wall else None,
         "requests_per_job": sum(requests.values()) / jobs,
         "requests_per_job_by_verb": {v: n / jobs for v, n in stats.by_verb(requests).items()},
-        "top_requests": {f"{v} {r}": n for (v, r), n in requests.most_common(12)},
+        "top_requests": {f"{v} {r}": n for (v, r), n in stats.largest(requests, 12)},
         "controller_peak_rss_mib": u1.peak_rss_mib if u1 else None,
         "controller_cpu_s": (u1.cpu_s - u0.cpu_s) if u0 and u1 else None,
         "cluster_cpu_s": {k: round(c1[k] - c0[k], 2) for k in c1},
@@ -345,6 +346,10 @@ def fanout(bench: BenchCluster, jobs: int, repeats: int, warmup_jobs: int) -> di
 
 
 # --- P2 -------------------------------------------------------------------------------------------------------
+def _all_in(names: list[str], seen: Container[str]) -> bool:
+    return all(n in seen for n in names)
+
+
 async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: KubepoolOperator,
                  delete: bool = True) -> dict[str, Any]:
     succeeded: dict[str, float] = {}
@@ -393,9 +398,9 @@ async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: Kubepo
             for w in range(waves):
                 names = [f"job-{i}" for i in range(w * per_wave, (w + 1) * per_wave)]
                 tw = time.perf_counter()
-                await bounded(CONCURRENCY, [lambda i=i: create(client, path, mljob(i, 1, shared_pool(i), complete=True))
+                await bounded(CONCURRENCY, [functools.partial(create, client, path, mljob(i, 1, shared_pool(i), complete=True))
                                             for i in range(w * per_wave, (w + 1) * per_wave)])
-                await until(lambda names=names: all(n in done for n in names), f"wave {w} DONE")
+                await until(functools.partial(_all_in, names, done), f"wave {w} DONE")
                 wave_s.append(time.perf_counter() - tw)
                 print(f"  P2 wave {w}: {per_wave} jobs created and DONE in {wave_s[-1]:.1f} s; operator RSS "
                       f"{op.usage().rss_mib:.0f} MiB", flush=True)
@@ -408,8 +413,8 @@ async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: Kubepo
             td = time.perf_counter()
             for w in range(waves):
                 names = [f"job-{i}" for i in range(w * per_wave, (w + 1) * per_wave)]
-                await bounded(CONCURRENCY, [lambda n=n: client.delete(f"{path}/{n}") for n in names])
-                await until(lambda names=names: all(n in gone for n in names), f"wave {w} deleted")
+                await bounded(CONCURRENCY, [functools.partial(client.delete, f"{path}/{n}") for n in names])
+                await until(functools.partial(_all_in, names, gone), f"wave {w} deleted")
             delete_s = time.perf_counter() - td
         wall = time.perf_counter() - t0
         for t in watchers:
@@ -425,7 +430,7 @@ async def _churn(bench: BenchCluster, ns: str, jobs: int, waves: int, op: Kubepo
         "status_lag_max_s": max(lags, default=float("nan")), "lag_samples": len(lags),
         "requests_per_job": sum(requests.values()) / jobs,
         "requests_per_job_by_verb": {v: n / jobs for v, n in stats.by_verb(requests).items()},
-        "top_requests": {f"{v} {r}": n for (v, r), n in requests.most_common(12)},
+        "top_requests": {f"{v} {r}": n for (v, r), n in stats.largest(requests, 12)},
     }  # fmt: skip
 
 
@@ -540,10 +545,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--render", action="store_true", help="only rewrite the Markdown from the JSON (with --quick: the quick run's)")
     args = ap.parse_args(argv)
     if args.render:
-        report = json.loads((RESULTS / f"{result_name(args.quick)}.json").read_text())
-        if "p1" in report:
-            report["p1"].update(summarize_p1(report["p1"]["runs"]))
-        write(report, args.quick)
+        rendered = json.loads((RESULTS / f"{result_name(args.quick)}.json").read_text())
+        if "p1" in rendered:
+            rendered["p1"].update(summarize_p1(rendered["p1"]["runs"]))
+        write(rendered, args.quick)
         return 0
     jobs = args.jobs or (20 if args.quick else 200)
     repeats = args.repeats or (1 if args.quick else 3)

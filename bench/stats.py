@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 # One sample of a Prometheus text exposition: name{labels} value.
@@ -27,9 +27,9 @@ def median(values: Sequence[float]) -> float:
     return percentile(values, 50)
 
 
-def request_totals(text: str) -> Counter[tuple[str, str]]:
+def request_totals(text: str) -> dict[tuple[str, str], float]:
     """`apiserver_request_total` summed by (verb, resource[/subresource]) from a /metrics body."""
-    out: Counter[tuple[str, str]] = Counter()
+    out: defaultdict[tuple[str, str], float] = defaultdict(float)
     for line in text.splitlines():
         m = _SAMPLE.match(line)
         if not m or m["name"] != "apiserver_request_total":
@@ -42,13 +42,18 @@ def request_totals(text: str) -> Counter[tuple[str, str]]:
     return out
 
 
-def delta(before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float]) -> Counter[tuple[str, str]]:
+def delta(before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float]) -> dict[tuple[str, str], float]:
     """Requests made between two scrapes (counters only grow; a key absent before started at 0)."""
-    return Counter({k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0})
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
+def largest(requests: Mapping[tuple[str, str], float], n: int) -> list[tuple[tuple[str, str], float]]:
+    """The `n` largest counts, largest first (ties in first-seen order, as Counter.most_common)."""
+    return sorted(requests.items(), key=lambda kv: -kv[1])[:n]
 
 
 def by_verb(requests: Mapping[tuple[str, str], float]) -> dict[str, float]:
-    verbs: Counter[str] = Counter()
+    verbs: defaultdict[str, float] = defaultdict(float)
     for (verb, _), n in requests.items():
         verbs[verb] += n
     return dict(sorted(verbs.items(), key=lambda kv: -kv[1]))

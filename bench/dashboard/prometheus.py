@@ -48,11 +48,11 @@ class Prometheus(Controller):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, settle: bool = True) -> None:
         shutil.rmtree(self.work, ignore_errors=True)  # an earlier run's samples would be drawn too
         self.work.mkdir(parents=True)
         (self.work / "prometheus.yml").write_text(yaml.safe_dump(config(self.target, self.scrape_s)))
-        super().start()
+        super().start(settle)
 
     def ready(self) -> bool:
         """Ready once it has scraped the operator: `up` is 1."""

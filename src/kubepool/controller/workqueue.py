@@ -32,7 +32,7 @@ GOING_RETRY_MAX_SECONDS = 2.0  # a pass waiting for an object on its way out (er
 # Job passes running at once; the rest wait to start, the oldest job's first (kube.lanes). A pass holds what it
 # builds (its decision, its children's bodies) while it waits for an API slot (kube.aio.MAX_IN_FLIGHT): a burst
 # of admissions started every pass at once, and the operator's peak memory was theirs, not the jobs'.
-MAX_JOB_PASSES = 16
+MAX_JOB_PASSES = 8
 
 
 def pod_event_delay(pod: Any) -> float:

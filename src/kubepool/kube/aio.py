@@ -26,10 +26,10 @@ Obj = dict[str, Any]
 # reuses its connections instead of opening (TLS handshake) and dropping extra ones, and the pool's per-request
 # bookkeeping (a readability check of every pooled connection) stays small. Excess calls wait here, the oldest
 # job's first (kube.lanes).
-MAX_IN_FLIGHT = 16
+MAX_IN_FLIGHT = 8
 # Of those, creates, applies and deletes (a burst of new jobs sends ~8 each) take at most this many, so a status
 # write (a job's DONE, an admission) never queues behind a burst's children.
-MAX_BULK_IN_FLIGHT = 12
+MAX_BULK_IN_FLIGHT = 6
 # A job's last status write (DONE, FAILED, CANCELLED) has lanes of its own beyond MAX_IN_FLIGHT (their sum still
 # within the pool): a wave of admissions queues dozens of status writes, and the end of a job that ran, which its
 # user and the jobs queued behind it wait for, would queue behind them.

@@ -18,7 +18,7 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 # Connections kept open: as many as the requests the operator lets into flight (kube.aio.MAX_IN_FLIGHT and
 # MAX_URGENT_IN_FLIGHT).
-POOL_SIZE = 20
+POOL_SIZE = 12
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
