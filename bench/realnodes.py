@@ -120,37 +120,86 @@ def _is_shim(p: Path, lay: Layout) -> bool:
     return b"containerd-shim" in cmd and str(lay.state_dir).encode() in cmd
 
 
+def _pods_gone(lay: Layout, ns: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while left := _kubectl(lay, "get", "pods", "-n", ns, "-o", "name").split():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"pods of {ns} not gone {timeout:.0f} s after their job's deletion: {left}")
+        time.sleep(0.2)
+
+
+def _millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else round(float(quantity) * 1000)
+
+
+def node_share(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
+    """The CPU each of `nodes` still offers an instance: its allocatable less what the `pods` on it request (the
+    operator's, CoreDNS's), the least over the nodes, in steps of 100m. An instance of that size has its node, as
+    a Snowflake instance has, and as a process node's instance has the machine (no quota at all)."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        node = pod["spec"].get("nodeName") or ""
+        for c in pod["spec"]["containers"]:
+            used[node] = used.get(node, 0) + _millicores(((c.get("resources") or {}).get("requests") or {}).get("cpu", "0"))
+    free = min(_millicores(n["status"]["allocatable"]["cpu"]) - used.get(n["metadata"]["name"], 0) for n in nodes)
+    return f"{free // 100 * 100}m"
+
+
+def _pool_node_share(lay: Layout, selector: dict[str, str]) -> str:
+    labels = ",".join(f"{k}={v}" for k, v in selector.items())
+    nodes = json.loads(_kubectl(lay, "get", "nodes", "-l", labels, "-o", "json"))["items"]
+    return node_share(nodes, json.loads(_kubectl(lay, "get", "pods", "-A", "-o", "json"))["items"])
+
+
+def _p3_summary(runs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"instances": latency.INSTANCES, "runs": runs, "target_ratio_to_process_nodes": TARGET_RATIO, **extra,
+            "median": {k: stats.median([r["since_submit_s"][k] for r in runs if r["since_submit_s"][k] is not None])
+                       for k, _ in latency.STAGES}}
+
+
 def p3(lay: Layout, repeats: int) -> dict[str, Any]:
     """The chart's operator from its image; bench.latency's job (3 instances, one per node, a payload that prints
-    the time) followed the same way, so the two P3s compare stage by stage: one warm-up, then `repeats` runs."""
+    the time) followed the same way, so the two P3s compare stage by stage. Two pools, their runs alternating after
+    one warm-up each: instances of 1 CPU (the chart's example pool), and instances at their node's size
+    (`node_share`): process nodes put no quota on an instance, so that one compares like with like."""
     helm = [lay.bin("helm"), "--kubeconfig", str(lay.kubeconfig)]
     chart = layout.REPO_ROOT / "charts" / "kubepool"
+    selector = {"kubepool.dev/node-pool": "cpu"}
+    spec = {"resources": {"cpu": "1", "memory": "2Gi"}, "minNodes": 0, "maxNodes": latency.INSTANCES,
+            "nodeSelector": selector}
     values = {"image": {"repository": "kubepool/operator", "tag": "dev", "pullPolicy": "Never"},
               "operator": {"runtimeImage": RUNTIME, "watchNamespaces": ["bench-jobs"], "warmCapacity": False,
                            "settings": {"imagePullPolicy": "Never"}},
-              "pools": [{"name": "bench-real", "spec": {"resources": {"cpu": "1", "memory": "2Gi"}, "minNodes": 0,
-                                                         "maxNodes": latency.INSTANCES,
-                                                         "nodeSelector": {"kubepool.dev/node-pool": "cpu"}}}]}
+              "pools": [{"name": "bench-real", "spec": spec}]}
     vfile = lay.state_dir / "bench-values.yaml"
     vfile.write_text(yaml.safe_dump(values))
     _kubectl(lay, "create", "namespace", "bench-jobs")
     subprocess.run([*helm, "install", "kp", str(chart), "-n", "kubepool-system", "--create-namespace", "--values",
                     str(vfile), "--wait", "--timeout", "180s"], check=True, capture_output=True, timeout=240)
+    share = _pool_node_share(lay, selector)
+    whole = {**spec, "resources": {"cpu": share, "memory": "2Gi"}}
+    _kubectl(lay, "apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "kubepool.dev/v1alpha1", "kind": "ComputePool", "metadata": {"name": "bench-real-node"}, "spec": whole}))
     bench = BenchCluster(lay, 0.0)
-    runs = []
+    runs: dict[str, list[dict[str, Any]]] = {"bench-real": [], "bench-real-node": []}
     for i in range(repeats + 1):
-        r = asyncio.run(latency.follow(bench, "bench-jobs", latency.job(f"p3-{i}", pool="bench-real")))
-        b = r["since_submit_s"]
-        print(f"  P3 {'warm-up' if not i else f'run {i}'}: payload start {stats.fmt(b['payload_start'])} s, "
-              f"finished {stats.fmt(b['done'])} s: {r['outcome']}", flush=True)
-        if not r["outcome"].startswith("DONE"):
-            raise RuntimeError(f"job p3-{i} ended {r['outcome']}; head log tail: {r.get('head_log_tail')}")
-        if i:
-            runs.append(r)
-        _kubectl(lay, "delete", "mljob", f"p3-{i}", "-n", "bench-jobs", "--wait=true", timeout=180)
-    return {"instances": latency.INSTANCES, "runs": runs, "target_ratio_to_process_nodes": TARGET_RATIO,
-            "median": {k: stats.median([r["since_submit_s"][k] for r in runs if r["since_submit_s"][k] is not None])
-                       for k, _ in latency.STAGES}}
+        for pool, prefix in (("bench-real", "p3"), ("bench-real-node", "p3n"))[:: 1 if i % 2 else -1]:
+            name = f"{prefix}-{i}"
+            r = asyncio.run(latency.follow(bench, "bench-jobs", latency.job(name, pool=pool)))
+            b = r["since_submit_s"]
+            cpu = "1" if pool == "bench-real" else share
+            print(f"  P3, {cpu} CPU instances, {'warm-up' if not i else f'run {i}'}: payload start "
+                  f"{stats.fmt(b['payload_start'])} s, finished {stats.fmt(b['done'])} s: {r['outcome']}", flush=True)
+            if not r["outcome"].startswith("DONE"):
+                raise RuntimeError(f"job {name} ended {r['outcome']}; head log tail: {r.get('head_log_tail')}")
+            if i:
+                runs[pool].append(r)
+            _kubectl(lay, "delete", "mljob", name, "-n", "bench-jobs", "--wait=true", timeout=180)
+            _pods_gone(lay, "bench-jobs")  # the next job's instances must find their nodes free
+    return {**_p3_summary(runs["bench-real"], cpu="1"),
+            "node_share": _p3_summary(runs["bench-real-node"], cpu=share)}
 
 
 def measure(quick: bool) -> dict[str, Any]:
@@ -216,16 +265,25 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def _p3_lines(p3: dict[str, Any]) -> list[str]:
-    """bench.latency's stage table, for the same job on real nodes (the chart's operator from its image)."""
-    rows, prev = [], 0.0
+    """bench.latency's stage table, for the same job on real nodes (the chart's operator from its image): instances
+    of 1 CPU, and (where measured) instances at their node's size."""
+    series = [p3, *([p3["node_share"]] if "node_share" in p3 else [])]
+    header = ["stage"]
+    for s in series:
+        header += [f"{s.get('cpu', '1')} CPU: since submit (s)", "since previous stage (s)"]
+    rows, prev = [], [0.0] * len(series)
     for key, what in latency.STAGES:
-        v = p3["median"][key]
-        rows.append([what, stats.fmt(v), stats.fmt(v - prev if v == v else None)])
-        prev = v if v == v else prev
+        row = [what]
+        for j, s in enumerate(series):
+            v = s["median"][key]
+            row += [stats.fmt(v), stats.fmt(v - prev[j] if v == v else None)]
+            prev[j] = v if v == v else prev[j]
+        rows.append(row)
     return [f"P3 on real nodes: bench.latency's {p3['instances']}-instance job, the chart's operator from its image; "
-            f"median of {len(p3['runs'])} run(s) after one warm-up. Target: ≤ {p3['target_ratio_to_process_nodes']:g} × "
-            "P3 on process nodes (summary.md).", "",
-            stats.markdown_table(["stage", "since submit (s)", "since previous stage (s)"], rows, right=(1, 2))]
+            f"median of {len(p3['runs'])} run(s) after one warm-up, per instance size (the runs alternate). Target: "
+            f"≤ {p3['target_ratio_to_process_nodes']:g} × P3 on process nodes (summary.md), whose instances have no "
+            "CPU quota: the instances at their node's size compare like with like.", "",
+            stats.markdown_table(header, rows, right=tuple(range(1, len(header))))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

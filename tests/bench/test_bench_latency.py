@@ -101,9 +101,32 @@ def test_real_node_p3_is_compared_with_the_process_node_p3_of_the_same_bench(tmp
     assert summary.realnode_rows(real)[1][1:] == ["–", f"≤ {TARGET_RATIO:g}", "NO (no value)"]
     (tmp_path / "latency.json").write_text(json.dumps({"p3": {"median": {"payload_start": 11.0}}}))
     assert summary.realnode_rows(real) == [
-        ["P3 on real nodes (containers, 3 instances): submit → payload start", "12.0 s", "", ""],
-        ["P3 real nodes ÷ process nodes", "1.09", f"≤ {TARGET_RATIO:g}", "yes"]]
+        ["P3 on real nodes (containers, 3 instances of 1 CPU): submit → payload start", "12.0 s", "", ""],
+        ["P3 real nodes ÷ process nodes, instances of 1 CPU", "1.09", f"≤ {TARGET_RATIO:g}", "yes"]]
     (tmp_path / "latency.json").write_text(json.dumps({"p3": {"median": {"payload_start": 6.0}}}))
     assert summary.realnode_rows(real)[1][1:] == ["2.00", f"≤ {TARGET_RATIO:g}", "NO"]
     table = "\n".join(_p3_lines(real["p3"]))
     assert "| payload started (its own clock) | 12.00 |" in table.replace("  ", " ")
+    # Instances at their node's size beside them: those are compared like with like (process nodes set no quota),
+    # and the 1-CPU row's miss is put down to its quota.
+    real["p3"]["node_share"] = {"cpu": "1800m", "runs": [{}], "median": median | {"payload_start": 7.0}}
+    rows = summary.realnode_rows(real)
+    assert rows[1][3].startswith("NO: the instances' CPU quota")
+    assert rows[3] == ["P3 real nodes ÷ process nodes, instances of their node's size (1800m CPU)", "1.17",
+                       f"≤ {TARGET_RATIO:g}", "yes"]
+    table = "\n".join(_p3_lines(real["p3"]))
+    assert "| payload started (its own clock) | 12.00 | 6.00 | 7.00 | 1.00 |" in table.replace("  ", " ")
+
+
+def test_an_instance_at_its_node_size_takes_what_the_busiest_node_has_free() -> None:
+    from bench.realnodes import node_share
+
+    nodes = [{"metadata": {"name": n}, "status": {"allocatable": {"cpu": "2"}}} for n in ("a", "b", "c")]
+
+    def pod(node: str, *cpus: str, phase: str = "Running") -> dict:
+        return {"spec": {"nodeName": node, "containers": [{"resources": {"requests": {"cpu": c}}} for c in cpus]},
+                "status": {"phase": phase}}
+
+    pods = [pod("a", "100m"), pod("b", "150m", "0.1"), pod("b", "1", phase="Succeeded"), pod("", "3")]
+    assert node_share(nodes, pods) == "1700m"  # b: 2000 - 250, in steps of 100m
+    assert node_share(nodes, []) == "2000m"

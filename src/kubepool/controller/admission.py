@@ -87,7 +87,9 @@ def decide(claim: Claim, claims: Iterable[Claim], capacity: Mapping[str, int], s
     used = usage(others)
     free = {p: max(capacity[p] - used[p], 0) for p in capacity}
     if ahead:
-        return Decision(False, reason=vocabulary.QUEUED, message=f"queued behind {len(ahead)} job(s) for pool {', '.join(needed)}")
+        # Not how many: every admission would change the message of every job behind it, and so rewrite each one's
+        # status (a FIFO queue of n jobs cost n² writes). The pool's status counts its queue (queuedJobs).
+        return Decision(False, reason=vocabulary.QUEUED, message=f"queued behind older jobs for pool {', '.join(needed)}")
     granted = _prefix_fits(claim.pools, free)
     if granted >= claim.min_instances:
         return Decision(True, granted=granted)

@@ -73,3 +73,14 @@ def test_burst_admits_everyone_when_woken_in_order() -> None:
         assert d.admitted
         claims[waiting[0].name] = claim(waiting[0].name, 1, t=int(waiting[0].created[-3:-1]), granted=d.granted)
     assert all(not c.waiting for c in claims.values())
+
+
+def test_a_job_queued_behind_others_keeps_its_decision_while_the_queue_ahead_of_it_moves() -> None:
+    """A waiting job's status is written whenever its decision's message changes: a message counting the jobs
+    ahead changed with every admission ahead of it, so each one rewrote the status of every job behind it."""
+    me = claim("z", 1, t=9)
+    ahead = [claim(f"a{i}", 3, t=i) for i in range(4)]
+    decisions = [decide(me, [me, *ahead[i:]], CAP) for i in range(len(ahead))]
+    assert all(d.reason == QUEUED for d in decisions)
+    assert len({d.message for d in decisions}) == 1, [d.message for d in decisions]
+    assert "cpu" in decisions[0].message
