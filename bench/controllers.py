@@ -8,8 +8,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -115,9 +117,12 @@ class KubepoolOperator(Controller):
 class KopfFloor(Controller):
     """`python -m bench.kopffloor`: P1's jobs' pods created by the least kopf operator (its docstring)."""
 
-    def __init__(self, bench: BenchCluster, log_path: Path, pod_spec: dict[str, object]) -> None:
-        super().__init__("kopf-floor", [sys.executable, "-m", "bench.kopffloor"],
-                         {**bench.env(), "KOPF_FLOOR_POD_SPEC": json.dumps(pod_spec)}, log_path)
+    def __init__(self, bench: BenchCluster, log_path: Path, pod_spec: dict[str, object],
+                 writes_pools: Mapping[str, Any] | None = None) -> None:
+        env = {**bench.env(), "KOPF_FLOOR_POD_SPEC": json.dumps(pod_spec)}
+        if writes_pools is not None:  # the kopf writes floor: kubepool's writes for each job (bench/kopffloor.py)
+            env["KOPF_FLOOR_WRITES_POOLS"] = json.dumps(writes_pools)
+        super().__init__("kopf-floor", [sys.executable, "-m", "bench.kopffloor"], env, log_path)
         self._seen = 0
 
     def start(self, settle: bool = True) -> None:

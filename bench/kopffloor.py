@@ -4,11 +4,16 @@ workers, owned by the job) through the operator's own client (`kubepool.kube.aio
 (orjson watch decoding, no diff base for pods, the pods' label selector in the API server). No status, no
 pools, no Events. Its CPU and RSS are what any kopf-based operator pays for the same jobs, beside KubeRay's.
 
+With $KOPF_FLOOR_WRITES_POOLS (the kopf writes floor), each job gets instead every write kubepool's operator makes
+for it (bench.writesfloor.JobWrites: status, pool status, Events, Secret, Service, NetworkPolicy, pods,
+EndpointSlice), with no decision: what any kopf operator making kubepool's writes pays, beside KubeRay's.
+
 `python -m bench.kopffloor` (KUBECONFIG set; the pods' spec as JSON in $KOPF_FLOOR_POD_SPEC, from
 bench.operator_scale): runs until SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -16,12 +21,17 @@ from typing import Any
 
 import kopf
 
+from bench.writesfloor import JobWrites
 from kubepool import naming
 from kubepool.controller.kopf_fence import NoDiffBaseStorage, install_fast_json
+from kubepool.kube import lanes
 from kubepool.kube.aio import Api
 from kubepool.kube.transport import AiohttpHttp, Endpoint
 
 READY = "kopf floor configured"
+# With this set (the ComputePools as JSON, by name), each new job gets every write kubepool's operator makes for
+# it instead of its four bare pods: the kopf writes floor (bench.writesfloor.JobWrites, from kopf's job events).
+WRITES_POOLS_ENV = "KOPF_FLOOR_WRITES_POOLS"
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
 WORKERS = 3
 POD_SPEC_ENV = "KOPF_FLOOR_POD_SPEC"
@@ -62,6 +72,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.api = Api(AiohttpHttp(connect))
     memo.seen = set()
     memo.pod_spec = json.loads(os.environ[POD_SPEC_ENV])
+    pools = os.environ.get(WRITES_POOLS_ENV)
+    memo.tasks = set()
+    memo.writes = JobWrites(memo.api, json.loads(pools), WORKERS + 1) if pools else None
     logging.getLogger(__name__).info(READY)
 
 
@@ -71,8 +84,10 @@ async def pod_index(body: kopf.Body, namespace: str | None, labels: kopf.Labels,
 
 
 @kopf.on.event("pods", labels=MANAGED)
-async def pod_event(**_: Any) -> None:
-    pass  # kubepool's queues a pass here; the floor's job needs nothing more
+async def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # kubepool's queues a pass here; the floor's job needs nothing more, the writes floor's its Running pods
+    if memo.writes is not None and body.get("status", {}).get("phase") == "Running":
+        memo.writes.on_pod(dict(body))
 
 
 @kopf.on.event(naming.GROUP, naming.MLJOB_PLURAL)
@@ -81,6 +96,11 @@ async def job_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
     if event["type"] == "DELETED" or uid in memo.seen:
         return
     memo.seen.add(uid)
+    if memo.writes is not None:
+        task = asyncio.create_task(memo.writes.write(lanes.new_place(), dict(body)))  # it waits for the pods to run
+        memo.tasks.add(task)
+        task.add_done_callback(memo.tasks.discard)
+        return
     for pod in pods_for(dict(body), memo.pod_spec):
         await memo.api.create_if_absent(pod)
 

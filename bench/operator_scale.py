@@ -3,9 +3,10 @@
 P1 fan-out: N jobs of 1 head + 3 workers submitted at once, until all 4N pods are Running, for the kubepool
 operator, the KubeRay operator (N RayClusters of the same shape) and the floor (a raw client creating the 4N
 pods itself, 16 requests in flight), the kopf floor (bench/kopffloor.py: the least kopf operator for the
-same jobs), and the writes floor (bench/writesfloor.py: every write kubepool's operator makes for the jobs, made
-by the bench's client with no operator). One warm-up round, then repeats interleaved (kubepool, KubeRay, floor,
-kopf floor, writes floor);
+same jobs), the writes floor (bench/writesfloor.py: every write kubepool's operator makes for the jobs, made
+by the bench's client with no operator) and the kopf writes floor (the kopf floor making those writes instead of
+bare pods: the least CPU and memory a kopf operator making kubepool's writes needs). One warm-up round, then
+repeats interleaved (kubepool, KubeRay, floor, kopf floor, writes floor, kopf writes floor);
 ratios are taken pair by pair within a repeat, then the median. kubepool's jobs each get their own ComputePool,
 created once the operator is up: with pools shared by many jobs its FIFO admission loses wake-ups and jobs stay
 Queued, and pools that exist when it starts cost it O(nodes x pools^2) work (bench/NOTES.md). One extra run
@@ -61,11 +62,12 @@ from kubepool.local import kwok
 RESULTS = Path(__file__).with_name("results")
 KOPF_FLOOR = "kopf-floor"  # the least a kopf operator does for the same jobs (bench/kopffloor.py)
 WRITES_FLOOR = "writes-floor"  # kubepool's writes without its operator (bench/writesfloor.py)
-SYSTEMS = ("kubepool", "kuberay", "floor", KOPF_FLOOR, WRITES_FLOOR)
+KOPF_WRITES_FLOOR = "kopf-writes-floor"  # the kopf floor making kubepool's writes (bench/kopffloor.py)
+SYSTEMS = ("kubepool", "kuberay", "floor", KOPF_FLOOR, WRITES_FLOOR, KOPF_WRITES_FLOOR)
 SHARED = "kubepool-shared"  # kubepool with 10 pools shared by all jobs (documents the admission stall)
 BASE = "kubepool-base"  # kubepool from another source tree (bench/ab.py), on the same pools and jobs as "kubepool"
 BASE_SRC: dict[str, Path] = {}  # bench/ab.py sets BASE_SRC[BASE] to that tree's src/
-OWN_POOLS = ("kubepool", BASE, WRITES_FLOOR)  # systems whose jobs each get their own ComputePool
+OWN_POOLS = ("kubepool", BASE, WRITES_FLOOR, KOPF_WRITES_FLOOR)  # systems whose jobs each get their own ComputePool
 WORKERS = 3
 POOLS = 10  # kubepool places one instance of a pool per node: 10 pools x 100 fake nodes hold 1000 instances
 OWN_POOL_LABEL = {"bench.kubepool.dev/pool": "per-job"}
@@ -142,7 +144,7 @@ def submissions(system: str, ns: str, jobs: int) -> list[tuple[str, dict[str, An
 
 
 # --- P1 -------------------------------------------------------------------------------------------------------
-def controller_for(system: str, bench: BenchCluster, kuberay_home: Path) -> Controller | None:
+def controller_for(system: str, bench: BenchCluster, kuberay_home: Path, jobs: int) -> Controller | None:
     log = LOG_DIR / f"{system}.log"
     if system in ("kubepool", SHARED):
         return KubepoolOperator(bench, log)
@@ -152,6 +154,8 @@ def controller_for(system: str, bench: BenchCluster, kuberay_home: Path) -> Cont
         return KubeRayOperator(bench, log, kuberay_home)
     if system == KOPF_FLOOR:
         return KopfFloor(bench, log, _pod_spec("c"))
+    if system == KOPF_WRITES_FLOOR:
+        return KopfFloor(bench, log, _pod_spec("c"), own_pools(jobs))
     return None
 
 
@@ -214,7 +218,7 @@ async def _fanout(bench: BenchCluster, system: str, ns: str, jobs: int, ctl: Con
             try:
                 await asyncio.wait_for(writes, 120)
             finally:
-                await floor.api.close()
+                await floor.writes.api.close()
     u1 = ctl.usage() if ctl else None
     return {
         "stalled": stalled, "running": len(running),
@@ -236,7 +240,7 @@ def fanout_run(bench: BenchCluster, system: str, jobs: int, tag: str, kuberay_ho
     With `profile`, py-spy samples the controller meanwhile (collapsed stacks), so the run is not timed fairly."""
     ns = f"p1-{system}-{tag}"
     bench.create_namespace(ns)
-    ctl = controller_for(system, bench, kuberay_home)
+    ctl = controller_for(system, bench, kuberay_home, jobs)
     spy: subprocess.Popen[bytes] | None = None
     if ctl:
         ctl.start()
@@ -293,7 +297,7 @@ def summarize_p1(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         if both:
             ratios[name] = stats.median(both)
     resources = {}
-    for system in ("kubepool", KOPF_FLOOR):  # the kopf floor's: what any kopf operator pays, beside KubeRay
+    for system in ("kubepool", KOPF_FLOOR, KOPF_WRITES_FLOOR):  # the floors': what kopf operators pay, beside KubeRay
         for name, key in ((f"CPU {system} / kuberay", "controller_cpu_s"), (f"peak RSS {system} / kuberay", "controller_peak_rss_mib")):
             both = [stats.ratio(x[key], y[key]) for x, y in zip(runs.get(system, []), runs.get("kuberay", []), strict=False)
                     if x.get(key) and y.get(key)]  # fmt: skip

@@ -41,29 +41,20 @@ from kubepool.kube.aio import Api, collection_path
 NAME = "writes-floor"
 
 
-class WritesFloor:
-    """One P1 run's jobs, created by `client` (16 in flight) and written as the operator would through `api`.
-    `on_pod` takes the run's pod watch events; `run` returns once every job's last write is done."""
+class JobWrites:
+    """The operator's side of the floor: `write(place, job)` makes every write kubepool's operator makes for the
+    created MLJob `job` (a dict, as the API server answered its creation), through `api`; `on_pod` takes the
+    pod watch's Running pods (the job's RUNNING writes wait for all of them). The writes floor calls it from the
+    bench's process; the kopf writes floor (bench/kopffloor.py) from a kopf operator's job events."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        api: Api,
-        ns: str,
-        jobs: list[dict[str, Any]],
-        pools: dict[str, dict[str, Any]],
-        concurrency: int,
-    ) -> None:
-        self.client, self.api, self.ns, self.jobs = client, api, ns, jobs
+    def __init__(self, api: Api, pools: dict[str, dict[str, Any]], instances: int) -> None:
+        self.api = api
         self.pools = {name: ComputePool.model_validate(p) for name, p in pools.items()}
-        self.submits = asyncio.Semaphore(concurrency)
         self.cfg = OperatorConfig()
-        self.instances = int(jobs[0]["spec"]["targetInstances"]) if jobs else 0
+        self.instances = instances
         self.running: dict[str, dict[str, dict[str, Any]]] = {}  # job name → its Running pods by name
         self.all_running: dict[str, asyncio.Event] = {}  # job name → set once all its pods run
-        self.created = 0
-        self.submitted = asyncio.Event()  # every job created
-        self._account: asyncio.Task[None] | None = None
+        self._accounts: dict[str, asyncio.Task[None]] = {}  # namespace → its runtime account's writes
 
     def on_pod(self, pod: dict[str, Any]) -> None:
         """A pod of the run seen Running."""
@@ -73,23 +64,8 @@ class WritesFloor:
         if len(pods) == self.instances:
             self.all_running.setdefault(job, asyncio.Event()).set()
 
-    async def run(self) -> None:
-        await asyncio.gather(*(self._job(lanes.new_place(), j) for j in self.jobs))
-
-    async def _submit(self, job: dict[str, Any]) -> dict[str, Any]:
-        async with self.submits:
-            resp = await self.client.post(collection_path(job["apiVersion"], job["kind"], self.ns), json=job)
-        if resp.status_code >= 300:
-            raise RuntimeError(
-                f"create MLJob {job['metadata']['name']}: {resp.status_code} {resp.text[:300]}"
-            )
-        self.created += 1
-        if self.created == len(self.jobs):
-            self.submitted.set()
-        return dict(resp.json())
-
-    async def _runtime_account(self) -> None:
-        objs = build_namespace_runtime_rbac(self.ns)
+    async def _runtime_account(self, ns: str) -> None:
+        objs = build_namespace_runtime_rbac(ns)
         await _all([self.api.apply(o) for o in objs if o["kind"] != "RoleBinding"])
         await _all([self.api.apply(o) for o in objs if o["kind"] == "RoleBinding"])
 
@@ -105,11 +81,11 @@ class WritesFloor:
             )
         )
 
-    async def _job(self, place: int, submitted: dict[str, Any]) -> None:
-        body = await self._submit(submitted)
+    async def write(self, place: int, body: dict[str, Any]) -> None:
         lanes.take_place(place)  # this task's requests wait at the job's place, as a pass's do
         job = MLJob.model_validate(body)
         ref, uid, n = JobRef.of(job), body["metadata"]["uid"], job.spec.target_instances or 1
+        ns = body["metadata"]["namespace"]
         pool_name = job.spec.compute_pool or ""
         now = datetime.now(UTC)
         pending = MLJobStatus(
@@ -126,13 +102,13 @@ class WritesFloor:
         await _all(
             [
                 self.api.patch_pool_status(pool_name, pool_status.wire()),
-                self.api.patch_job_status(self.ns, ref.name, pending.merge_patch(), uid),
+                self.api.patch_job_status(ns, ref.name, pending.merge_patch(), uid),
                 self._event(body, "Admitted", "PENDING: admitted"),
             ]
         )
-        if self._account is None:
-            self._account = asyncio.create_task(self._runtime_account())
-        await self._account
+        if ns not in self._accounts:
+            self._accounts[ns] = asyncio.create_task(self._runtime_account(ns))
+        await self._accounts[ns]
         shift = local_port_shift(ref.uid, self.cfg.ray_port_stride)
         contract = build_job_contract(job, self.pools, attempt=0, port_shift=shift, admitted_at=now)
         await _all(
@@ -163,10 +139,49 @@ class WritesFloor:
         await _all(
             [
                 *([self.api.apply(eps)] if eps else []),
-                self.api.patch_job_status(self.ns, ref.name, running.merge_patch(), uid),
+                self.api.patch_job_status(ns, ref.name, running.merge_patch(), uid),
                 self._event(body, "Running", "RUNNING: all instances ready"),
             ]
         )
+
+
+class WritesFloor:
+    """One P1 run's jobs, created by `client` (16 in flight) and written as the operator would through `api`
+    (`JobWrites`). `on_pod` takes the run's pod watch events; `run` returns once every job's last write is done."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        api: Api,
+        ns: str,
+        jobs: list[dict[str, Any]],
+        pools: dict[str, dict[str, Any]],
+        concurrency: int,
+    ) -> None:
+        self.client, self.ns, self.jobs = client, ns, jobs
+        self.writes = JobWrites(api, pools, int(jobs[0]["spec"]["targetInstances"]) if jobs else 0)
+        self.on_pod = self.writes.on_pod
+        self.submits = asyncio.Semaphore(concurrency)
+        self.created = 0
+        self.submitted = asyncio.Event()  # every job created
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._job(lanes.new_place(), j) for j in self.jobs))
+
+    async def _submit(self, job: dict[str, Any]) -> dict[str, Any]:
+        async with self.submits:
+            resp = await self.client.post(collection_path(job["apiVersion"], job["kind"], self.ns), json=job)
+        if resp.status_code >= 300:
+            raise RuntimeError(
+                f"create MLJob {job['metadata']['name']}: {resp.status_code} {resp.text[:300]}"
+            )
+        self.created += 1
+        if self.created == len(self.jobs):
+            self.submitted.set()
+        return dict(resp.json())
+
+    async def _job(self, place: int, submitted: dict[str, Any]) -> None:
+        await self.writes.write(place, await self._submit(submitted))
 
 
 async def _all(calls: list[Awaitable[Any]]) -> None:
