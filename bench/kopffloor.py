@@ -6,7 +6,7 @@ pools, no Events. Its CPU and RSS are what any kopf-based operator pays for the 
 
 With $KOPF_FLOOR_WRITES_POOLS (the kopf writes floor), each job gets instead every write kubepool's operator makes
 for it (bench.writesfloor.JobWrites: status, pool status, Events, Secret, Service, NetworkPolicy, pods,
-EndpointSlice), with no decision: what any kopf operator making kubepool's writes pays, beside KubeRay's.
+EndpointSlice), with no decision: what kubepool's writes cost a plain kopf operator, beside KubeRay's.
 
 `python -m bench.kopffloor` (KUBECONFIG set; the pods' spec as JSON in $KOPF_FLOOR_POD_SPEC, from
 bench.operator_scale): runs until SIGTERM."""

@@ -5,7 +5,7 @@ operator, the KubeRay operator (N RayClusters of the same shape) and the floor (
 pods itself, 16 requests in flight), the kopf floor (bench/kopffloor.py: the least kopf operator for the
 same jobs), the writes floor (bench/writesfloor.py: every write kubepool's operator makes for the jobs, made
 by the bench's client with no operator) and the kopf writes floor (the kopf floor making those writes instead of
-bare pods: the least CPU and memory a kopf operator making kubepool's writes needs). One warm-up round, then
+bare pods: what kubepool's writes cost a plain kopf operator). One warm-up round, then
 repeats interleaved (kubepool, KubeRay, floor, kopf floor, writes floor, kopf writes floor);
 ratios are taken pair by pair within a repeat, then the median. kubepool's jobs each get their own ComputePool,
 created once the operator is up: with pools shared by many jobs its FIFO admission loses wake-ups and jobs stay

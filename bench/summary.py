@@ -45,10 +45,9 @@ def row(measure: str, value: float | None, target: float | None = None, digits: 
 # What bounds each P1 wall ratio from below, in the same run: kubepool's own writes made with no operator
 # (bench/writesfloor.py) for the ratio to KubeRay; KubeRay itself for the ratio to the bare pods.
 P1_FLOORS = {"kubepool / kuberay": "writes-floor / kuberay", "kubepool / floor": "kuberay / floor"}
-# What bounds the operator's own cost beside KubeRay's: the least kopf operator making kubepool's writes for the
-# same jobs, or (results without it) the least kopf operator for them (bench/kopffloor.py).
-P1_RESOURCE_FLOORS = {"CPU kubepool / kuberay": ("CPU kopf-writes-floor / kuberay", "CPU kopf-floor / kuberay"),
-                      "peak RSS kubepool / kuberay": ("peak RSS kopf-writes-floor / kuberay", "peak RSS kopf-floor / kuberay")}
+# What bounds the operator's own cost beside KubeRay's: the least kopf operator for the same jobs (bench/kopffloor.py).
+P1_RESOURCE_FLOORS = {"CPU kubepool / kuberay": "CPU kopf-floor / kuberay",
+                      "peak RSS kubepool / kuberay": "peak RSS kopf-floor / kuberay"}
 # What bounds kubepool's API requests per job: the writes floor's (its operator's fewest writes, no operator), same run.
 REQUESTS_FLOOR = "writes-floor"
 
@@ -81,7 +80,7 @@ def scale_rows(rep: dict[str, Any]) -> list[Row]:
             rows.append(row(f"P1 wall {k}", v, p1["targets"].get(base), floor=(floor, p1["ratios"].get(floor)) if floor else None))
         resources = p1.get("resource_ratios", {})
         for k, v in resources.items():
-            floor = next((f for f in P1_RESOURCE_FLOORS.get(k, ()) if f in resources), None)
+            floor = P1_RESOURCE_FLOORS.get(k)
             rows.append(row(f"P1 {k}", v, p1.get("resource_targets", {}).get(k),
                             floor=(floor, resources.get(floor)) if floor else None))
         rows += request_rows(p1)
