@@ -35,6 +35,7 @@ WRITES_POOLS_ENV = "KOPF_FLOOR_WRITES_POOLS"
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
 WORKERS = 3
 POD_SPEC_ENV = "KOPF_FLOOR_POD_SPEC"
+_WRITING: set[asyncio.Task[None]] = set()  # the kopf writes floor's jobs still being written
 
 
 def pods_for(job: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -73,7 +74,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.seen = set()
     memo.pod_spec = json.loads(os.environ[POD_SPEC_ENV])
     pools = os.environ.get(WRITES_POOLS_ENV)
-    memo.tasks = set()
     memo.writes = JobWrites(memo.api, json.loads(pools), WORKERS + 1) if pools else None
     logging.getLogger(__name__).info(READY)
 
@@ -98,11 +98,18 @@ async def job_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
     memo.seen.add(uid)
     if memo.writes is not None:
         task = asyncio.create_task(memo.writes.write(lanes.new_place(), dict(body)))  # it waits for the pods to run
-        memo.tasks.add(task)
-        task.add_done_callback(memo.tasks.discard)
+        _WRITING.add(task)  # held until done (the loop keeps only a weak reference)
+        task.add_done_callback(_written)
         return
     for pod in pods_for(dict(body), memo.pod_spec):
         await memo.api.create_if_absent(pod)
+
+
+def _written(task: asyncio.Task[None]) -> None:
+    """A job's writes are done: a failure is logged (the run then stalls, and the log says why)."""
+    _WRITING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger(__name__).error("a job's writes failed", exc_info=task.exception())
 
 
 @kopf.on.cleanup()

@@ -18,7 +18,7 @@ from kubepool.controller.admission import Claim
 from kubepool.controller.backoff import retry_delay
 from kubepool.controller.observed import FAILED, RUNNING, SUCCEEDED, instance_id_of
 from kubepool.controller.view import JobKey
-from kubepool.kube import lanes
+from kubepool.kube import aio, lanes
 from kubepool.kube.errors import Going, KubeError
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,9 @@ POD_PROGRESS_DELAY_SECONDS = 1.0  # ... or this long when it can only change wha
 QUEUE_RECHECK_SECONDS = 30.0  # waiting jobs re-decide at least this often, whatever wake-up was lost
 GOING_RETRY_MAX_SECONDS = 2.0  # a pass waiting for an object on its way out (errors.Going) retries at least this often
 # Job passes running at once; the rest wait to start, the oldest job's first (kube.lanes). A pass holds what it
-# builds (its decision, its children's bodies) while it waits for an API slot (kube.aio.MAX_IN_FLIGHT): a burst
-# of admissions started every pass at once, and the operator's peak memory was theirs, not the jobs'.
-MAX_JOB_PASSES = 8
+# builds (its decision, its children's bodies) while it waits for an API slot: a burst of admissions started every
+# pass at once, and the operator's peak memory was theirs, not the jobs'. So one pass per API slot.
+MAX_JOB_PASSES = aio.MAX_IN_FLIGHT
 
 
 def pod_event_delay(pod: Any) -> float:
